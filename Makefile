@@ -1,0 +1,25 @@
+# The README's two commands: `make demo` and `make test`. Both set up first.
+VENV ?= .venv
+DTNET = $(VENV)/bin/dtnet
+PY = $(VENV)/bin/python
+DEMO ?= experiments/demo.yaml
+
+.PHONY: setup demo test unit integration clean bench
+
+setup:
+	bash scripts/bootstrap.sh
+
+demo: setup
+	$(DTNET) run $(DEMO)
+
+test: setup
+	$(PY) -m pytest tests -v -p no:cacheprovider
+
+unit: setup
+	$(PY) -m pytest tests/unit -q -p no:cacheprovider
+
+integration: setup
+	$(PY) -m pytest tests/integration -v -m mininet -p no:cacheprovider
+
+clean:
+	$(DTNET) clean

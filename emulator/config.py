@@ -1,0 +1,283 @@
+"""Experiment files: YAML in, a validated read-only Experiment out.
+
+Real-cluster units are stated in the file (``link_gbps``, ``size_bytes``,
+``compute_ms``); the ``scale`` section says how they shrink to fit the
+machine. Unknown keys, wrong types and out-of-range values raise
+ConfigError, whose message is one line naming the file and key.
+"""
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field
+
+import yaml
+
+from topologies import InputError as TopoInputError
+from topologies import build as build_fabric
+
+ROUTINGS = ("shortest", "ecmp", "congestion-aware", "coschedule")
+DATAPATHS = ("auto", "kernel", "userspace")
+# Mininet's TCLink refuses bw above 1000 Mb/s; below 0.1 Mb/s HTB is coarse.
+MAX_EMULATED_MBPS = 1000.0
+MIN_EMULATED_MBPS = 0.1
+
+
+class ConfigError(ValueError):
+    """One-line error: 'file: key: expected X, found Y'."""
+
+    def __init__(self, key, expected, found, file=None):
+        self.key, self.expected, self.found, self.file = key, expected, found, file
+        head = f"{file}: " if file else ""
+        super().__init__(f"{head}{key}: expected {expected}, found {found!r}")
+
+
+@dataclass(frozen=True)
+class Scale:
+    link: float
+    bytes: float
+
+    @property
+    def dilation(self) -> float:
+        """Emulated seconds per real second."""
+        return self.bytes / self.link
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    hosts: object  # "all", list of host names, or {"count": N}
+    workload: dict
+    start_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class Testbed:
+    datapath: str = "auto"
+    slice_bytes: int = 16384
+    queue_packets: int = 100
+    timeout_s: float = 600.0
+    ready_timeout_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    topology: dict
+    scale: Scale
+    routing: str
+    jobs: tuple
+    testbed: Testbed
+    description: str = ""
+    source: str | None = None
+    raw: dict = field(default_factory=dict, compare=False)
+
+    def fabric(self):
+        topo = dict(self.topology)
+        kind = topo.pop("kind")
+        return build_fabric(kind, topo, file=self.source)
+
+    def emulated_mbps(self, link_gbps: float) -> float:
+        return link_gbps * 1000.0 * self.scale.link
+
+
+# -- loading ----------------------------------------------------------------
+
+def load(path: str, overrides: list[str] | None = None) -> Experiment:
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        raise ConfigError("file", "a readable experiment file", e.strerror, path) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "yaml"
+        raise ConfigError(where, "valid YAML", getattr(e, "problem", str(e)), path) from None
+    data = apply_overrides(data, overrides or [], path)
+    return parse(data, path)
+
+
+def apply_overrides(data, overrides: list[str], file: str | None = None):
+    """Apply ``a.b.c=value`` overrides; value is read as a YAML scalar."""
+    data = copy.deepcopy(data) if data is not None else {}
+    for item in overrides:
+        keypath, eq, value = item.partition("=")
+        if not eq or not keypath:
+            raise ConfigError("--set", "key.path=value", item, file)
+        node = data
+        parts = keypath.split(".")
+        for i, part in enumerate(parts[:-1]):
+            if isinstance(node, list):
+                try:
+                    node = node[int(part)]
+                except (ValueError, IndexError):
+                    raise ConfigError("--set " + ".".join(parts[:i + 1]), "a list index", part, file) from None
+                continue
+            if not isinstance(node, dict):
+                raise ConfigError("--set " + ".".join(parts[:i + 1]), "a mapping", node, file)
+            node = node.setdefault(part, {})
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            parsed = value
+        last = parts[-1]
+        if isinstance(node, list):
+            try:
+                node[int(last)] = parsed
+            except (ValueError, IndexError):
+                raise ConfigError("--set " + keypath, "a list index", last, file) from None
+        elif isinstance(node, dict):
+            node[last] = parsed
+        else:
+            raise ConfigError("--set " + keypath, "a mapping", node, file)
+    return data
+
+
+class _Section:
+    """Reads one mapping, tracking which keys were used so leftovers are errors."""
+
+    def __init__(self, data, key: str, file):
+        if not isinstance(data, dict):
+            raise ConfigError(key or "top level", "a mapping", data, file)
+        self.data, self.key, self.file, self.used = data, key, file, set()
+
+    def path(self, name):
+        return f"{self.key}.{name}" if self.key else name
+
+    def get(self, name, types, default=..., check=None, expected=None):
+        self.used.add(name)
+        if name not in self.data:
+            if default is ...:
+                raise ConfigError(self.path(name), f"a value ({expected or _tname(types)})", None, self.file)
+            return default
+        value = self.data[name]
+        if isinstance(value, bool) and bool not in _as_tuple(types):
+            raise ConfigError(self.path(name), expected or _tname(types), value, self.file)
+        if not isinstance(value, types):
+            raise ConfigError(self.path(name), expected or _tname(types), value, self.file)
+        if check is not None and not check(value):
+            raise ConfigError(self.path(name), expected or "a valid value", value, self.file)
+        return value
+
+    def done(self):
+        for k in self.data:
+            if k not in self.used:
+                raise ConfigError(self.path(k), "no such key here (allowed: " +
+                                  ", ".join(sorted(self.used)) + ")", k, self.file)
+
+
+def _as_tuple(t):
+    return t if isinstance(t, tuple) else (t,)
+
+
+def _tname(types) -> str:
+    names = {int: "an integer", float: "a number", str: "a string", dict: "a mapping",
+             list: "a list", bool: "true or false"}
+    return " or ".join(names.get(t, t.__name__) for t in _as_tuple(types))
+
+
+NUM = (int, float)
+
+
+def parse(data, file: str | None = None) -> Experiment:
+    top = _Section(data, "", file)
+    name = top.get("name", str, check=lambda s: s and "/" not in s, expected="a name without '/'")
+    description = top.get("description", str, "")
+
+    topo = dict(top.get("topology", dict))
+    if "kind" not in topo:
+        raise ConfigError("topology.kind", "a fabric kind", None, file)
+    topo.setdefault("link_gbps", 400)
+    try:
+        fabric = build_fabric(topo["kind"], {k: v for k, v in topo.items() if k != "kind"}, file=file)
+    except TopoInputError as e:
+        raise ConfigError(e.key, e.expected, e.found, file) from None
+
+    sc = _Section(top.get("scale", dict), "scale", file)
+    scale = Scale(
+        link=float(sc.get("link", NUM, check=lambda v: 0 < v <= 1, expected="a factor in (0, 1]")),
+        bytes=float(sc.get("bytes", NUM, check=lambda v: 0 < v <= 1, expected="a factor in (0, 1]")),
+    )
+    sc.done()
+    for a, b, d in fabric.links():
+        mbps = d["link_gbps"] * 1000 * scale.link
+        if not MIN_EMULATED_MBPS <= mbps <= MAX_EMULATED_MBPS:
+            raise ConfigError("scale.link", f"emulated link rates within {MIN_EMULATED_MBPS}.."
+                              f"{MAX_EMULATED_MBPS:.0f} Mb/s (link {a}-{b} would be {mbps:.3g} Mb/s)",
+                              scale.link, file)
+
+    ctl = _Section(top.get("controller", dict, {}), "controller", file)
+    routing = ctl.get("routing", str, "ecmp", check=lambda v: v in ROUTINGS,
+                      expected="one of " + ", ".join(ROUTINGS))
+    ctl.done()
+
+    tb = _Section(top.get("testbed", dict, {}), "testbed", file)
+    testbed = Testbed(
+        datapath=tb.get("datapath", str, "auto", check=lambda v: v in DATAPATHS,
+                        expected="one of " + ", ".join(DATAPATHS)),
+        slice_bytes=tb.get("slice_bytes", int, 16384, check=lambda v: 512 <= v <= 1 << 24,
+                           expected="an integer in 512..16777216"),
+        queue_packets=tb.get("queue_packets", int, 100, check=lambda v: 2 <= v <= 100000,
+                             expected="an integer in 2..100000"),
+        timeout_s=float(tb.get("timeout_s", NUM, 600.0, check=lambda v: v > 0, expected="seconds > 0")),
+        ready_timeout_s=float(tb.get("ready_timeout_s", NUM, 60.0, check=lambda v: v > 0,
+                                     expected="seconds > 0")),
+    )
+    tb.done()
+
+    jobs_raw = top.get("jobs", list, check=lambda v: len(v) > 0, expected="a non-empty list of jobs")
+    jobs = []
+    names = set()
+    for i, jr in enumerate(jobs_raw):
+        js = _Section(jr, f"jobs[{i}]", file)
+        jname = js.get("name", str, f"j{i}")
+        if jname in names:
+            raise ConfigError(f"jobs[{i}].name", "a unique job name", jname, file)
+        names.add(jname)
+        hosts = js.get("hosts", (str, list, dict), "all")
+        _check_hosts(hosts, fabric, f"jobs[{i}].hosts", file)
+        workload = js.get("workload", dict)
+        start_ms = float(js.get("start_ms", NUM, 0.0, check=lambda v: v >= 0, expected="milliseconds >= 0"))
+        js.done()
+        jobs.append(Job(jname, hosts, workload, start_ms))
+    top.done()
+    return Experiment(name=name, topology=topo, scale=scale, routing=routing, jobs=tuple(jobs),
+                      testbed=testbed, description=description, source=file, raw=data)
+
+
+def _check_hosts(hosts, fabric, key, file):
+    all_hosts = fabric.hosts
+    if isinstance(hosts, str):
+        if hosts != "all":
+            raise ConfigError(key, "'all', a list of host names, or {count: N}", hosts, file)
+    elif isinstance(hosts, list):
+        if not hosts:
+            raise ConfigError(key, "at least one host", hosts, file)
+        for h in hosts:
+            if h not in all_hosts:
+                raise ConfigError(key, f"host names of this fabric (h0..h{len(all_hosts) - 1})", h, file)
+        if len(set(hosts)) != len(hosts):
+            raise ConfigError(key, "distinct host names", hosts, file)
+    else:
+        sec = _Section(hosts, key, file)
+        sec.get("count", int, check=lambda v: 1 <= v <= len(all_hosts),
+                expected=f"an integer in 1..{len(all_hosts)}")
+        sec.done()
+
+
+def job_hosts(job: Job, fabric) -> list[str]:
+    """The fabric hosts a job runs on, in rank order."""
+    if job.hosts == "all":
+        return list(fabric.hosts)
+    if isinstance(job.hosts, list):
+        return list(job.hosts)
+    return list(fabric.hosts)[: job.hosts["count"]]
+
+
+def resolve_path(exp: Experiment, path: str) -> str:
+    """Paths inside an experiment are relative to the experiment file."""
+    if os.path.isabs(path) or not exp.source:
+        return path
+    return os.path.join(os.path.dirname(os.path.abspath(exp.source)), path)

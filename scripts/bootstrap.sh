@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Idempotent setup shared by `make setup`, CI and the Vagrant provisioner.
+# Installs the apt packages, makes .venv (system site packages, so the
+# Debian mininet module is visible), installs dtnet with the Ryu pins, and
+# starts Open vSwitch when it is not running.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${DTNET_VENV:-$ROOT/.venv}"
+APT_PKGS=(mininet python3-networkx python3-yaml openvswitch-switch iperf3 ethtool iputils-ping tcpdump iproute2 python3-venv python3-dev gcc make)
+
+log() { echo "[bootstrap] $*"; }
+
+if [[ $EUID -ne 0 ]]; then
+    echo "bootstrap.sh: must run as root (it installs apt packages and starts OVS)" >&2
+    exit 2
+fi
+
+missing=()
+for p in "${APT_PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    log "apt-get install ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    # iperf3 asks whether to start a daemon; answer no.
+    echo "iperf3 iperf3/start_daemon boolean false" | debconf-set-selections
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Open vSwitch: start it when ovsdb/vswitchd are not answering.
+if ! ovs-vsctl --timeout=5 show >/dev/null 2>&1; then
+    log "starting Open vSwitch"
+    if [[ -x /usr/share/openvswitch/scripts/ovs-ctl ]]; then
+        # No systemd in containers; ovs-ctl works either way. Without the
+        # kernel module, ovs-ctl still starts vswitchd for userspace bridges.
+        /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null 2>&1 || \
+            /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random --no-ovs-vswitchd >/dev/null 2>&1 || true
+    fi
+    ovs-vsctl --timeout=10 show >/dev/null || { echo "bootstrap.sh: Open vSwitch did not start" >&2; exit 1; }
+fi
+# vswitchd may refuse to start when the module is missing; start it alone then.
+if ! pgrep -x ovs-vswitchd >/dev/null; then
+    /usr/share/openvswitch/scripts/ovs-ctl start --no-ovsdb-server --system-id=random >/dev/null 2>&1 || true
+fi
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+    log "creating $VENV"
+    /usr/bin/python3 -m venv --system-site-packages "$VENV"
+fi
+PY="$VENV/bin/python"
+stamp="$VENV/.dtnet-installed"
+# Reinstall only when the package metadata changed.
+want="$(cat "$ROOT/setup.cfg" "$ROOT/scripts/bootstrap.sh" | sha256sum | cut -d' ' -f1)"
+if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
+    log "installing python packages into $VENV"
+    "$PY" -m pip install -q --upgrade "pip<25" "setuptools<68" wheel
+    # Ryu 4.34 is unmaintained: it builds only with old setuptools and no
+    # build isolation, and needs an eventlet that still has ALREADY_HANDLED.
+    "$PY" -m pip install -q "eventlet==0.33.3" "dnspython>=2"
+    "$PY" -m pip install -q --no-build-isolation "ryu==4.34"
+    "$PY" -m pip install -q --no-build-isolation -e "$ROOT[test]"
+    echo "$want" > "$stamp"
+fi
+log "ready: $VENV"
