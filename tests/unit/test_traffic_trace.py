@@ -1,0 +1,116 @@
+"""The trace file: exact round trips, and every malformed input is one InputError line."""
+import json
+
+import pytest
+
+from traffic.errors import InputError
+from traffic.trace import Op, Trace, dump, find_cycle, load, to_dict
+
+
+def _pair_trace():
+    return Trace(
+        nranks=3,
+        groups={"world": [0, 1, 2], "pair": [0, 1]},
+        ops={
+            0: [Op("c", "compute", duration_s=0.25, iteration=0, label="fwd"),
+                Op("ar", "collective", ("c",), op="all_reduce", algorithm="ring", group="world", size_bytes=10),
+                Op("x", "send", ("ar",), size_bytes=7, peer=1),
+                Op("b", "collective", ("x",), op="broadcast", group="pair", size_bytes=3, root=1)],
+            1: [Op("ar", "collective", op="all_reduce", algorithm="ring", group="world", size_bytes=10),
+                Op("x", "recv", ("ar",), size_bytes=7, peer=0),
+                Op("b", "collective", ("x",), op="broadcast", group="pair", size_bytes=3, root=1)],
+            2: [Op("ar", "collective", op="all_reduce", algorithm="ring", group="world", size_bytes=10)],
+        },
+        meta={"model": "toy", "nested": {"a": [1, 2.5]}},
+    )
+
+
+def test_round_trip_is_exact(tmp_path):
+    t = _pair_trace()
+    t.validate()
+    p = tmp_path / "t.json"
+    dump(t, p)
+    back = load(p)
+    assert back == t
+    dump(back, tmp_path / "u.json")
+    assert (tmp_path / "u.json").read_bytes() == p.read_bytes()
+
+
+def test_file_is_versioned_and_omits_defaults():
+    d = to_dict(_pair_trace())
+    assert d["format"] == "dtnet-trace" and d["version"] == 1
+    assert d["ops"]["2"][0] == {"id": "ar", "kind": "collective", "op": "all_reduce", "algorithm": "ring",
+                                "group": "world", "size_bytes": 10}
+
+
+def _edit(t, rank, i, **kw):
+    o = t.ops[rank][i]
+    for k, v in kw.items():
+        setattr(o, k, v)
+    return t
+
+
+@pytest.mark.parametrize("mutate,key", [
+    (lambda t: _edit(t, 0, 0, deps=("b",)), "deps"),                        # cycle through a collective
+    (lambda t: _edit(t, 0, 1, group="nope"), "ops.0[1].group"),
+    (lambda t: _edit(t, 0, 2, size_bytes=-1), "ops.0[2].size_bytes"),
+    (lambda t: _edit(t, 0, 2, peer=5), "ops.0[2].peer"),
+    (lambda t: _edit(t, 0, 1, deps=("ghost",)), "ops.0[1].deps"),
+    (lambda t: _edit(t, 1, 1, size_bytes=8), "ops.1"),                      # recv size differs from send
+    (lambda t: _edit(t, 0, 0, kind="sleep"), "ops.0[0].kind"),
+    (lambda t: _edit(t, 0, 0, duration_s=-1.0), "ops.0[0].duration_s"),
+    (lambda t: _edit(t, 1, 0, op="all_gather"), "ops.1[0]"),                # ranks disagree on the op
+    (lambda t: _edit(t, 0, 3, root=2), "ops.0[3].root"),
+    (lambda t: t.ops[2].pop(), "ops.2"),                                     # member never joins
+    (lambda t: t.groups.__setitem__("world", [0, 1, 3]), "groups.world"),
+    (lambda t: t.ops.__setitem__(4, []), "ops"),
+    (lambda t: t.ops[1].append(Op("c", "compute")) or t.ops[1].append(Op("c", "compute")), "ops.1[4].id"),
+])
+def test_validate_rejects(mutate, key, tmp_path):
+    t = _pair_trace()
+    mutate(t)
+    with pytest.raises(InputError) as e:
+        t.validate(file="t.json")
+    assert str(e.value).startswith(f"t.json: {key}: expected"), str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_cross_rank_deadlock_is_a_cycle():
+    # rank 0 waits for the recv before the collective; rank 1 sends only after the collective.
+    t = Trace(2, {"w": [0, 1]}, {
+        0: [Op("m", "recv", size_bytes=1, peer=1), Op("ar", "collective", ("m",), op="all_reduce", group="w")],
+        1: [Op("ar", "collective", op="all_reduce", group="w"), Op("m", "send", ("ar",), size_bytes=1, peer=0)],
+    })
+    assert find_cycle(t)
+    with pytest.raises(InputError, match="deps: expected no dependency cycle"):
+        t.validate()
+
+
+@pytest.mark.parametrize("content,key", [
+    ("{not json", "trace: expected JSON"),
+    ("[]", "trace: expected a JSON object"),
+    ('{"format": "other"}', "format: expected"),
+    ('{"format": "dtnet-trace", "version": 2}', "version: expected 1"),
+    ('{"format": "dtnet-trace", "version": 1, "nranks": 1, "ops": {"0": [{"id": "a"}]}}', "ops.0[0].kind"),
+    ('{"format": "dtnet-trace", "version": 1, "nranks": 1, "ops": {"0": [{"id": "a", "kind": "compute", '
+     '"colour": 1}]}}', "ops.0[0].colour"),
+    ('{"format": "dtnet-trace", "version": 1, "nranks": 1, "ops": {"x": []}}', "ops: expected rank numbers"),
+    ('{"format": "dtnet-trace", "version": 1, "nranks": 0, "ops": {}}', "nranks"),
+    ('{"format": "dtnet-trace", "version": 1, "nranks": 1, "ops": {}, "extra": 1}', "extra"),
+])
+def test_load_rejects_corrupt_files(tmp_path, content, key):
+    p = tmp_path / "bad.json"
+    p.write_text(content)
+    with pytest.raises(InputError) as e:
+        load(p)
+    assert str(e.value).startswith(f"{p}: {key}"), str(e.value)
+
+
+def test_load_missing_file(tmp_path):
+    with pytest.raises(InputError, match="expected a readable file"):
+        load(tmp_path / "none.json")
+
+
+def test_dump_is_plain_json(tmp_path):
+    dump(_pair_trace(), tmp_path / "t.json")
+    assert json.loads((tmp_path / "t.json").read_text())["nranks"] == 3

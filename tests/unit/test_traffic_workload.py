@@ -1,0 +1,56 @@
+"""build_workload: the experiment file's `workload:` forms."""
+import pytest
+
+from traffic.errors import InputError
+from traffic.trace import dump
+from traffic.workload import build_workload
+
+
+def test_single_collective_chains_iterations():
+    t = build_workload({"collective": "all_reduce", "algorithm": "ring", "size_bytes": 1 << 30,
+                        "iterations": 3, "compute_ms": 2}, 4)
+    assert t.groups == {"world": [0, 1, 2, 3]}
+    ops = t.ops[2]
+    assert [o.kind for o in ops] == ["compute", "collective"] * 3
+    assert ops[0].duration_s == pytest.approx(0.002)
+    assert all(ops[i].deps == (ops[i - 1].id,) for i in range(1, 6)) and ops[0].deps == ()
+    assert [o.iteration for o in ops] == [0, 0, 1, 1, 2, 2]
+    assert ops[1].size_bytes == 1 << 30 and ops[1].group == "world"
+    assert all(t.ops[r][1].id == ops[1].id for r in range(4))  # same id on every member
+
+
+def test_single_collective_defaults():
+    t = build_workload({"collective": "all_gather", "size_bytes": 100}, 2, gpus_per_server=2)
+    assert [o.kind for o in t.ops[0]] == ["collective"]
+    assert t.ops[0][0].algorithm == "ring" and t.meta["gpus_per_server"] == 2
+
+
+def test_broadcast_root_travels_with_the_op():
+    t = build_workload({"collective": "broadcast", "size_bytes": 100, "root": 2}, 4)
+    assert t.ops[0][0].root == 2
+
+
+@pytest.mark.parametrize("spec,msg", [
+    ({"collective": "all_reduce", "size_bytes": 1, "colour": "red"}, "x.yaml: workload.colour: expected a known key"),
+    ({"collective": "allreduce", "size_bytes": 1}, "x.yaml: workload.collective: expected one of all_reduce"),
+    ({"collective": "all_reduce"}, "x.yaml: workload.size_bytes: expected a value, found nothing"),
+    ({"collective": "all_reduce", "size_bytes": -5}, "x.yaml: workload.size_bytes: expected an integer >= 0, found -5"),
+    ({"collective": "all_reduce", "size_bytes": 1, "iterations": 0}, "workload.iterations: expected an integer >= 1"),
+    ({"collective": "all_reduce", "size_bytes": 1, "compute_ms": "5"}, "workload.compute_ms: expected a number"),
+    ({"collective": "all_reduce", "size_bytes": 1, "algorithm": "butterfly"}, "workload.algorithm: expected one of"),
+    ({"size_bytes": 1}, "x.yaml: workload: expected exactly one of collective, model, trace, pattern, found none"),
+    ({"collective": "all_reduce", "pattern": "stride"}, "workload: expected exactly one of"),
+    ({"collective": "sendrecv", "size_bytes": 1, "iterations": True}, "workload.iterations"),
+])
+def test_bad_specs(spec, msg):
+    with pytest.raises(InputError) as e:
+        build_workload(spec, 4, file="x.yaml")
+    assert msg in str(e.value)
+
+
+def test_trace_form_loads_and_checks_rank_count(tmp_path):
+    t = build_workload({"collective": "all_reduce", "size_bytes": 10}, 4)
+    dump(t, tmp_path / "t.json")
+    assert build_workload({"trace": str(tmp_path / "t.json")}, 4) == t
+    with pytest.raises(InputError, match="expected a trace for 8 ranks"):
+        build_workload({"trace": str(tmp_path / "t.json")}, 8, file="x.yaml")

@@ -1,0 +1,83 @@
+"""The experiment file's `workload:` mapping -> a per-rank Trace.
+
+Four forms, told apart by their leading key: `collective`, `model`, `trace`, `pattern`.
+"""
+from __future__ import annotations
+
+from traffic.collectives import ALGORITHMS, OPS
+from traffic.errors import InputError
+from traffic.spec import SpecReader
+from traffic.trace import Op, Trace
+
+FORMS = ("collective", "model", "trace", "pattern")
+
+
+def build_workload(spec: dict, nranks: int, *, gpus_per_server: int | None = None,
+                   file: str | None = None) -> Trace:
+    """Builds and validates the trace for `nranks` emulated GPUs."""
+    if not isinstance(nranks, int) or isinstance(nranks, bool) or nranks < 1:
+        raise InputError("nranks", "an integer >= 1", nranks, file=file)
+    if not isinstance(spec, dict):
+        raise InputError("workload", "a mapping", type(spec).__name__, file=file)
+    forms = [f for f in FORMS if f in spec]
+    if len(forms) != 1:
+        raise InputError("workload", "exactly one of " + ", ".join(FORMS),
+                         ", ".join(forms) if forms else "none of them", file=file)
+    form = forms[0]
+    if form == "collective":
+        trace = single_collective(spec, nranks, file=file)
+    elif form == "model":
+        from traffic.parallel import model_workload
+        trace = model_workload(spec, nranks, gpus_per_server=gpus_per_server, file=file)
+    elif form == "trace":
+        trace = _from_file(spec, nranks, file)
+    else:
+        from traffic.patterns import pattern_workload
+        trace = pattern_workload(spec, nranks, file=file)
+    if gpus_per_server is not None:
+        trace.meta.setdefault("gpus_per_server", gpus_per_server)
+    return trace
+
+
+def single_collective(spec: dict, nranks: int, file=None) -> Trace:
+    """Every rank: [compute(compute_ms)] then one collective over "world", per iteration."""
+    r = SpecReader(spec, file=file)
+    op = r.choice("collective", OPS)
+    algorithm = r.choice("algorithm", ALGORITHMS, "ring")
+    size_bytes = r.int("size_bytes", minimum=0)
+    iterations = r.int("iterations", 1, minimum=1)
+    compute_s = r.number("compute_ms", 0.0) / 1e3
+    root = r.int("root", 0, minimum=0, maximum=nranks - 1)
+    r.done()
+    if op == "sendrecv" and nranks == 1:
+        raise r.error("collective", "a collective for >= 2 ranks (sendrecv needs a peer)", op)
+    ops = []
+    prev: tuple[str, ...] = ()
+    for it in range(iterations):
+        if compute_s > 0:
+            cid = f"it{it}/compute"
+            ops.append(Op(cid, "compute", prev, duration_s=compute_s, iteration=it, label="compute"))
+            prev = (cid,)
+        oid = f"it{it}/{op}"
+        ops.append(Op(oid, "collective", prev, op=op, algorithm=algorithm, group="world",
+                      size_bytes=size_bytes, iteration=it, label=f"{op} {algorithm}",
+                      root=root if op in ("broadcast", "reduce") else None))
+        prev = (oid,)
+    meta = {"workload": "collective", "op": op, "algorithm": algorithm, "size_bytes": size_bytes,
+            "iterations": iterations}
+    trace = Trace(nranks=nranks, groups={"world": list(range(nranks))},
+                  ops={rank: list(ops) for rank in range(nranks)}, meta=meta)
+    trace.validate(file=file)
+    return trace
+
+
+def _from_file(spec, nranks, file):
+    from traffic.trace import load
+    r = SpecReader(spec, file=file)
+    path = r.str("trace")
+    r.done()
+    trace = load(path)
+    if trace.nranks != nranks:
+        raise InputError("workload.trace", f"a trace for {nranks} ranks (the fabric's GPU count)",
+                         f"{trace.nranks} ranks in {path}", file=file)
+    return trace
