@@ -14,7 +14,7 @@ import functools
 import zlib
 from dataclasses import dataclass
 
-from controller.rules import (ETH_ARP, ETH_IPV4, IPPROTO_TCP, IPPROTO_UDP, FlowDelete, FlowRule,
+from controller.rules import (GROUP_ALL, ETH_ARP, ETH_IPV4, IPPROTO_TCP, IPPROTO_UDP, FlowDelete, FlowRule,
                               GroupDelete, GroupRule, RuleError, ip_to_int)
 from topologies.fabric import Fabric
 
@@ -104,10 +104,12 @@ class FakeSwitch:
                         all(r.match.get(f) == v for f, v in op.match.items()):
                     del self.flows[k]
         elif isinstance(op, GroupDelete):
-            self.groups.pop(op.group_id, None)
+            gone = set(self.groups) if op.group_id == GROUP_ALL else {op.group_id}
+            for g in gone:
+                self.groups.pop(g, None)
             # OpenFlow: deleting a group removes the flows that forward to it.
             for k, r in list(self.flows.items()):
-                if ("group", op.group_id) in r.actions:
+                if any(a[0] == "group" and a[1] in gone for a in r.actions):
                     del self.flows[k]
         else:
             raise RuleError(f"unknown operation {op!r}")

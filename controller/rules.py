@@ -30,6 +30,8 @@ COOKIE_ARP = 0xD7_0002
 COOKIE_FLOW_BASE = 0xD7_1000_0000  # + flow id for per-flow placements
 COOKIE_FLOW_MASK = 0xFFFF_F000_0000
 
+GROUP_ALL = 0xFFFFFFFC  # OFPG_ALL: a GroupDelete of every group
+
 # OpenFlow 1.3 match prerequisites (OVS rejects a flow-mod that lacks them).
 _PREREQ = {
     "ipv4_src": ("eth_type", ETH_IPV4),

@@ -1,0 +1,228 @@
+"""Ryu adapter: a shim between OpenFlow 1.3 switches and ``controller.core``.
+
+Every handler turns a Ryu event into a call on ``FabricController`` with the
+time, and turns what comes back (rule operations, ARP answers) into OFP
+messages. No decision is made here.
+
+Configuration comes from the environment, so that ``python -m controller.run``
+(which the testbed uses) and a by-hand ``ryu-manager`` read it the same way:
+
+  DTNET_FABRIC   path of the fabric JSON (``Fabric.dump``); required
+  DTNET_ROUTING  shortest | ecmp | congestion-aware | coschedule (default ecmp)
+
+By hand (Ryu 4.34 with eventlet 0.33 needs the shim that ``controller.run``
+applies, hence ``controller.run ryu-manager`` rather than bare ``ryu-manager``):
+
+  DTNET_FABRIC=fabric.json python -m controller.run ryu-manager \\
+      --ofp-tcp-listen-port 16653 --wsapi-port 18080 controller/ryu_app.py
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import OrderedDict
+
+from ryu.app.wsgi import ControllerBase, Response, WSGIApplication, route
+from ryu.base import app_manager
+from ryu.controller import ofp_event
+from ryu.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+from ryu.lib import hub
+from ryu.lib.packet import arp, ethernet, packet
+from ryu.lib.packet import ether_types
+from ryu.ofproto import ofproto_v1_3
+
+from controller.core import FabricController
+from controller.rules import GROUP_ALL, FlowDelete, FlowRule, GroupDelete, GroupRule
+from topologies.fabric import Fabric
+
+BARRIER_TIMEOUT_S = 10.0
+API = "/dtnet/v1"
+APP_KEY = "dtnet_app"
+
+
+def load_from_env() -> FabricController:
+    path = os.environ.get("DTNET_FABRIC")
+    if not path:
+        raise SystemExit("dtnet controller: DTNET_FABRIC: expected the path of a fabric JSON, found nothing")
+    try:
+        fabric = Fabric.load(path)
+    except (OSError, ValueError, KeyError) as e:
+        raise SystemExit(f"dtnet controller: {path}: expected a fabric JSON, found an error: {e}")
+    return FabricController(fabric, os.environ.get("DTNET_ROUTING", "ecmp"))
+
+
+class DtnetApp(app_manager.RyuApp):
+    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+    _CONTEXTS = {"wsgi": WSGIApplication}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.ctl = load_from_env()
+        self.datapaths = {}
+        self.groups: dict[int, set[int]] = {}  # dpid -> installed group ids (add vs modify)
+        self.waiters: dict[tuple[int, int], hub.Event] = {}
+        kwargs["wsgi"].register(RestApi, {APP_KEY: self})
+        self.logger.info("dtnet: %d switches expected, routing %s",
+                         len(self.ctl.switches), self.ctl.routing)
+
+    # -- switch lifecycle ---------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
+    def _features(self, ev):
+        dp = ev.msg.datapath
+        name = self.ctl.switch_name(dp.id)
+        if name is None:
+            self.logger.warning("dtnet: ignoring unknown datapath %016x", dp.id)
+            return
+        self.datapaths[dp.id] = dp
+        self.groups[dp.id] = set()
+        plan = self.ctl.switch_connected(dp.id, time.time())
+        self.logger.info("dtnet: %s connected (dpid %d), installing", name, dp.id)
+        hub.spawn(self._run_plan, plan, lambda: self._installed(dp.id))
+
+    def _installed(self, dpid: int) -> None:
+        self.ctl.install_done(dpid, time.time())
+        self.logger.info("dtnet: %s ready", self.ctl.switch_name(dpid))
+
+    @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
+    def _state_change(self, ev):
+        dp = ev.datapath
+        if dp.id is not None and self.datapaths.get(dp.id) is dp:
+            del self.datapaths[dp.id]
+            self.ctl.switch_disconnected(dp.id, time.time())
+            self.logger.info("dtnet: %s disconnected", self.ctl.switch_name(dp.id))
+
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def _error(self, ev):
+        msg = ev.msg
+        self.logger.error("dtnet: switch %s refused a message: type %d code %d",
+                          self.ctl.switch_name(msg.datapath.id), msg.type, msg.code)
+        self.ctl.switch_error(msg.datapath.id, time.time())
+
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def _barrier_reply(self, ev):
+        waiter = self.waiters.pop((ev.msg.datapath.id, ev.msg.xid), None)
+        if waiter is not None:
+            waiter.set()
+
+    # -- plans --------------------------------------------------------------
+    def _run_plan(self, plan, done=None) -> bool:
+        """Send stage by stage; each waits for every touched switch's barrier reply."""
+        for stage in plan:
+            per_switch = OrderedDict()
+            for op in stage:
+                per_switch.setdefault(op.switch, []).append(op)
+            waits = []
+            for name, ops in per_switch.items():
+                dp = self.datapaths.get(self.ctl.switches[name].dpid)
+                if dp is None:
+                    self.logger.warning("dtnet: %s is gone; plan abandoned", name)
+                    return False
+                for op in ops:
+                    dp.send_msg(self._to_ofp(dp, op))
+                barrier = dp.ofproto_parser.OFPBarrierRequest(dp)
+                dp.set_xid(barrier)
+                ev = hub.Event()
+                self.waiters[dp.id, barrier.xid] = ev
+                dp.send_msg(barrier)
+                waits.append((name, ev))
+            for name, ev in waits:
+                if not ev.wait(timeout=BARRIER_TIMEOUT_S):
+                    self.logger.error("dtnet: no barrier reply from %s in %.0f s", name, BARRIER_TIMEOUT_S)
+                    return False
+        if done is not None:
+            done()
+        return True
+
+    def _to_ofp(self, dp, op):
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        if isinstance(op, FlowRule):
+            inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, self._actions(dp, op.actions))]
+            return parser.OFPFlowMod(dp, cookie=op.cookie, table_id=op.table, command=ofp.OFPFC_ADD,
+                                     idle_timeout=op.idle_timeout_s, hard_timeout=op.hard_timeout_s,
+                                     priority=op.priority, buffer_id=ofp.OFP_NO_BUFFER,
+                                     match=parser.OFPMatch(**op.match), instructions=inst)
+        if isinstance(op, FlowDelete):
+            return parser.OFPFlowMod(dp, cookie=op.cookie, cookie_mask=op.cookie_mask, table_id=op.table,
+                                     command=ofp.OFPFC_DELETE_STRICT if op.strict else ofp.OFPFC_DELETE,
+                                     priority=op.priority, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
+                                     match=parser.OFPMatch(**op.match))
+        if isinstance(op, GroupRule):
+            installed = self.groups.setdefault(dp.id, set())
+            cmd = ofp.OFPGC_MODIFY if op.group_id in installed else ofp.OFPGC_ADD
+            installed.add(op.group_id)
+            gtype = {"select": ofp.OFPGT_SELECT, "all": ofp.OFPGT_ALL, "indirect": ofp.OFPGT_INDIRECT,
+                     "fast_failover": ofp.OFPGT_FF}[op.type]
+            # watch_port = the bucket's output port: a bucket dies with its link,
+            # so a select group stops hashing onto a dead uplink.
+            buckets = [parser.OFPBucket(weight=w, watch_port=self._out_port(acts, ofp.OFPP_ANY),
+                                        watch_group=ofp.OFPG_ANY, actions=self._actions(dp, acts))
+                       for w, acts in op.buckets]
+            return parser.OFPGroupMod(dp, command=cmd, type_=gtype, group_id=op.group_id, buckets=buckets)
+        if isinstance(op, GroupDelete):
+            installed = self.groups.setdefault(dp.id, set())
+            if op.group_id == GROUP_ALL:
+                installed.clear()
+            else:
+                installed.discard(op.group_id)
+            return parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, type_=ofp.OFPGT_ALL, group_id=op.group_id)
+        raise TypeError(f"unknown operation {op!r}")
+
+    @staticmethod
+    def _out_port(actions, default):
+        ports = [a[1] for a in actions if a[0] == "output"]
+        return ports[0] if len(ports) == 1 else default
+
+    @staticmethod
+    def _actions(dp, actions):
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        out = []
+        for a in actions:
+            if a[0] == "output":
+                out.append(parser.OFPActionOutput(a[1], 0))
+            elif a[0] == "controller":
+                out.append(parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER))
+            elif a[0] == "group":
+                out.append(parser.OFPActionGroup(a[1]))
+            elif a[0] == "set_queue":
+                out.append(parser.OFPActionSetQueue(a[1]))
+            else:
+                raise TypeError(f"unknown action {a!r}")
+        return out
+
+    # -- packet-in ----------------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    def _packet_in(self, ev):
+        msg = ev.msg
+        dp = msg.datapath
+        pkt = packet.Packet(msg.data)
+        req = pkt.get_protocol(arp.arp)
+        if req is None or req.opcode != arp.ARP_REQUEST:
+            return
+        ans = self.ctl.arp_request(dp.id, msg.match["in_port"], req.src_ip, req.src_mac, req.dst_ip)
+        if ans is None:
+            return
+        reply = packet.Packet()
+        reply.add_protocol(ethernet.ethernet(dst=ans.requester_mac, src=ans.target_mac,
+                                             ethertype=ether_types.ETH_TYPE_ARP))
+        reply.add_protocol(arp.arp(opcode=arp.ARP_REPLY, src_mac=ans.target_mac, src_ip=ans.target_ip,
+                                   dst_mac=ans.requester_mac, dst_ip=ans.requester_ip))
+        reply.serialize()
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        dp.send_msg(parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
+                                        actions=[parser.OFPActionOutput(ans.port, 0)], data=reply.data))
+
+
+def _json(body, status=200):
+    return Response(status=status, content_type="application/json", charset="utf-8",
+                    body=json.dumps(body).encode())
+
+
+class RestApi(ControllerBase):
+    def __init__(self, req, link, data, **config):
+        super().__init__(req, link, data, **config)
+        self.app: DtnetApp = data[APP_KEY]
+
+    @route("dtnet", API + "/status", methods=["GET"])
+    def status(self, req, **_):
+        return _json(self.app.ctl.status())
