@@ -60,7 +60,8 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
     # build isolation, and needs an eventlet that still has ALREADY_HANDLED.
     "$PY" -m pip install -q "eventlet==0.33.3" "dnspython>=2"
     "$PY" -m pip install -q --no-build-isolation "ryu==4.34"
-    "$PY" -m pip install -q --no-build-isolation -e "$ROOT[test]"
+    # legacy-editable: a .pth to the checkout, so new subpackages need no reinstall.
+    SETUPTOOLS_ENABLE_FEATURES=legacy-editable "$PY" -m pip install -q --no-build-isolation -e "$ROOT[test]"
     echo "$want" > "$stamp"
 fi
 log "ready: $VENV"

@@ -1,0 +1,385 @@
+"""The per-GPU agent: runs inside one Mininet host and replays its rank's ops.
+
+Stdlib only, so 32 of them start fast. The runner hands it a plan file
+(``python -m emulator.agent PLAN.json``) and talks to it over stdin/stdout:
+
+    agent -> {"ctl": "ready"}            listening, peers connected, warmed up
+    runner -> "go <t0>"                  wall-clock start, shared by all agents
+    agent -> {"kind": ..., ...}          one event per line as ops finish
+    agent -> {"ctl": "done", ...}        totals; then exit 0
+    agent -> {"ctl": "error", ...}       names the op and step; exit 1
+
+Transfers are pipelined the way NCCL does it: a slice of a step-k send may
+leave once the matching share of the rank's step k-1 receives has arrived,
+so a ring all-reduce keeps every link busy. Every slice carries a CRC32
+that the receiver checks.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import socket
+import struct
+import sys
+import threading
+import time
+import zlib
+
+HEADER = struct.Struct("!IQII")  # transfer id, offset, length, crc32
+WARMUP_TID = 0xFFFFFFFF
+HELLO = struct.Struct("!I")  # sender rank, first thing on a connection
+WARMUP_BYTES = 64 * 1024
+
+
+class AgentError(RuntimeError):
+    pass
+
+
+class SendXfer:
+    __slots__ = ("tid", "op", "step", "dst", "size", "sent", "gate_step", "gate_index", "first_t")
+
+    def __init__(self, tid, op, step, dst, size):
+        self.tid, self.op, self.step, self.dst, self.size = tid, op, step, dst, size
+        self.sent = 0
+        self.gate_step = None   # the latest step before ours in which this rank receives
+        self.gate_index = 0     # how many receive steps must be complete before gate_step
+        self.first_t = None
+
+
+class OpState:
+    def __init__(self, spec: dict):
+        self.spec = spec
+        self.kind = spec["kind"]
+        self.deps = spec.get("deps", [])
+        self.started = False
+        self.done = False
+        self.start_t = None
+        self.end_t = None
+        self.ready_t = None  # when its deps were done: start - ready is lateness
+        self.sends: list[SendXfer] = []
+        self.recv_tids: list[int] = []
+        # Receive progress per step, for gating sends.
+        self.recv_steps: list[int] = []
+        self.recv_total: dict[int, int] = {}
+
+
+class Agent:
+    def __init__(self, plan: dict):
+        self.plan = plan
+        self.rank = plan["rank"]
+        self.job = plan["job"]
+        self.slice_bytes = plan.get("slice_bytes", 16384)
+        self.dilation = plan.get("dilation", 1.0)
+        self.transfer_events = plan.get("transfer_events", False)
+        self.cond = threading.Condition()
+        self.out_lock = threading.Lock()
+        self.failed: str | None = None
+        self.stop = False
+        self.ops = [OpState(o) for o in plan["ops"]]
+        self.recv_got: dict[int, int] = {}
+        self.recv_size: dict[int, int] = {}
+        self.recv_first: dict[int, float] = {}
+        self.recv_meta: dict[int, tuple] = {}   # tid -> (op index, step, src)
+        self.step_got: dict[tuple, int] = {}   # (op index, step) -> bytes received
+        self.send_queues: dict[int, list[SendXfer]] = {}
+        self.conns_out: dict[int, socket.socket] = {}
+        self.bytes_sent = 0
+        self.bytes_received = 0
+        self.checksum_errors = 0
+        self._index_ops()
+        size = 2 * self.slice_bytes
+        rnd = random.Random(self.rank)
+        self.payload = bytes(rnd.getrandbits(8) for _ in range(size)) if size <= 65536 else os.urandom(size)
+
+    # -- plan indexing ------------------------------------------------------
+    def _index_ops(self):
+        for i, op in enumerate(self.ops):
+            spec = op.spec
+            for tid, src, step, nbytes in spec.get("recvs", []):
+                op.recv_tids.append(tid)
+                self.recv_size[tid] = nbytes
+                self.recv_meta[tid] = (i, step, src)
+                self.recv_got.setdefault(tid, 0)
+                op.recv_total[step] = op.recv_total.get(step, 0) + nbytes
+            op.recv_steps = sorted(op.recv_total)
+            for tid, dst, step, nbytes in spec.get("sends", []):
+                x = SendXfer(tid, i, step, dst, nbytes)
+                earlier = [s for s in op.recv_steps if s < step]
+                if earlier:
+                    x.gate_step = earlier[-1]
+                    x.gate_index = len(earlier) - 1
+                op.sends.append(x)
+                self.send_queues.setdefault(dst, [])
+
+    # -- output -------------------------------------------------------------
+    def emit(self, obj: dict):
+        line = json.dumps(obj, separators=(",", ":"))
+        with self.out_lock:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+
+    def fail(self, msg: str):
+        with self.cond:
+            if self.failed is None:
+                self.failed = msg
+            self.cond.notify_all()
+
+    # -- connections --------------------------------------------------------
+    def listen(self):
+        self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.lsock.bind(("0.0.0.0", self.plan["port"]))
+        self.lsock.listen(256)
+
+    def accept_loop(self, expected: int):
+        for _ in range(expected):
+            conn, _ = self.lsock.accept()
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            threading.Thread(target=self.reader, args=(conn,), daemon=True).start()
+
+    def connect_peers(self, deadline: float):
+        for peer, addr in sorted(self.plan["peers"].items(), key=lambda kv: int(kv[0])):
+            peer = int(peer)
+            while True:
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                try:
+                    s.settimeout(2.0)
+                    s.connect((addr["ip"], addr["port"]))
+                    s.settimeout(None)
+                    break
+                except OSError:
+                    s.close()
+                    if time.time() > deadline:
+                        raise AgentError(f"rank {self.rank}: cannot connect to rank {peer} at "
+                                         f"{addr['ip']}:{addr['port']}")
+                    time.sleep(0.05)
+            s.sendall(HELLO.pack(self.rank))
+            # Warm the connection so the first real step does not pay slow start.
+            s.sendall(HEADER.pack(WARMUP_TID, 0, WARMUP_BYTES, 0) + bytes(WARMUP_BYTES))
+            self.conns_out[peer] = s
+            self.send_queues.setdefault(peer, [])
+
+    def reader(self, conn: socket.socket):
+        buf = bytearray(max(self.slice_bytes, WARMUP_BYTES))
+        view = memoryview(buf)
+        hdr = bytearray(HEADER.size)
+        try:
+            _recv_exact(conn, memoryview(bytearray(HELLO.size)), HELLO.size)
+            while True:
+                if not _recv_exact(conn, memoryview(hdr), HEADER.size):
+                    return
+                tid, offset, length, crc = HEADER.unpack(hdr)
+                if length > len(buf):
+                    raise AgentError(f"frame of {length} bytes exceeds the slice size")
+                if length and not _recv_exact(conn, view, length):
+                    raise AgentError(f"connection closed inside a frame of transfer {tid}")
+                if tid == WARMUP_TID:
+                    continue
+                now = time.time()
+                ok = zlib.crc32(view[:length]) == crc
+                with self.cond:
+                    if tid not in self.recv_meta:
+                        raise AgentError(f"unexpected transfer id {tid}")
+                    if not ok:
+                        self.checksum_errors += 1
+                        op_i, step, src = self.recv_meta[tid]
+                        raise AgentError(f"checksum mismatch in op {self.ops[op_i].spec['id']} step {step} "
+                                         f"from rank {src} at offset {offset}")
+                    self.recv_first.setdefault(tid, now)
+                    self.recv_got[tid] += length
+                    self.bytes_received += length
+                    op_i, step, src = self.recv_meta[tid]
+                    key = (op_i, step)
+                    self.step_got[key] = self.step_got.get(key, 0) + length
+                    if self.recv_got[tid] > self.recv_size[tid]:
+                        raise AgentError(f"transfer {tid} from rank {src} overran its {self.recv_size[tid]} bytes")
+                    if self.transfer_events and self.recv_got[tid] == self.recv_size[tid]:
+                        spec = self.ops[op_i].spec
+                        self.emit({"kind": "transfer", "job": self.job, "rank": self.rank, "src": src,
+                                   "dst": self.rank, "op_id": spec["id"], "step": step,
+                                   "size_bytes": self.recv_size[tid], "start": self.recv_first[tid], "end": now})
+                    self.cond.notify_all()
+        except AgentError as e:
+            self.fail(str(e))
+        except OSError as e:
+            if not self.stop:
+                self.fail(f"rank {self.rank}: receive failed: {e}")
+
+    # -- sending ------------------------------------------------------------
+    def _gate_ok(self, x: SendXfer, upto: int) -> bool:
+        if x.gate_step is None:
+            return True
+        op = self.ops[x.op]
+        for s in op.recv_steps[: x.gate_index]:
+            if self.step_got.get((x.op, s), 0) < op.recv_total[s]:
+                return False
+        total = op.recv_total[x.gate_step]
+        need = math.ceil(total * upto / x.size) if x.size else total
+        return self.step_got.get((x.op, x.gate_step), 0) >= need
+
+    def sender(self, peer: int):
+        sock = self.conns_out[peer]
+        queue = self.send_queues[peer]
+        try:
+            while True:
+                with self.cond:
+                    pick = None
+                    while pick is None:
+                        if self.stop or self.failed:
+                            return
+                        for x in queue:
+                            n = min(self.slice_bytes, x.size - x.sent)
+                            if self._gate_ok(x, x.sent + n):
+                                pick = (x, n)
+                                break
+                        else:
+                            self.cond.wait()
+                x, n = pick
+                off = (x.tid * 7919 + x.sent) % self.slice_bytes
+                data = self.payload[off:off + n]
+                if x.first_t is None:
+                    x.first_t = time.time()
+                sock.sendall(HEADER.pack(x.tid, x.sent, n, zlib.crc32(data)) + data)
+                with self.cond:
+                    x.sent += n
+                    self.bytes_sent += n
+                    if x.sent >= x.size:
+                        queue.remove(x)
+                        self.cond.notify_all()
+        except OSError as e:
+            self.fail(f"rank {self.rank}: send to rank {peer} failed: {e}")
+
+    # -- op execution --------------------------------------------------------
+    def _deps_done(self, op: OpState) -> bool:
+        return all(self.ops[d].done for d in op.deps)
+
+    def _comm_done(self, op: OpState) -> bool:
+        return all(x.sent >= x.size for x in op.sends) and \
+            all(self.recv_got[t] >= self.recv_size[t] for t in op.recv_tids)
+
+    def _finish(self, i: int, now: float):
+        op = self.ops[i]
+        op.done, op.end_t = True, now
+        spec = op.spec
+        ev = {"kind": spec["kind"], "job": self.job, "rank": self.rank, "op_id": spec["id"],
+              "start": op.start_t, "end": now, "ready": op.ready_t}
+        for k in ("op", "algorithm", "size_bytes", "iteration", "label", "group", "peer", "real_size_bytes"):
+            if spec.get(k) is not None:
+                ev[k] = spec[k]
+        self.emit(ev)
+
+    def run(self, t0: float):
+        compute_busy_until = None
+        compute_op = None
+        pending = list(range(len(self.ops)))
+        with self.cond:
+            while True:
+                if self.failed:
+                    raise AgentError(self.failed)
+                now = time.time()
+                if now < t0:
+                    self.cond.wait(t0 - now)
+                    continue
+                if compute_op is not None and now >= compute_busy_until:
+                    self._finish(compute_op, compute_busy_until)
+                    compute_op = None
+                progressed = True
+                while progressed:
+                    progressed = False
+                    for i in list(pending):
+                        op = self.ops[i]
+                        if op.started:
+                            if op.kind != "compute" and self._comm_done(op):
+                                self._finish(i, time.time())
+                                pending.remove(i)
+                                progressed = True
+                            continue
+                        if not self._deps_done(op):
+                            continue
+                        if op.ready_t is None:
+                            op.ready_t = max([t0] + [self.ops[d].end_t for d in op.deps])
+                        if op.kind == "compute":
+                            if compute_op is not None:
+                                continue
+                            op.started, op.start_t = True, time.time()
+                            compute_op = i
+                            compute_busy_until = op.start_t + op.spec.get("duration_s", 0.0)
+                            pending.remove(i)
+                        else:
+                            op.started, op.start_t = True, time.time()
+                            for x in op.sends:
+                                if x.dst == self.rank:  # a self-copy costs no network
+                                    x.sent = x.size
+                                else:
+                                    self.send_queues[x.dst].append(x)
+                            self.cond.notify_all()
+                            progressed = True
+                    # Ops finishing now let dependants start in this same pass.
+                if not pending and compute_op is None:
+                    return
+                timeout = None
+                if compute_op is not None:
+                    timeout = max(0.0, compute_busy_until - time.time())
+                self.cond.wait(timeout if timeout is not None else 1.0)
+
+
+def _recv_exact(conn, view, n) -> bool:
+    got = 0
+    while got < n:
+        k = conn.recv_into(view[got:n], n - got)
+        if k == 0:
+            if got == 0:
+                return False
+            raise AgentError("connection closed mid-frame")
+        got += k
+    return True
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    with open(argv[0]) as f:
+        plan = json.load(f)
+    agent = Agent(plan)
+    try:
+        agent.listen()
+        deadline = time.time() + plan.get("connect_timeout_s", 30.0)
+        acceptor = threading.Thread(target=agent.accept_loop, args=(plan["inbound"],), daemon=True)
+        acceptor.start()
+        agent.connect_peers(deadline)
+        acceptor.join(max(0.0, deadline - time.time()))
+        if acceptor.is_alive():
+            raise AgentError(f"rank {agent.rank}: only some of {plan['inbound']} peers connected")
+        agent.emit({"ctl": "ready", "rank": agent.rank})
+        line = sys.stdin.readline()
+        if not line.startswith("go "):
+            return 3  # the runner went away
+        t0 = float(line.split()[1]) + plan.get("start_offset_s", 0.0)
+        # The runner closing our stdin means it died or gave up: stop too.
+        threading.Thread(target=_watch_stdin, daemon=True).start()
+        for peer in agent.conns_out:
+            threading.Thread(target=agent.sender, args=(peer,), daemon=True).start()
+        agent.run(t0)
+        agent.emit({"ctl": "done", "rank": agent.rank, "bytes_sent": agent.bytes_sent,
+                    "bytes_received": agent.bytes_received, "checksum_errors": agent.checksum_errors})
+        agent.stop = True
+        return 0
+    except AgentError as e:
+        agent.emit({"ctl": "error", "rank": agent.rank, "msg": str(e)})
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _watch_stdin():
+    try:
+        while sys.stdin.readline():
+            pass
+    finally:
+        os._exit(4)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""The `dtnet` command. Exit status: 0 ok, 1 run failure, 2 bad input."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+
+from emulator.config import ConfigError
+
+EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
+
+
+def _input_errors():
+    errs = [ConfigError]
+    from topologies import InputError as TopoErr
+    errs.append(TopoErr)
+    try:
+        from traffic.errors import InputError as TrafficErr
+        errs.append(TrafficErr)
+    except ImportError:
+        pass
+    return tuple(errs)
+
+
+def cmd_run(args) -> int:
+    from emulator import config, results
+    from emulator.runner import Interrupted, RunFailure, run_experiment
+    from emulator.testbed import TestbedError
+
+    exp = config.load(args.experiment, args.set)
+    out = args.out or os.path.join("results", exp.name)
+
+    def on_signal(signum, _frame):
+        raise Interrupted(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    print(f"dtnet: running {exp.name} -> {out}")
+    try:
+        summary = run_experiment(exp, out)
+    except Interrupted as e:
+        print(f"dtnet: interrupted by {e}; partial results in {out}", file=sys.stderr)
+        return 130
+    except (RunFailure, TestbedError) as e:
+        print(f"dtnet: run failed: {e}", file=sys.stderr)
+        return EXIT_FAIL
+    results.print_table(summary, sys.stdout)
+    print(f"\nresults: {out}/summary.json")
+    return EXIT_OK
+
+
+def cmd_check(args) -> int:
+    from emulator import config
+    from emulator.plan import build_plans
+
+    exp = config.load(args.experiment, args.set)
+    fabric = exp.fabric()
+    jobs = build_plans(exp, fabric)
+    c = fabric.counts()
+    print(f"{args.experiment}: ok: {exp.name}: {fabric.kind} with {c['hosts']} hosts, {c['switches']} switches; "
+          f"{len(jobs)} job(s); emulated host link {exp.emulated_mbps(fabric.link_gbps):g} Mb/s, "
+          f"time dilation {exp.scale.dilation:g}x")
+    return EXIT_OK
+
+
+def cmd_clean(args) -> int:
+    from emulator.clean import clean
+
+    return clean(args.out, log=print)
+
+
+def cmd_topo_show(args) -> int:
+    from topologies import from_spec
+
+    fab = from_spec(args.spec)
+    c = fab.counts()
+    if args.json:
+        data = {"kind": fab.kind, "params": fab.params, "link_gbps": fab.link_gbps, **c}
+        if args.full:
+            data["fabric"] = fab.to_dict()
+        print(json.dumps(data, indent=1))
+        return EXIT_OK
+    print(f"{fab.kind} {fab.params}: {c['hosts']} hosts, {c['switches']} switches, {c['links']} links "
+          f"({c['host_links']} host, {c['nvlink_links']} NVLink, {c['fabric_links']} switch-to-switch)")
+    by_layer: dict[str, list[str]] = {}
+    for s in fab.switches:
+        by_layer.setdefault(fab.node(s)["layer"], []).append(s)
+    for layer, names in by_layer.items():
+        shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+        print(f"  {layer:<8} {len(names):>4}  {shown}")
+    rates = sorted({(d['kind'], d['link_gbps']) for _, _, d in fab.links()})
+    print("  link rates: " + ", ".join(f"{k} {g:g} Gb/s" for k, g in rates))
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dtnet", description="Packet-level emulation of distributed-training "
+                                "traffic on Mininet, Open vSwitch and a Ryu controller.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="run an experiment file (needs root)",
+                       description="Run an experiment and write summary.json, events.jsonl and config.yaml.")
+    r.add_argument("experiment", help="experiment YAML file")
+    r.add_argument("--out", help="output folder (default results/<name>/)")
+    r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override a value, e.g. --set scale.link=1e-5 --set jobs.0.workload.size_bytes=1e9")
+    r.set_defaults(func=cmd_run)
+
+    c = sub.add_parser("check", help="validate an experiment file without running it")
+    c.add_argument("experiment")
+    c.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
+    c.set_defaults(func=cmd_check)
+
+    cl = sub.add_parser("clean", help="remove the leftovers of runs that died (their bridges, links, processes)",
+                        description="Finds runs whose owner process is gone, from their state files, and removes "
+                                    "exactly their resources. Never touches anything without a dtnet run tag.")
+    cl.add_argument("out", nargs="*", help="run folders to clean (default: every dead run this machine knows)")
+    cl.set_defaults(func=cmd_clean)
+
+    t = sub.add_parser("topo", help="describe fabrics (no root needed)")
+    tsub = t.add_subparsers(dest="topo_command", required=True)
+    ts = tsub.add_parser("show", help="counts and layers of a fabric spec",
+                         description="SPEC examples: single-switch:hosts=8, fat-tree:k=4, "
+                                     "rail-optimized:servers=4,gpus_per_server=8,spines=4, "
+                                     "leaf-spine:leaves=4,spines=2,hosts_per_leaf=4")
+    ts.add_argument("spec")
+    ts.add_argument("--json", action="store_true", help="print JSON with hosts, switches and links counts")
+    ts.add_argument("--full", action="store_true", help="with --json: include every node and link")
+    ts.set_defaults(func=cmd_topo_show)
+
+    try:
+        from traffic import cli as traffic_cli
+        traffic_cli.register(sub)
+    except ImportError:
+        pass
+    return p
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except _input_errors() as e:
+        print(f"dtnet: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

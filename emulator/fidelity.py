@@ -1,0 +1,116 @@
+"""Is the emulation faithful? Sampled once a second while the agents run.
+
+Checks, each with its threshold in the summary:
+- cpu: idle CPU >= 35% in every sampled second (Mininet-HiFi's rule).
+- link_cap: no link carried more than 105% of its configured rate in any
+  second (shaping held).
+- link_saturation: in seconds where a link was busy (>= 50% of its rate),
+  it reached a median of >= 85% of the rate (the switches kept up).
+- lateness: agents started ops no later than 20 ms (emulated) after their
+  dependencies were met, at the 99th percentile.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import psutil
+
+CPU_IDLE_MIN_PCT = 35.0
+LINK_CAP_MAX = 1.05
+BUSY_UTIL = 0.5
+SATURATION_MIN = 0.85
+LATENESS_P99_MAX_S = 0.020
+
+
+def read_counters(devs: list[str]) -> dict[str, tuple[int, int]]:
+    out = {}
+    for d in devs:
+        try:
+            with open(f"/sys/class/net/{d}/statistics/tx_bytes") as f:
+                tx = int(f.read())
+            with open(f"/sys/class/net/{d}/statistics/rx_bytes") as f:
+                rx = int(f.read())
+        except OSError:
+            continue
+        out[d] = (tx, rx)
+    return out
+
+
+class Monitor:
+    """Samples CPU idle and per-link byte counters in a thread.
+
+    `links` maps a root-namespace device to (link name, rate_mbps); both
+    directions of the link are read from that one device's tx and rx.
+    """
+
+    def __init__(self, links: dict[str, tuple[str, float]], interval_s: float = 1.0):
+        self.links = links
+        self.interval_s = interval_s
+        self.cpu_idle: list[tuple[float, float]] = []
+        self.link_samples: list[tuple[float, dict]] = []  # (t, {link: (util_tx, util_rx)})
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def start(self):
+        psutil.cpu_times_percent(interval=None)  # prime: the next call measures from here
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(5)
+
+    def _loop(self):
+        prev = read_counters(list(self.links))
+        prev_t = time.monotonic()
+        while not self._stop.wait(self.interval_s):
+            now = time.monotonic()
+            idle = psutil.cpu_times_percent(interval=None).idle
+            cur = read_counters(list(self.links))
+            dt = now - prev_t
+            utils = {}
+            for dev, (name, mbps) in self.links.items():
+                if dev in cur and dev in prev and dt > 0:
+                    cap = mbps * 1e6 / 8 * dt
+                    utils[name] = ((cur[dev][0] - prev[dev][0]) / cap, (cur[dev][1] - prev[dev][1]) / cap)
+            self.cpu_idle.append((time.time(), idle))
+            self.link_samples.append((time.time(), utils))
+            prev, prev_t = cur, now
+
+
+def evaluate(mon: Monitor | None, events: list[dict], t_start: float, t_end: float) -> dict:
+    checks = []
+    # Only the seconds fully inside the replay count: set-up and teardown are not the experiment.
+    cpu = [v for t, v in (mon.cpu_idle if mon else []) if t_start + 1.0 <= t <= t_end]
+    below = [v for v in cpu if v < CPU_IDLE_MIN_PCT]
+    checks.append({"name": "cpu", "ok": not below,
+                   "detail": f"{len(below)} of {len(cpu)} seconds below {CPU_IDLE_MIN_PCT:.0f}% idle "
+                             f"(min {min(cpu, default=100):.0f}%)",
+                   "threshold_idle_pct": CPU_IDLE_MIN_PCT, "seconds": len(cpu), "seconds_below": len(below),
+                   "idle_min_pct": min(cpu, default=None), "idle_mean_pct": (sum(cpu) / len(cpu)) if cpu else None})
+    utils = []
+    for t, u in (mon.link_samples if mon else []):
+        if t_start + 1.0 <= t <= t_end:
+            for tx, rx in u.values():
+                utils.extend((tx, rx))
+    peak = max(utils, default=0.0)
+    checks.append({"name": "link_cap", "ok": peak <= LINK_CAP_MAX,
+                   "detail": f"peak link utilization {peak:.2f} (max {LINK_CAP_MAX})",
+                   "threshold": LINK_CAP_MAX, "peak_utilization": peak})
+    busy = sorted(u for u in utils if u >= BUSY_UTIL)
+    med = busy[len(busy) // 2] if busy else None
+    checks.append({"name": "link_saturation", "ok": med is None or med >= SATURATION_MIN,
+                   "detail": (f"busy links ran at a median {med:.2f} of their rate (min {SATURATION_MIN})"
+                              if med is not None else "no link was busy"),
+                   "threshold": SATURATION_MIN, "busy_link_seconds": len(busy), "busy_utilization_p50": med})
+    late = sorted(max(0.0, e["start"] - e["ready"]) for e in events
+                  if e.get("ready") is not None and e.get("kind") in ("compute", "collective", "send", "recv"))
+    p99 = late[min(len(late) - 1, int(len(late) * 0.99))] if late else 0.0
+    checks.append({"name": "lateness", "ok": p99 <= LATENESS_P99_MAX_S,
+                   "detail": f"p99 agent lateness {p99 * 1e3:.1f} ms emulated (max {LATENESS_P99_MAX_S * 1e3:.0f})",
+                   "threshold_s": LATENESS_P99_MAX_S, "p99_s": p99, "max_s": late[-1] if late else 0.0})
+    return {"ok": all(c["ok"] for c in checks), "checks": checks,
+            "cpus": os.cpu_count(), "note": "latency terms (propagation, switching) do not scale with "
+                                            "the scale factors; figures are bandwidth-dominated"}

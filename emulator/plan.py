@@ -1,0 +1,147 @@
+"""Turn an experiment's jobs into per-rank agent plans (pure; no root).
+
+Collectives become transfers through traffic.collectives; sizes and
+durations are scaled here, once, so agents see only emulated units.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from emulator.config import ConfigError, Experiment, job_hosts, resolve_path
+from topologies import Fabric
+from traffic.collectives import build_schedule
+from traffic.errors import InputError as TrafficInputError
+from traffic.workload import build_workload
+
+BASE_PORT = 20000
+
+
+@dataclass
+class JobPlan:
+    name: str
+    index: int
+    hosts: list[str]             # rank -> fabric host
+    trace: object                # traffic.trace.Trace
+    ranks: list[dict] = field(default_factory=list)  # per-rank agent plans
+    start_offset_s: float = 0.0  # emulated
+
+
+def emulated_bytes(size_bytes: int, scale_bytes: float) -> int:
+    return 0 if size_bytes == 0 else max(1, round(size_bytes * scale_bytes))
+
+
+def build_plans(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
+    dilation = exp.scale.dilation
+    gps = fabric.params.get("gpus_per_server")
+    used: dict[str, str] = {}
+    jobs = []
+    for ji, job in enumerate(exp.jobs):
+        hosts = job_hosts(job, fabric)
+        for h in hosts:
+            if h in used:
+                raise ConfigError(f"jobs[{ji}].hosts", f"hosts not used by another job ({used[h]} has {h})",
+                                  h, exp.source)
+            used[h] = job.name
+        workload = dict(job.workload)
+        if "trace" in workload and isinstance(workload["trace"], str):
+            workload["trace"] = resolve_path(exp, workload["trace"])
+        try:
+            trace = build_workload(workload, len(hosts), gpus_per_server=_job_gps(fabric, hosts, gps),
+                                   file=exp.source)
+        except TrafficInputError as e:
+            key = e.key if str(e.key).startswith("jobs") else f"jobs[{ji}].workload.{e.key}"
+            raise ConfigError(key, e.expected, e.found, exp.source) from None
+        if trace.nranks != len(hosts):
+            raise ConfigError(f"jobs[{ji}].hosts", f"{trace.nranks} hosts (the workload's rank count)",
+                              len(hosts), exp.source)
+        jp = JobPlan(job.name, ji, hosts, trace, start_offset_s=job.start_ms / 1000.0 * dilation)
+        jp.ranks = _rank_plans(exp, fabric, jp, dilation)
+        jobs.append(jp)
+    return jobs
+
+
+def _job_gps(fabric: Fabric, hosts: list[str], gps):
+    """GPUs per server for rail-aware algorithms, if the job's ranks align with servers."""
+    if not gps:
+        return None
+    servers = [fabric.node(h).get("server") for h in hosts]
+    if len(hosts) % gps == 0 and all(servers[i] == servers[i - i % gps] for i in range(len(hosts))):
+        return gps
+    return None
+
+
+def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -> list[dict]:
+    trace = jp.trace
+    n = trace.nranks
+    port = BASE_PORT + jp.index
+    sb = exp.scale.bytes
+    plans = [{"rank": r, "job": jp.name, "host": jp.hosts[r], "port": port, "dilation": dilation,
+              "slice_bytes": exp.testbed.slice_bytes, "start_offset_s": jp.start_offset_s,
+              "ops": [], "peers": {}, "inbound": 0} for r in range(n)]
+    tid = 0
+    instance_tids: dict[str, list] = {}   # collective id -> [(src, dst, step, bytes, tid)]
+    pair_tid: dict[str, int] = {}
+    sched_cache: dict[tuple, object] = {}
+    op_index: list[dict[str, int]] = [dict() for _ in range(n)]
+    for r in range(n):
+        for op in trace.ops[r]:
+            op_index[r][op.id] = len(op_index[r])
+    for r in range(n):
+        out = plans[r]["ops"]
+        for op in trace.ops[r]:
+            spec = {"id": op.id, "kind": op.kind, "deps": [op_index[r][d] for d in op.deps],
+                    "label": op.label or None, "iteration": op.iteration}
+            if op.kind == "compute":
+                spec["duration_s"] = op.duration_s * dilation
+            elif op.kind == "collective":
+                group = trace.groups[op.group]
+                if op.id not in instance_tids:
+                    size = emulated_bytes(op.size_bytes, sb)
+                    key = (op.op, op.algorithm, len(group), size)
+                    if key not in sched_cache:
+                        sched_cache[key] = build_schedule(op.op, op.algorithm, len(group), size,
+                                                          gpus_per_server=_job_gps(fabric, [jp.hosts[g] for g in group],
+                                                                                   fabric.params.get("gpus_per_server")))
+                    lst = []
+                    for t in sched_cache[key].transfers:
+                        lst.append((group[t.src], group[t.dst], t.step, t.size_bytes, tid))
+                        tid += 1
+                    instance_tids[op.id] = lst
+                spec.update(op=op.op, algorithm=op.algorithm, group=op.group, size_bytes=op.size_bytes,
+                            ranks=len(group))
+                spec["sends"] = [[t, d, st, b] for s, d, st, b, t in instance_tids[op.id] if s == r]
+                spec["recvs"] = [[t, s, st, b] for s, d, st, b, t in instance_tids[op.id] if d == r]
+            elif op.kind in ("send", "recv"):
+                src, dst = (r, op.peer) if op.kind == "send" else (op.peer, r)
+                key = f"{op.id}:{src}->{dst}"
+                if key not in pair_tid:
+                    pair_tid[key] = tid
+                    tid += 1
+                size = emulated_bytes(op.size_bytes, sb)
+                spec.update(size_bytes=op.size_bytes, peer=op.peer)
+                if op.kind == "send":
+                    spec["sends"] = [[pair_tid[key], dst, 0, size]]
+                else:
+                    spec["recvs"] = [[pair_tid[key], src, 0, size]]
+            out.append(spec)
+    # Who connects to whom: a connection per ordered (src, dst) pair that carries data.
+    links = set()
+    for r in range(n):
+        for spec in plans[r]["ops"]:
+            for _, d, _, _ in spec.get("sends", []):
+                if d != r:
+                    links.add((r, d))
+    for s, d in links:
+        plans[s]["peers"][str(d)] = {"ip": _peer_ip(fabric, jp.hosts[s], jp.hosts[d]), "port": port}
+        plans[d]["inbound"] += 1
+    plans_total = sum(len(s.get("sends", [])) for p in plans for s in p["ops"])
+    for p in plans:
+        p["transfer_events"] = plans_total <= 20000  # keep events.jsonl readable at scale
+    return plans
+
+
+def _peer_ip(fabric: Fabric, a: str, b: str) -> str:
+    """Same-server peers talk over NVLink; everyone else over the fabric."""
+    if fabric.same_server(a, b):
+        return fabric.node(b)["nvlink_ip"]
+    return fabric.node(b)["ip"]

@@ -1,0 +1,146 @@
+"""summary.json from events.jsonl: figures in real-cluster units.
+
+Emulated time is divided by the dilation (scale.bytes / scale.link) and
+emulated bytes by scale.bytes. busbw follows nccl-tests: algbw = S/t;
+busbw = algbw x 2(n-1)/n for all-reduce, x (n-1)/n for all-gather,
+reduce-scatter and all-to-all, x 1 otherwise.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+
+SUMMARY_VERSION = 1
+
+
+def bus_factor(op: str, n: int) -> float:
+    if n <= 1:
+        return 0.0
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+def _pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    if not s:
+        return 0.0
+    k = (len(s) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def _stats(values: list[float]) -> dict:
+    return {"mean": statistics.fmean(values) if values else 0.0, "p50": _pct(values, 0.5),
+            "p99": _pct(values, 0.99), "min": min(values, default=0.0), "max": max(values, default=0.0),
+            "all": values}
+
+
+def read_events(path: str) -> list[dict]:
+    """Events written so far; a torn last line (a run that died) is skipped."""
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def job_results(job: str, events: list[dict], dilation: float) -> dict:
+    ev = [e for e in events if e.get("job") == job]
+    colls: dict[str, list[dict]] = {}
+    iters: dict[int, list[float]] = {}
+    for e in ev:
+        if e["kind"] in ("collective", "send", "recv", "compute") and e.get("iteration") is not None:
+            span = iters.setdefault(e["iteration"], [e["start"], e["end"]])
+            span[0], span[1] = min(span[0], e["start"]), max(span[1], e["end"])
+        if e["kind"] == "collective":
+            colls.setdefault(e["op_id"], []).append(e)
+    groups: dict[tuple, list[float]] = {}
+    for op_id, parts in colls.items():
+        p = parts[0]
+        cct_s = (max(x["end"] for x in parts) - min(x["start"] for x in parts)) / dilation
+        key = (p["op"], p["algorithm"], p["size_bytes"], p.get("ranks", len(parts)))
+        groups.setdefault(key, []).append(cct_s)
+    collectives = []
+    for (op, alg, size, n), ccts in sorted(groups.items()):
+        mean = statistics.fmean(ccts)
+        algbw = size * 8 / mean / 1e9 if mean > 0 else 0.0
+        collectives.append({
+            "op": op, "algorithm": alg, "size_bytes": size, "ranks": n, "count": len(ccts),
+            "cct_s": mean, "cct_s_p50": _pct(ccts, 0.5), "cct_s_p99": _pct(ccts, 0.99), "cct_s_all": ccts,
+            "algbw_gbps": algbw, "busbw_gbps": algbw * bus_factor(op, n),
+        })
+    # A training step's time is the interval between consecutive iteration
+    # completions (the first one counts from the job's first op).
+    iteration_times = []
+    prev_end = min((iters[i][0] for i in iters), default=0.0)
+    for i in sorted(iters):
+        iteration_times.append((iters[i][1] - prev_end) / dilation)
+        prev_end = iters[i][1]
+    ranks = sorted({e["rank"] for e in ev})
+    return {"name": job, "ranks": len(ranks), "iterations": len(iteration_times),
+            "iteration_time_s": _stats(iteration_times), "collectives": collectives}
+
+
+def traffic_results(events: list[dict], bytes_received_emu: int, scale_link: float, scale_bytes: float,
+                    host_link_gbps_total: float) -> dict:
+    ops = [e for e in events if "start" in e and e.get("kind") in ("collective", "send", "recv")]
+    if not ops:
+        return {"aggregate_gbps": 0.0, "normalized_throughput": 0.0, "bytes_received": 0}
+    t0 = min(e["start"] for e in ops)
+    t1 = max(e["end"] for e in ops)
+    emu_gbps = bytes_received_emu * 8 / max(t1 - t0, 1e-9) / 1e9
+    # Emulated rate / scale.link = real rate (bytes and time both rescaled).
+    agg = emu_gbps / scale_link
+    return {"aggregate_gbps": agg,
+            "normalized_throughput": agg / host_link_gbps_total if host_link_gbps_total else 0.0,
+            "bytes_received": round(bytes_received_emu / scale_bytes),
+            "active_s": (t1 - t0) * scale_link / scale_bytes}
+
+
+def print_table(summary: dict, out) -> None:
+    for job in summary["jobs"]:
+        it = job["iteration_time_s"]
+        out.write(f"\njob {job['name']}: {job['ranks']} ranks, {job['iterations']} iterations, "
+                  f"iteration time mean {_fmt_s(it['mean'])} (p50 {_fmt_s(it['p50'])}, p99 {_fmt_s(it['p99'])})\n")
+        if job["collectives"]:
+            out.write(f"  {'op':<15}{'algorithm':<18}{'ranks':>6}{'size':>11}{'count':>7}"
+                      f"{'time':>11}{'algbw Gb/s':>12}{'busbw Gb/s':>12}\n")
+        for c in job["collectives"]:
+            out.write(f"  {c['op']:<15}{c['algorithm']:<18}{c['ranks']:>6}{_fmt_b(c['size_bytes']):>11}"
+                      f"{c['count']:>7}{_fmt_s(c['cct_s']):>11}{c['algbw_gbps']:>12.1f}{c['busbw_gbps']:>12.1f}\n")
+    t = summary["traffic"]
+    out.write(f"\ntraffic: aggregate {t['aggregate_gbps']:.1f} Gb/s, normalized throughput "
+              f"{t['normalized_throughput']:.3f} of the host links\n")
+    f = summary["fidelity"]
+    verdict = "OK" if f["ok"] else "NOT FAITHFUL"
+    out.write(f"fidelity: {verdict}")
+    reasons = [c["name"] + ": " + c["detail"] for c in f.get("checks", []) if not c["ok"]]
+    out.write(("  (" + "; ".join(reasons) + ")") if reasons else "")
+    out.write("\n")
+    if not f["ok"] and f.get("suggested_scale"):
+        out.write(f"  suggestion: --set scale.link={f['suggested_scale']['link']:.3g} "
+                  f"--set scale.bytes={f['suggested_scale']['bytes']:.3g}\n")
+
+
+def _fmt_s(s: float) -> str:
+    if s >= 1:
+        return f"{s:.3f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s * 1e6:.1f} us"
+
+
+def _fmt_b(n: float) -> str:
+    for unit, f in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= f:
+            return f"{n / f:g} {unit}" if (n / f) == int(n / f) else f"{n / f:.1f} {unit}"
+    return f"{int(n)} B"

@@ -1,0 +1,194 @@
+"""`dtnet run`: plan, bring up the testbed, replay, collect, summarize.
+
+events.jsonl is appended line by line as agents report, so a run that dies
+keeps what it did; summary.json is written at the end, also for a failed
+or interrupted run (with "status": "incomplete").
+"""
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import subprocess
+import sys
+import time
+
+import yaml
+
+from emulator import fidelity, results
+from emulator.config import Experiment
+from emulator.plan import build_plans
+from emulator.testbed import Testbed, TestbedError, stop_process
+
+
+class RunFailure(RuntimeError):
+    """The run started but could not finish (exit status 1)."""
+
+
+class Interrupted(BaseException):
+    """SIGINT/SIGTERM: unwind everything, keep what was written."""
+
+
+def run_experiment(exp: Experiment, out_dir: str, log=print) -> dict:
+    os.makedirs(out_dir, exist_ok=True)
+    fabric = exp.fabric()
+    jobs = build_plans(exp, fabric)  # bad workloads fail here, before anything starts
+    with open(os.path.join(out_dir, "config.yaml"), "w") as f:
+        yaml.safe_dump(exp.raw, f, sort_keys=False)
+    events_path = os.path.join(out_dir, "events.jsonl")
+    open(events_path, "w").close()
+    ctx = {"status": "incomplete", "error": None, "datapath": None, "controller": None,
+           "totals": {}, "t_start": None, "t_end": None, "monitor": None}
+    try:
+        with Testbed(fabric, out_dir, routing=exp.routing, scale_link=exp.scale.link,
+                     datapath=exp.testbed.datapath, queue_packets=exp.testbed.queue_packets,
+                     ready_timeout_s=exp.testbed.ready_timeout_s, log=log) as tb:
+            ctx["datapath"] = tb.datapath
+            _replay(exp, tb, jobs, out_dir, events_path, ctx, log)
+            ctx["controller"] = tb.controller_status()
+        ctx["status"] = "complete"
+    except (RunFailure, TestbedError) as e:
+        ctx["error"] = str(e)
+        raise
+    finally:
+        summary = _summarize(exp, fabric, jobs, events_path, ctx)
+        _write_json(os.path.join(out_dir, "summary.json"), summary)
+    return summary
+
+
+def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
+    agents = []  # (job, rank, Popen)
+    sel = selectors.DefaultSelector()
+    try:
+        for jp in jobs:
+            for plan in jp.ranks:
+                path = os.path.join(out_dir, "plans", jp.name, f"rank{plan['rank']}.json")
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w") as f:
+                    json.dump(plan, f)
+                err = open(os.path.join(out_dir, "plans", jp.name, f"rank{plan['rank']}.err"), "w")
+                p = tb.host(plan["host"]).popen([sys.executable, "-m", "emulator.agent", path],
+                                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                                text=True, bufsize=1)
+                err.close()
+                agents.append((jp.name, plan["rank"], p))
+                tb.state.add_pid(f"agent/{jp.name}/{plan['rank']}", p.pid)
+                sel.register(p.stdout, selectors.EVENT_READ, (jp.name, plan["rank"], p))
+        n = len(agents)
+        log(f"[run] {n} agents started; waiting for their connections")
+        ready, done = set(), {}
+        with open(events_path, "a") as events:
+            def pump(timeout):
+                for key, _ in sel.select(timeout):
+                    job, rank, p = key.data
+                    line = key.fileobj.readline()
+                    if not line:
+                        sel.unregister(key.fileobj)
+                        if (job, rank) not in done:
+                            rc = p.wait(5)
+                            raise RunFailure(f"agent {job}/rank {rank} on {tb.mn_name('')}"
+                                             f" exited with status {rc} before finishing "
+                                             f"(see {out_dir}/plans/{job}/rank{rank}.err)")
+                        continue
+                    try:
+                        msg = json.loads(line)
+                    except ValueError:
+                        continue
+                    ctl = msg.get("ctl")
+                    if ctl == "ready":
+                        ready.add((job, rank))
+                    elif ctl == "done":
+                        done[(job, rank)] = msg
+                    elif ctl == "error":
+                        raise RunFailure(f"agent {job}/rank {rank}: {msg.get('msg')}")
+                    else:
+                        events.write(line)
+                        events.flush()
+
+            deadline = time.monotonic() + exp.testbed.ready_timeout_s
+            while len(ready) < n:
+                if time.monotonic() > deadline:
+                    missing = sorted(set((j, r) for j, r, _ in agents) - ready)[:5]
+                    raise RunFailure(f"agents not ready after {exp.testbed.ready_timeout_s:.0f}s: {missing}")
+                pump(0.5)
+            t0 = time.time() + 0.5
+            mon = fidelity.Monitor(_monitored_links(tb)).start()
+            ctx["monitor"] = mon
+            ctx["t_start"] = t0
+            log(f"[run] replaying {sum(len(j.trace.ops[0]) for j in jobs)} ops per rank "
+                f"(dilation {exp.scale.dilation:g}x)")
+            for _, _, p in agents:
+                p.stdin.write(f"go {t0!r}\n")
+                p.stdin.flush()
+            deadline = time.monotonic() + exp.testbed.timeout_s
+            while len(done) < n:
+                if time.monotonic() > deadline:
+                    raise RunFailure(f"run timed out after testbed.timeout_s={exp.testbed.timeout_s:.0f}s; "
+                                     f"{n - len(done)} agents unfinished")
+                pump(1.0)
+            ctx["t_end"] = time.time()
+            mon.stop()
+            ctx["totals"] = {"bytes_sent": sum(m["bytes_sent"] for m in done.values()),
+                             "bytes_received": sum(m["bytes_received"] for m in done.values()),
+                             "checksum_errors": sum(m["checksum_errors"] for m in done.values())}
+    finally:
+        if ctx.get("monitor"):
+            ctx["monitor"].stop()
+        for _, _, p in agents:
+            try:
+                p.stdin.close()  # agents exit when their stdin closes
+            except OSError:
+                pass
+        for _, _, p in agents:
+            stop_process(p, timeout_s=2.0)
+        sel.close()
+
+
+def _monitored_links(tb: Testbed) -> dict:
+    """One root-namespace device per link: both directions read from it."""
+    out = {}
+    for a, b, d in tb.fabric.links():
+        # The switch side of a host link lives in the root namespace.
+        node, peer = (b, a) if tb.fabric.node(a)["role"] == "host" else (a, b)
+        out[tb.intf(node, peer)] = (f"{a}-{b}", d["link_gbps"] * 1000 * tb.scale_link)
+    return out
+
+
+def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
+    events = results.read_events(events_path)
+    dil = exp.scale.dilation
+    host_total = sum(fabric.host_link_gbps(h) for j in jobs for h in j.hosts)
+    totals = ctx["totals"]
+    received = totals.get("bytes_received") or sum(e.get("size_bytes", 0) for e in events if e["kind"] == "transfer")
+    t_start, t_end = ctx["t_start"] or 0, ctx["t_end"] or time.time()
+    fid = fidelity.evaluate(ctx["monitor"], events, t_start, t_end)
+    if not fid["ok"]:
+        fid["suggested_scale"] = {"link": exp.scale.link / 2, "bytes": exp.scale.bytes / 2}
+    if totals and totals["bytes_sent"] != totals["bytes_received"]:
+        ctx["status"] = "incomplete"
+        ctx["error"] = (f"bytes sent {totals['bytes_sent']} != bytes received {totals['bytes_received']}")
+    return {
+        "version": results.SUMMARY_VERSION,
+        "name": exp.name,
+        "status": ctx["status"],
+        "error": ctx["error"],
+        "topology": {**exp.topology, **fabric.counts()},
+        "scale": {"link": exp.scale.link, "bytes": exp.scale.bytes, "dilation": dil},
+        "routing": exp.routing,
+        "datapath": ctx["datapath"],
+        "jobs": [results.job_results(j.name, events, dil) for j in jobs],
+        "traffic": results.traffic_results(events, received, exp.scale.link, exp.scale.bytes, host_total),
+        "integrity": {"bytes_sent_emulated": totals.get("bytes_sent"),
+                      "bytes_received_emulated": totals.get("bytes_received"),
+                      "checksum_errors": totals.get("checksum_errors")},
+        "fidelity": fid,
+        "controller": ctx["controller"] or {},
+        "duration_s_wall": (t_end - t_start) if ctx["t_start"] else None,
+    }
+
+
+def _write_json(path, data):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)

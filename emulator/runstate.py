@@ -1,0 +1,121 @@
+"""Every resource a run makes carries its tag, and the run writes down what it
+made, so `dtnet clean` can remove exactly that run's leftovers after a crash.
+
+The tag is two characters, prefixed to every Mininet node name (so every
+veth and OVS bridge name). Tags are leased through lock files holding the
+owner's PID; a lease whose owner is dead is free again.
+"""
+from __future__ import annotations
+
+import json
+import os
+import string
+import subprocess
+import time
+
+LEASE_DIR = "/run/dtnet"
+STATE_NAME = "state.json"
+_ALPHABET = string.ascii_lowercase
+_TAGS = [f"{a}{b}" for a in "xyzw" for b in _ALPHABET + string.digits]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def lease_tag(run_dir: str) -> str:
+    """Take the first free tag; O_EXCL makes two racing runs pick different ones."""
+    os.makedirs(LEASE_DIR, exist_ok=True)
+    for tag in _TAGS:
+        path = os.path.join(LEASE_DIR, f"tag-{tag}")
+        for _ in range(2):
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                try:
+                    with open(path) as f:
+                        owner = json.load(f)
+                except (OSError, ValueError):
+                    owner = {"pid": -1}
+                if owner.get("pid", -1) > 0 and _alive(owner["pid"]):
+                    break  # in use
+                if owner.get("pid", -1) == -1 and time.time() - _mtime(path) < 5:
+                    break  # being written right now
+                # Stale lease: its run died. Its leftovers are `dtnet clean`'s job.
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump({"pid": os.getpid(), "run_dir": os.path.abspath(run_dir)}, f)
+            return tag
+    raise RuntimeError("no free run tag: too many dtnet runs alive on this machine")
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.path.getmtime(path)
+    except OSError:
+        return 0.0
+
+
+def release_tag(tag: str) -> None:
+    path = os.path.join(LEASE_DIR, f"tag-{tag}")
+    try:
+        with open(path) as f:
+            if json.load(f).get("pid") != os.getpid():
+                return
+        os.unlink(path)
+    except (OSError, ValueError):
+        pass
+
+
+class RunState:
+    """state.json in the run folder: the tag, PIDs and names this run owns."""
+
+    def __init__(self, run_dir: str, tag: str):
+        self.path = os.path.join(run_dir, STATE_NAME)
+        self.data = {"tag": tag, "owner_pid": os.getpid(), "pids": {}, "bridges": [],
+                     "status": "starting"}
+        self.save()
+
+    def add_pid(self, role: str, pid: int) -> None:
+        self.data["pids"][role] = pid
+        self.save()
+
+    def set(self, **kv) -> None:
+        self.data.update(kv)
+        self.save()
+
+    def save(self) -> None:
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.data, f, indent=1)
+        os.replace(tmp, self.path)
+
+
+def leftovers(tag: str) -> dict:
+    """What still exists on this machine under a run tag."""
+    bridges = []
+    try:
+        out = subprocess.run(["ovs-vsctl", "--timeout=5", "list-br"], capture_output=True, text=True).stdout
+        bridges = [b for b in out.split() if b.startswith(tag)]
+    except FileNotFoundError:
+        pass
+    links = []
+    try:
+        out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            name = line.split(":", 2)[1].strip().split("@")[0]
+            if name.startswith(tag):
+                links.append(name)
+    except FileNotFoundError:
+        pass
+    return {"bridges": bridges, "links": links}

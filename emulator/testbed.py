@@ -1,0 +1,321 @@
+"""The testbed: OVS + Mininet fabric + Ryu controller, as one context manager.
+
+    with Testbed(fabric, run_dir, routing="ecmp", scale_link=2.5e-5) as tb:
+        tb.host("h0").cmd("ping -c1 10.0.0.2")
+
+Entering starts OVS if needed, detects the datapath, builds the fabric,
+shapes every link, starts the controller and waits until every switch is
+connected and every route installed. Leaving tears everything down, also
+on an exception or SIGINT/SIGTERM (the CLI turns those into exceptions).
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+
+from emulator import runstate, shaping
+from topologies import Fabric
+
+OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
+
+
+class TestbedError(RuntimeError):
+    """The testbed could not start (missing root, OVS, controller timeout...)."""
+
+
+def wait_for(cond, timeout_s: float, what: str, interval_s: float = 0.05):
+    """Poll cond() until truthy; raise TestbedError naming `what` on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TestbedError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def ovs_running() -> bool:
+    r = subprocess.run(["ovs-vsctl", "--timeout=3", "show"], capture_output=True)
+    return r.returncode == 0
+
+
+def ensure_ovs() -> None:
+    if ovs_running():
+        return
+    if not os.path.exists(OVS_CTL):
+        raise TestbedError("Open vSwitch is not installed: run `make setup`")
+    subprocess.run([OVS_CTL, "start", "--system-id=random"], capture_output=True)
+    if not ovs_running():
+        raise TestbedError("Open vSwitch did not start (see `ovs-ctl start`)")
+
+
+def kernel_datapath_available() -> bool:
+    """The OVS kernel module is loaded or loadable (a VM with modules)."""
+    if os.path.isdir("/sys/module/openvswitch"):
+        return True
+    r = subprocess.run(["modprobe", "-q", "openvswitch"], capture_output=True)
+    return r.returncode == 0 and os.path.isdir("/sys/module/openvswitch")
+
+
+def detect_datapath(requested: str = "auto") -> str:
+    if requested == "kernel" and not kernel_datapath_available():
+        raise TestbedError("testbed.datapath=kernel but the openvswitch kernel module is not available")
+    if requested == "auto":
+        return "kernel" if kernel_datapath_available() else "userspace"
+    return requested
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class LinkShape:
+    dev: str
+    rate_mbps: float
+    host: str | None  # run inside this host's namespace, or the root one
+
+
+class Testbed:
+    def __init__(self, fabric: Fabric, run_dir: str, *, routing: str = "ecmp", scale_link: float = 2.5e-5,
+                 datapath: str = "auto", queue_packets: int = 100, ready_timeout_s: float = 60.0,
+                 controller: bool = True, mtu: int = 9000, log=print):
+        self.fabric = fabric
+        self.run_dir = os.path.abspath(run_dir)
+        self.routing = routing
+        self.scale_link = scale_link
+        self.requested_datapath = datapath
+        self.queue_packets = queue_packets
+        self.ready_timeout_s = ready_timeout_s
+        self.use_controller = controller
+        self.mtu = mtu
+        self.log = log
+        self.net = None
+        self.ctl_proc = None
+        self.tag = None
+        self.state = None
+        self.datapath = None
+        self.rest_port = None
+        self.shapes: list[LinkShape] = []
+
+    # -- names ---------------------------------------------------------------
+    def mn_name(self, node: str) -> str:
+        return self.tag + node
+
+    def host(self, name: str):
+        return self.net.get(self.mn_name(name))
+
+    def intf(self, node: str, peer: str) -> str:
+        return f"{self.mn_name(node)}-eth{self.fabric.port(node, peer)}"
+
+    @property
+    def rest_url(self) -> str:
+        return f"http://127.0.0.1:{self.rest_port}"
+
+    # -- lifecycle -----------------------------------------------------------
+    def __enter__(self):
+        if os.geteuid() != 0:
+            raise TestbedError("the testbed needs root (Mininet and OVS); run with sudo")
+        os.makedirs(self.run_dir, exist_ok=True)
+        self.tag = runstate.lease_tag(self.run_dir)
+        self.state = runstate.RunState(self.run_dir, self.tag)
+        try:
+            self._start()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _start(self):
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+        from mininet.node import OVSSwitch, RemoteController
+
+        from emulator.mntopo import FabricTopo
+
+        setLogLevel("error")
+        ensure_ovs()
+        self.datapath = detect_datapath(self.requested_datapath)
+        self.state.set(datapath=self.datapath,
+                       bridges=[self.mn_name(s) for s in self.fabric.switches])
+        fabric_path = os.path.join(self.run_dir, "fabric.json")
+        self.fabric.dump(fabric_path)
+
+        ofp_port = free_port()
+        if self.use_controller:
+            self.rest_port = free_port()
+            self._start_controller(fabric_path, ofp_port)
+
+        dp = "user" if self.datapath == "userspace" else "kernel"
+        fail_mode = "secure" if self.use_controller else "standalone"
+
+        class FabricSwitch(OVSSwitch):
+            def __init__(self, name, **kw):
+                kw.setdefault("datapath", dp)
+                kw.setdefault("protocols", "OpenFlow13")
+                kw.setdefault("failMode", fail_mode)
+                super().__init__(name, **kw)
+
+        topo = FabricTopo(fabric=self.fabric, prefix=self.tag, switch_cls=FabricSwitch)
+        ctl = (lambda name: RemoteController(name, ip="127.0.0.1", port=ofp_port)) \
+            if self.use_controller else None
+        self.log(f"[testbed] building {self.fabric.kind}: {self.fabric.counts()['hosts']} hosts, "
+                 f"{len(self.fabric.switches)} switches, datapath {self.datapath}")
+        self.net = Mininet(topo=topo, switch=FabricSwitch, controller=ctl, autoSetMacs=False,
+                           autoStaticArp=False, build=False, waitConnected=False)
+        self.net.build()
+        self.state.set(host_pids={h: self.host(h).pid for h in self.fabric.hosts})
+        self.net.start()
+        self._configure_hosts()
+        self._shape_links()
+        if self.use_controller:
+            wait_for(self._controller_ready, self.ready_timeout_s,
+                     "every switch to connect and every route to be installed "
+                     f"(controller log: {os.path.join(self.run_dir, 'controller.log')})")
+        self.state.set(status="running")
+
+    def _start_controller(self, fabric_path: str, ofp_port: int):
+        log_path = os.path.join(self.run_dir, "controller.log")
+        cmd = [sys.executable, "-m", "controller.run", "--fabric", fabric_path, "--routing", self.routing,
+               "--ofp-port", str(ofp_port), "--rest-host", "127.0.0.1", "--rest-port", str(self.rest_port),
+               "--log-file", log_path]
+        self._ctl_log = open(os.path.join(self.run_dir, "controller.out"), "w")
+        # Its own session, so a Ctrl-C at the terminal reaches us, not it:
+        # we stop it ourselves during teardown.
+        self.ctl_proc = subprocess.Popen(cmd, stdout=self._ctl_log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        self.state.add_pid("controller", self.ctl_proc.pid)
+
+    def controller_status(self) -> dict | None:
+        if self.rest_port is None:
+            return None
+        try:
+            with urllib.request.urlopen(self.rest_url + "/dtnet/v1/status", timeout=2) as r:
+                return json.load(r)
+        except (OSError, ValueError):
+            return None
+
+    def _controller_ready(self) -> bool:
+        if self.ctl_proc.poll() is not None:
+            raise TestbedError(f"controller exited with status {self.ctl_proc.returncode} "
+                               f"(see {self.run_dir}/controller.out)")
+        st = self.controller_status()
+        return bool(st and st.get("ready"))
+
+    def _configure_hosts(self):
+        """Addresses on the NVLink side, offloads off, IPv6 off (its chatter
+        would reach the controller for nothing)."""
+        for h in self.fabric.hosts:
+            node = self.host(h)
+            nd = self.fabric.node(h)
+            devs = [self.intf(h, nbr) for nbr in self.fabric.graph.neighbors(h)]
+            cmds = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1",
+                    # An idle connection must not fall back to slow start between steps.
+                    "sysctl -qw net.ipv4.tcp_slow_start_after_idle=0"]
+            cmds += [f"ip link set {dev} mtu {self.mtu}" for dev in devs]
+            nv = self.fabric.nvlink_switch(h)
+            if nv is not None:
+                dev = self.intf(h, nv)
+                cmds.append(f"ip link set {dev} address {nd['nvlink_mac']}")
+                cmds.append(f"ip addr add {nd['nvlink_ip']}/16 dev {dev}")
+                cmds.append(f"ip link set {dev} up")
+            if self.datapath == "userspace":
+                cmds.append(shaping.offload_cmd(devs))
+            node.cmd("; ".join(cmds))
+        sw_devs = [self.intf(s, nbr) for s in self.fabric.switches for nbr in self.fabric.graph.neighbors(s)]
+        cmds = [f"ip link set {d} mtu {self.mtu}" for d in sw_devs]
+        if self.datapath == "userspace":
+            cmds.append(shaping.offload_cmd(sw_devs))
+        subprocess.run(["sh", "-c", "; ".join(cmds)], capture_output=True)
+        for s in self.fabric.switches:
+            if self.fabric.node(s)["openflow"]:
+                subprocess.run(["ovs-vsctl", "set", "bridge", self.mn_name(s), f"other-config:mtu_request={self.mtu}",
+                                "--", "set", "interface", self.mn_name(s), f"mtu_request={self.mtu}"],
+                               capture_output=True)
+
+    def plan_shaping(self) -> list[LinkShape]:
+        """Both directions of every link: each interface's egress at the scaled rate."""
+        shapes = []
+        for a, b, d in self.fabric.links():
+            mbps = d["link_gbps"] * 1000.0 * self.scale_link
+            for node, peer in ((a, b), (b, a)):
+                is_host = self.fabric.node(node)["role"] == "host"
+                shapes.append(LinkShape(self.intf(node, peer), mbps, node if is_host else None))
+        return shapes
+
+    def _shape_links(self):
+        self.shapes = self.plan_shaping()
+        root: list[str] = []
+        per_host: dict[str, list[str]] = {}
+        for s in self.shapes:
+            lines = shaping.htb_cmds(s.dev, s.rate_mbps, self.queue_packets, self.mtu)
+            (per_host.setdefault(s.host, []) if s.host else root).extend(lines)
+        self._tc_batch(None, root)
+        for h, lines in per_host.items():
+            self._tc_batch(h, lines)
+
+    def _tc_batch(self, host: str | None, lines: list[str]):
+        if not lines:
+            return
+        path = os.path.join(self.run_dir, f"tc-{host or 'root'}.batch")
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        if host is None:
+            r = subprocess.run(["tc", "-batch", path], capture_output=True, text=True)
+            out, rc = r.stderr, r.returncode
+        else:
+            out = self.host(host).cmd(f"tc -batch {path}; echo rc=$?")
+            rc = 0 if out.strip().endswith("rc=0") else 1
+        if rc != 0:
+            raise TestbedError(f"tc shaping failed ({path}): {out.strip()[:300]}")
+        os.unlink(path)
+
+    def __exit__(self, *exc):
+        errors = []
+        if self.net is not None:
+            try:
+                self.net.stop()
+            except Exception as e:  # keep tearing down the rest
+                errors.append(f"mininet stop: {e}")
+            self.net = None
+        if self.ctl_proc is not None:
+            stop_process(self.ctl_proc)
+            self.ctl_proc = None
+            self._ctl_log.close()
+        if self.tag:
+            self._remove_leftovers()
+            if self.state:
+                self.state.set(status="stopped")
+            runstate.release_tag(self.tag)
+        if errors:
+            self.log("[testbed] teardown: " + "; ".join(errors))
+        return False
+
+    def _remove_leftovers(self):
+        """Mininet's stop misses things when a start failed halfway."""
+        left = runstate.leftovers(self.tag)
+        for br in left["bridges"]:
+            subprocess.run(["ovs-vsctl", "--if-exists", "del-br", br], capture_output=True)
+        for link in runstate.leftovers(self.tag)["links"]:
+            subprocess.run(["ip", "link", "del", link], capture_output=True)
+
+
+def stop_process(proc: subprocess.Popen, timeout_s: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL after timeout_s; only this process, by PID."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
