@@ -12,8 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controller.routing import NextHops, check_policy, switch_routes
-from controller.rules import GROUP_ALL, FlowDelete, GroupDelete
+from controller.cosched import AnnounceError, CoScheduler, parse_announcement
+from controller.flows import CongestionConfig, FlowKey, FlowScheduler
+from controller.load import LinkLoad
+from controller.routing import ROUTE_TABLE, NextHops, check_policy, switch_routes
+from controller.rules import GROUP_ALL, FlowDelete, FlowRule, GroupDelete, GroupRule
 from topologies.fabric import Fabric
 
 Plan = list  # list[list[op]]: stages, a barrier between each
@@ -44,12 +47,22 @@ class ArpReply:
 class FabricController:
     """Routing state of one fabric: which switches are up, and what they must hold."""
 
-    def __init__(self, fabric: Fabric, routing: str = "ecmp"):
+    def __init__(self, fabric: Fabric, routing: str = "ecmp", config: CongestionConfig | None = None):
         check_policy(routing)
         self.fabric = fabric
         self.routing = routing
+        self.cfg = config or CongestionConfig()
+        self.down: set[frozenset] = set()
         self.next_hops = NextHops(fabric)
         self.switches = {s: SwitchState(s, fabric.node(s)["dpid"]) for s in fabric.openflow_switches}
+        # What each switch holds (as far as we sent it): for diffs on link changes.
+        self.installed: dict[str, tuple[dict, dict]] = {}
+        self.group_ids: dict[str, dict] = {s: {} for s in self.switches}
+        self.load = LinkLoad(fabric, self.cfg.link_scale, self.cfg.tau_s)
+        self.sched = FlowScheduler(fabric, self.next_hops, self.load, self.cfg, ROUTE_TABLE[routing]) \
+            if ROUTE_TABLE[routing] else None
+        self.cosched = CoScheduler(fabric, self.next_hops, self.load, self.cfg.link_scale) \
+            if routing == "coschedule" else None
         self.by_dpid = {st.dpid: st for st in self.switches.values()}
         # Only fabric addresses: NVLink addresses live on kernel bridges the
         # controller never sees.
@@ -72,9 +85,17 @@ class FabricController:
             return []
         st.connected, st.ready, st.connected_at_s, st.ready_at_s = True, False, now, None
         self.counters["switch_connects"] += 1
-        flows, groups = switch_routes(self.fabric, st.name, self.routing, self.next_hops)
+        flows, groups = self._routes(st.name)
         wipe = [FlowDelete(st.name), GroupDelete(st.name, GROUP_ALL)]
+        if self.sched is not None:  # its per-flow entries are gone with the wipe
+            flows += [r for f in self.sched.flows.values()
+                      for r in self.sched.rules_for(f, f.path).values() if r.switch == st.name]
         return [wipe, list(groups), list(flows)]
+
+    def _routes(self, switch: str) -> tuple[list, list]:
+        flows, groups = switch_routes(self.fabric, switch, self.routing, self.next_hops, self.group_ids[switch])
+        self.installed[switch] = ({r.key: r for r in flows}, {g.group_id: g for g in groups})
+        return flows, groups
 
     def install_done(self, dpid: int, now: float) -> None:
         """The last barrier of the connect plan came back."""
@@ -107,7 +128,92 @@ class FabricController:
         self.counters["arp_replies"] += 1
         return ArpReply(st.name, in_port, target_ip, mac, requester_ip, requester_mac)
 
+    # -- links --------------------------------------------------------------
+    def port_status(self, dpid: int, port: int, up: bool, now: float) -> Plan:
+        """A port changed state: route around the link (or back onto it)."""
+        st = self.by_dpid.get(dpid)
+        peer = self.load.peer(st.name, port) if st else None
+        if peer is None:
+            return []
+        link = frozenset((st.name, peer))
+        if (link in self.down) != up:
+            return []  # no change
+        (self.down.discard if up else self.down.add)(link)
+        self.next_hops = NextHops(self.fabric, frozenset(self.down))
+        stages: list[list] = [[], [], [], []]
+        for sw, state in self.switches.items():
+            if not state.connected:
+                continue
+            old_flows, old_groups = self.installed.get(sw, ({}, {}))
+            flows, groups = self._routes(sw)
+            new_flows = {r.key: r for r in flows}
+            new_groups = {g.group_id: g for g in groups}
+            stages[0] += [g for gid, g in new_groups.items() if old_groups.get(gid) != g]
+            stages[1] += [r for k, r in new_flows.items() if old_flows.get(k) != r]
+            stages[2] += [FlowDelete(sw, r.match, r.priority, strict=True, table=r.table)
+                          for k, r in old_flows.items() if k not in new_flows]
+            stages[3] += [GroupDelete(sw, gid) for gid in old_groups if gid not in new_groups]
+        if self.sched is not None:
+            self.sched.next_hops = self.next_hops
+            if self.cosched is not None:
+                self.cosched.next_hops = self.next_hops
+            for i, ops in enumerate(self.sched.links_changed(self.down, now)):
+                stages[1 + min(i, 2)] += ops
+        return [s for s in stages if s]
+
+    # -- congestion-aware ---------------------------------------------------
+    def packet_in_flow(self, dpid: int, in_port: int, key: FlowKey, now: float) -> Plan:
+        """A host's TCP packet with no placement: place its flow."""
+        if self.sched is None or dpid not in self.by_dpid:
+            return []
+        return self.sched.new_flow(key, now)
+
+    def port_stats(self, dpid: int, stats, now: float) -> None:
+        """stats: (port, tx_bytes, rx_bytes) of one switch."""
+        st = self.by_dpid.get(dpid)
+        if st is not None:
+            for port, tx, rx in stats:
+                self.load.observe(st.name, port, tx, rx, now)
+
+    def flow_stats(self, dpid: int, stats, now: float) -> None:
+        """stats: (cookie, byte_count) of one switch's per-flow entries."""
+        st = self.by_dpid.get(dpid)
+        if st is not None and self.sched is not None:
+            self.sched.flow_stats(st.name, stats, now)
+
+    def flow_removed(self, dpid: int, cookie: int, now: float) -> Plan:
+        return self.sched.flow_removed(cookie, now) if self.sched is not None else []
+
+    def poll_done(self, now: float) -> Plan:
+        """A round of statistics is in: re-place elephants."""
+        return self.sched.rebalance(now) if self.sched is not None else []
+
+    def announce(self, body, now: float) -> tuple[int, dict]:
+        """(HTTP status, answer). Policies without co-scheduling answer 'go now'."""
+        try:
+            ann = parse_announcement(body, self.fabric)
+        except AnnounceError as e:
+            return 400, {"error": str(e)}
+        if self.cosched is None:
+            return 200, {"version": 1, "job": ann.job, "start_offset_s": 0.0, "priority": 0,
+                         "placements": [], "coschedule": False}
+        answer = self.cosched.announce(ann, now)
+        self.sched.pinned = self.cosched.pins()
+        return 200, dict(answer, coschedule=True)
+
     # -- inspection ---------------------------------------------------------
+    def state(self, now: float) -> dict:
+        return {
+            "time_s": now,
+            "routing": self.routing,
+            "links_down": sorted(sorted(l) for l in self.down),
+            "link_loads": self.load.snapshot(min_gbps=1e-9),
+            "flows": self.sched.snapshot() if self.sched else [],
+            "decisions": list(self.sched.decisions) if self.sched else [],
+            "jobs": self.cosched.snapshot() if self.cosched else [],
+            "counters": {**self.counters, **(self.sched.counters if self.sched else {})},
+        }
+
     def status(self) -> dict:
         names = sorted(self.switches, key=lambda s: self.switches[s].dpid)
         connected = [s for s in names if self.switches[s].connected]

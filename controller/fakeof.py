@@ -248,11 +248,17 @@ class FakeNetwork:
             out.append(Trace(LOOP, nodes, f"revisited {sw}"))
             return
         fs = self.switches[sw]
-        rule = fs.lookup(dict(pkt, in_port=in_port))
-        if rule is None:
-            out.append(Trace(DROPPED, nodes, f"no rule at {sw}"))
-            return
-        for acts in self._expand(fs, rule.actions, pkt, all_buckets):
+        actions, table = (), 0
+        while True:  # the pipeline: apply-actions of each table, then goto
+            rule = fs.lookup(dict(pkt, in_port=in_port), table)
+            if rule is None:
+                out.append(Trace(DROPPED, nodes, f"no rule at {sw} table {table}"))
+                return
+            actions += rule.actions
+            if rule.goto_table is None:
+                break
+            table = rule.goto_table
+        for acts in self._expand(fs, actions, pkt, all_buckets):
             queue = None
             outputs = []
             for a in acts:

@@ -11,14 +11,18 @@ from __future__ import annotations
 import zlib
 from collections import deque
 
-from controller.rules import (COOKIE_ARP, COOKIE_MISS, COOKIE_ROUTE, ETH_ARP, ETH_IPV4, PRIORITY_ARP,
-                              PRIORITY_MISS, PRIORITY_ROUTE, FlowRule, GroupRule)
+from controller.rules import (COOKIE_ARP, COOKIE_DETECT, COOKIE_MISS, COOKIE_ROUTE, ETH_ARP, ETH_IPV4,
+                              IPPROTO_TCP, PRIORITY_ARP, PRIORITY_DETECT, PRIORITY_MISS, PRIORITY_ROUTE,
+                              FlowRule, GroupRule)
 from topologies.errors import InputError
 from topologies.fabric import Fabric
 
 # Every policy routes on top of one base table; the congestion-aware ones add
 # per-flow rules above ECMP.
 POLICIES = {"shortest": "shortest", "ecmp": "ecmp", "congestion-aware": "ecmp", "coschedule": "ecmp"}
+# Where destination routes live. The congestion-aware policies keep table 0
+# for per-flow placements and send unplaced host TCP to the controller there.
+ROUTE_TABLE = {"shortest": 0, "ecmp": 0, "congestion-aware": 1, "coschedule": 1}
 
 
 def check_policy(policy: str) -> str:
@@ -35,14 +39,16 @@ class NextHops:
     cost is (#destination switches x #links), not per host pair.
     """
 
-    def __init__(self, fabric: Fabric):
+    def __init__(self, fabric: Fabric, down: frozenset = frozenset()):
+        """``down``: links (frozenset of two node names) to route around."""
         self.fabric = fabric
+        self.down = frozenset(down)
         self.switches = fabric.openflow_switches
         of = set(self.switches)
         self._adj: dict[str, list[tuple[str, int]]] = {s: [] for s in self.switches}
         self._peer: dict[tuple[str, int], str] = {}
         for a, b, d in fabric.graph.edges(data=True):
-            if a in of and b in of:
+            if a in of and b in of and frozenset((a, b)) not in self.down:
                 self._adj[a].append((b, d["ports"][a]))
                 self._adj[b].append((a, d["ports"][b]))
                 self._peer[a, d["ports"][a]] = b
@@ -50,7 +56,7 @@ class NextHops:
         self.attach: dict[str, tuple[str, int]] = {}
         for h in fabric.hosts:
             sw, port = fabric.attachment(h)
-            if sw in of:
+            if sw in of and frozenset((h, sw)) not in self.down:
                 self.attach[h] = (sw, port)
         self._to: dict[str, dict[str, tuple[int, ...]]] = {}
         self._dist: dict[str, dict[str, int]] = {}
@@ -98,25 +104,36 @@ def _mix(a: int, b: int) -> int:
     return zlib.crc32(f"{a}:{b}".encode())
 
 
-def base_rules(switch: str) -> list[FlowRule]:
+def base_rules(switch: str, route_table: int = 0, host_ports: tuple[int, ...] = ()) -> list[FlowRule]:
     """ARP to the controller (it answers from the host table; no flooding on a
-    fabric with loops) and an explicit drop on table miss."""
-    return [
-        FlowRule(switch, PRIORITY_ARP, {"eth_type": ETH_ARP}, (("controller",),), cookie=COOKIE_ARP),
-        FlowRule(switch, PRIORITY_MISS, {}, (), cookie=COOKIE_MISS),
-    ]
+    fabric with loops) and an explicit drop on table miss. With a separate
+    route table, table 0 also copies hosts' unplaced TCP to the controller."""
+    rules = [FlowRule(switch, PRIORITY_ARP, {"eth_type": ETH_ARP}, (("controller",),), cookie=COOKIE_ARP)]
+    if route_table:
+        rules += [FlowRule(switch, PRIORITY_DETECT, {"in_port": p, "eth_type": ETH_IPV4, "ip_proto": IPPROTO_TCP},
+                           (("controller",),), cookie=COOKIE_DETECT, goto_table=route_table)
+                  for p in host_ports]
+        rules.append(FlowRule(switch, PRIORITY_MISS, {}, (), cookie=COOKIE_MISS, goto_table=route_table))
+    rules.append(FlowRule(switch, PRIORITY_MISS, {}, (), cookie=COOKIE_MISS, table=route_table))
+    return rules
 
 
-def switch_routes(fabric: Fabric, switch: str, policy: str = "ecmp",
-                  next_hops: NextHops | None = None) -> tuple[list[FlowRule], list[GroupRule]]:
-    """The flow entries and groups of one switch (what the adapter installs on connect)."""
+def switch_routes(fabric: Fabric, switch: str, policy: str = "ecmp", next_hops: NextHops | None = None,
+                  group_ids: dict | None = None) -> tuple[list[FlowRule], list[GroupRule]]:
+    """The flow entries and groups of one switch (what the adapter installs on connect).
+
+    ``group_ids`` (port set -> group id) keeps ids stable across recomputations;
+    new port sets get fresh ids, in sorted order.
+    """
     base = check_policy(policy)
+    table = ROUTE_TABLE[policy]
     nh = next_hops or NextHops(fabric)
     node = fabric.node(switch)
     if node.get("role") != "switch" or not node.get("openflow", True):
         raise KeyError(f"{switch} is not an OpenFlow switch")
     dpid = node["dpid"]
-    flows = base_rules(switch)
+    host_ports = tuple(sorted(p for sw, p in nh.attach.values() if sw == switch))
+    flows = base_rules(switch, table, host_ports)
     chosen: list[tuple[str, tuple[int, ...]]] = []
     for h in fabric.hosts:
         if h not in nh.attach:
@@ -133,13 +150,17 @@ def switch_routes(fabric: Fabric, switch: str, policy: str = "ecmp",
         chosen.append((h, ports))
     # One group per distinct port set, numbered in sorted order: deterministic
     # and small (a fat-tree edge switch needs one group for all its uplinks).
-    gids = {ps: i + 1 for i, ps in enumerate(sorted({ps for _, ps in chosen if len(ps) > 1}))}
-    groups = [GroupRule(switch, gid, "select", tuple((1, (("output", p),)) for p in ps))
-              for ps, gid in sorted(gids.items(), key=lambda kv: kv[1])]
+    gids = group_ids if group_ids is not None else {}
+    needed = sorted({ps for _, ps in chosen if len(ps) > 1})
+    for ps in needed:
+        if ps not in gids:
+            gids[ps] = max(gids.values(), default=0) + 1
+    groups = sorted((GroupRule(switch, gids[ps], "select", tuple((1, (("output", p),)) for p in ps))
+                     for ps in needed), key=lambda g: g.group_id)
     for h, ps in chosen:
         act = (("group", gids[ps]),) if len(ps) > 1 else (("output", ps[0]),)
         flows.append(FlowRule(switch, PRIORITY_ROUTE, {"eth_type": ETH_IPV4, "ipv4_dst": fabric.node(h)["ip"]},
-                              act, cookie=COOKIE_ROUTE))
+                              act, cookie=COOKIE_ROUTE, table=table))
     return flows, groups
 
 

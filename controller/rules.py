@@ -20,6 +20,7 @@ IPPROTO_UDP = 17
 # table-miss entry never overlap IP routes.
 PRIORITY_MISS = 0
 PRIORITY_ROUTE = 100
+PRIORITY_DETECT = 150  # congestion-aware: a host's TCP packet with no placement yet
 PRIORITY_ARP = 200
 PRIORITY_FLOW = 300
 
@@ -27,6 +28,7 @@ PRIORITY_FLOW = 300
 COOKIE_MISS = 0xD7_0000
 COOKIE_ROUTE = 0xD7_0001
 COOKIE_ARP = 0xD7_0002
+COOKIE_DETECT = 0xD7_0003
 COOKIE_FLOW_BASE = 0xD7_1000_0000  # + flow id for per-flow placements
 COOKIE_FLOW_MASK = 0xFFFF_F000_0000
 
@@ -79,7 +81,9 @@ def _check_actions(actions: tuple) -> None:
 
 @dataclass(frozen=True)
 class FlowRule:
-    """One flow entry. Empty ``actions`` means drop."""
+    """One flow entry: apply ``actions``, then continue in ``goto_table`` if set.
+    Empty actions and no goto means drop. ``notify_removed`` asks the switch
+    to tell the controller when the entry expires."""
     switch: str
     priority: int
     match: Mapping = field(hash=False)
@@ -88,6 +92,8 @@ class FlowRule:
     table: int = 0
     idle_timeout_s: int = 0
     hard_timeout_s: int = 0
+    goto_table: int | None = None
+    notify_removed: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "match", dict(self.match))
@@ -96,6 +102,8 @@ class FlowRule:
         _check_actions(self.actions)
         if not 0 <= self.priority <= 0xFFFF:
             raise RuleError(f"priority {self.priority}: expected 0..65535")
+        if self.goto_table is not None and self.goto_table <= self.table:
+            raise RuleError(f"goto_table {self.goto_table}: OpenFlow only goes forward from table {self.table}")
 
     @property
     def key(self) -> tuple:
@@ -103,7 +111,7 @@ class FlowRule:
         return (self.switch, self.table, self.priority, match_key(self.match))
 
     def __hash__(self):
-        return hash((self.key, self.actions, self.cookie))
+        return hash((self.key, self.actions, self.cookie, self.goto_table))
 
 
 @dataclass(frozen=True)

@@ -146,10 +146,18 @@ def test_unknown_traffic_is_dropped_not_flooded():
     assert t.outcome == "dropped" and t.nodes == ("h0", "leaf0")
 
 
-def test_congestion_aware_policies_start_from_ecmp():
+@pytest.mark.parametrize("policy", ["congestion-aware", "coschedule"])
+def test_congestion_aware_policies_forward_like_ecmp_and_show_new_flows(policy):
     fabric = fat_tree(4)
-    assert compute_routes(fabric, "congestion-aware") == compute_routes(fabric, "ecmp")
-    assert compute_routes(fabric, "coschedule") == compute_routes(fabric, "ecmp")
+    ecmp, net = network(fabric, "ecmp"), network(fabric, policy)
+    for dst in fabric.hosts[1:]:
+        traces = net.all_traces("h0", dst)
+        # The controller gets a copy of the unplaced flow's packet, and the
+        # packet still goes on over the ECMP paths.
+        assert {t.outcome for t in traces} == {"controller", "delivered"}
+        assert {t.switches for t in traces if t.delivered} == {t.switches for t in ecmp.all_traces("h0", dst)}
+    # UDP and ARP are not flows the controller places.
+    assert [t.outcome for t in net.all_traces("h0", "h5", proto=17)] == ["delivered"] * 4
 
 
 def test_unknown_policy_is_a_one_line_error():

@@ -1,0 +1,215 @@
+"""Host-network co-scheduling: jobs announce their next communication phase,
+the controller answers with paths, a start offset and a priority.
+
+- Placement: a job's flows go on the equal-cost paths that share the fewest
+  links with other jobs' announced flows (then the least measured load).
+- Start offset, CASSINI-style (NSDI'24): when periodic jobs must share a link,
+  delay the announcing job so that its communication phase interleaves with
+  the phases predicted for the others (each repeats every period from its
+  last announced start).
+- Priority, Crux-style (SIGCOMM'24): GPU intensity I = compute work /
+  communication time on the job's bottleneck link; higher I, higher priority
+  (0 is the highest).
+
+Announcement, version 1 (JSON; units in names; unknown keys are an error)::
+
+  {"version": 1, "job": "j0", "collective": "all_reduce",
+   "flows": [{"src": "h0", "dst": "h1", "size_bytes": 1048576}, ...],
+   "period_s": 0.8, "compute_s": 0.5, "overlap_s": 0.0, "gpus": 8}
+
+``period_s`` is the expected iteration time and ``compute_s`` the compute per
+iteration (both emulated seconds); ``overlap_s`` is compute the phase can hide.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from controller.hedera import path_links
+from controller.load import LinkLoad
+from controller.routing import NextHops, equal_cost_paths
+from topologies.fabric import Fabric
+
+VERSION = 1
+MAX_BODY_BYTES = 1 << 20
+MAX_FLOWS = 20000
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
+               "send_recv", "other")
+_KEYS = {"version": int, "job": str, "collective": str, "flows": list, "period_s": (int, float),
+         "compute_s": (int, float), "overlap_s": (int, float), "gpus": int}
+_REQUIRED = ("version", "job", "flows", "period_s")
+_FLOW_KEYS = {"src": str, "dst": str, "size_bytes": int}
+
+
+class AnnounceError(ValueError):
+    """A bad announcement; str() is one line naming the key."""
+
+
+@dataclass(frozen=True)
+class Announcement:
+    job: str
+    collective: str
+    flows: tuple[tuple[str, str, int], ...]  # (src host, dst host, size_bytes)
+    period_s: float
+    compute_s: float = 0.0
+    overlap_s: float = 0.0
+    gpus: int = 1
+
+
+def parse_announcement(body: bytes | str | dict, fabric: Fabric) -> Announcement:
+    """Check an announcement against the schema and the fabric; AnnounceError on any fault."""
+    import json
+    if isinstance(body, (bytes, str)):
+        if len(body) > MAX_BODY_BYTES:
+            raise AnnounceError(f"body: expected at most {MAX_BODY_BYTES} bytes, found {len(body)}")
+        try:
+            body = json.loads(body)
+        except ValueError as e:
+            raise AnnounceError(f"body: expected JSON, found a parse error ({e})") from None
+    if not isinstance(body, dict):
+        raise AnnounceError(f"body: expected a JSON object, found {type(body).__name__}")
+    for k, v in body.items():
+        if k not in _KEYS:
+            raise AnnounceError(f"{k}: unknown key (expected {', '.join(_KEYS)})")
+        if isinstance(v, bool) or not isinstance(v, _KEYS[k]):
+            raise AnnounceError(f"{k}: expected {_typename(_KEYS[k])}, found {v!r}"[:200])
+    for k in _REQUIRED:
+        if k not in body:
+            raise AnnounceError(f"{k}: required")
+    if body["version"] != VERSION:
+        raise AnnounceError(f"version: expected {VERSION}, found {body['version']}")
+    coll = body.get("collective", "other")
+    if coll not in COLLECTIVES:
+        raise AnnounceError(f"collective: expected one of {', '.join(COLLECTIVES)}, found {coll!r}")
+    for k in ("period_s", "compute_s", "overlap_s"):
+        v = body.get(k, 0.0)
+        if not math.isfinite(v) or v < 0 or (k == "period_s" and v <= 0):
+            raise AnnounceError(f"{k}: expected a {'positive' if k == 'period_s' else 'non-negative'} "
+                                f"number of seconds, found {v!r}")
+    if body.get("gpus", 1) < 1:
+        raise AnnounceError(f"gpus: expected an integer >= 1, found {body['gpus']}")
+    if not body["job"] or len(body["job"]) > 128:
+        raise AnnounceError("job: expected a name of 1..128 characters")
+    flows = body["flows"]
+    if not 1 <= len(flows) <= MAX_FLOWS:
+        raise AnnounceError(f"flows: expected 1..{MAX_FLOWS} flows, found {len(flows)}")
+    hosts = set(fabric.hosts)
+    out = []
+    for i, f in enumerate(flows):
+        if not isinstance(f, dict) or set(f) != set(_FLOW_KEYS):
+            raise AnnounceError(f"flows[{i}]: expected an object with keys src, dst, size_bytes")
+        for k, t in _FLOW_KEYS.items():
+            if isinstance(f[k], bool) or not isinstance(f[k], t):
+                raise AnnounceError(f"flows[{i}].{k}: expected {_typename(t)}, found {f[k]!r}"[:200])
+        for k in ("src", "dst"):
+            if f[k] not in hosts:
+                raise AnnounceError(f"flows[{i}].{k}: expected a host of the fabric, found {f[k]!r}"[:200])
+        if f["size_bytes"] < 0:
+            raise AnnounceError(f"flows[{i}].size_bytes: expected >= 0, found {f['size_bytes']}")
+        out.append((f["src"], f["dst"], f["size_bytes"]))
+    return Announcement(body["job"], coll, tuple(out), float(body["period_s"]), float(body.get("compute_s", 0.0)),
+                        float(body.get("overlap_s", 0.0)), int(body.get("gpus", 1)))
+
+
+def _typename(t) -> str:
+    return {int: "an integer", str: "a string", list: "a list"}.get(t, "a number")
+
+
+@dataclass
+class JobState:
+    ann: Announcement
+    links: dict  # directed link -> bytes of this job's phase on it
+    paths: dict  # (src, dst) -> switch path
+    comm_s: float  # phase length at line rate on the bottleneck
+    phase_start_s: float  # predicted start of the announced phase
+    intensity: float = 0.0
+    priority: int = 0
+
+
+def interval_overlap_s(start_a: float, len_a: float, period_a: float, start_b: float, len_b: float,
+                       period_b: float, horizon_s: float, step_s: float) -> float:
+    """Time, over [start_a, start_a + horizon), when both periodic phases are on (sampled)."""
+    n = max(1, int(horizon_s / step_s))
+    both = 0
+    for i in range(n):
+        t = start_a + (i + 0.5) * step_s
+        if (t - start_a) % period_a < len_a and (t - start_b) % period_b < len_b:
+            both += 1
+    return both * step_s
+
+
+@dataclass
+class CoScheduler:
+    fabric: Fabric
+    next_hops: NextHops
+    load: LinkLoad
+    link_scale: float = 1.0
+    offset_steps: int = 50
+    jobs: dict = field(default_factory=dict)
+
+    def announce(self, ann: Announcement, now: float) -> dict:
+        """Place the job's flows, pick its start offset, rank all jobs; returns the answer."""
+        others = {j: st for j, st in self.jobs.items() if j != ann.job}
+        taken: dict = {}
+        for st in others.values():
+            for ln, b in st.links.items():
+                taken[ln] = taken.get(ln, 0) + b
+        links: dict = {}
+        paths: dict = {}
+        for src, dst, size in sorted(ann.flows, key=lambda f: (-f[2], f[0], f[1])):
+            if src == dst or (src, dst) in paths:
+                continue
+            cands = equal_cost_paths(self.fabric, src, dst, self.next_hops, limit=256)
+            if not cands:
+                continue
+            best = min(cands, key=lambda p: (
+                sum(taken.get(ln, 0) + links.get(ln, 0) for ln in path_links(src, p, dst)),
+                max(self.load.utilization(*ln) for ln in path_links(src, p, dst)), p))
+            paths[src, dst] = best
+            for ln in path_links(src, best, dst):
+                links[ln] = links.get(ln, 0) + size
+        # Phase length at line rate on the busiest link. Agents announce
+        # emulated bytes and seconds; emulated rate = link_gbps x link_scale.
+        comm_s = max((b * 8 / (self.load.capacity_gbps[ln] * 1e9 * self.link_scale) for ln, b in links.items()),
+                     default=0.0)
+        comm_s = min(comm_s, ann.period_s)
+        delay = self._offset(ann, links, comm_s, others, now)
+        st = JobState(ann, links, paths, comm_s, now + delay)
+        st.intensity = (ann.compute_s * ann.gpus) / comm_s if comm_s > 0 else math.inf
+        self.jobs[ann.job] = st
+        self._rank()
+        return {"version": VERSION, "job": ann.job, "start_offset_s": round(delay, 6),
+                "priority": st.priority, "intensity": None if math.isinf(st.intensity) else st.intensity,
+                "comm_s": comm_s,
+                "placements": [{"src": s, "dst": d, "path": list(p)} for (s, d), p in sorted(paths.items())]}
+
+    def _offset(self, ann, links, comm_s, others, now) -> float:
+        """Smallest delay in [0, period) that minimizes predicted overlap on shared links."""
+        sharing = [st for st in others.values() if set(st.links) & set(links)]
+        if not sharing or comm_s <= 0:
+            return 0.0
+        horizon = 4 * max([ann.period_s] + [st.ann.period_s for st in sharing])
+        step = max(min([comm_s] + [st.comm_s for st in sharing if st.comm_s > 0]) / 20, horizon / 4000)
+        best, best_cost = 0.0, None
+        for i in range(self.offset_steps):
+            delay = ann.period_s * i / self.offset_steps
+            cost = sum(interval_overlap_s(now + delay, comm_s, ann.period_s, st.phase_start_s, st.comm_s,
+                                          st.ann.period_s, horizon, step) for st in sharing)
+            if best_cost is None or cost < best_cost - 1e-12:
+                best, best_cost = delay, cost
+        return best
+
+    def _rank(self) -> None:
+        order = sorted(self.jobs.values(), key=lambda st: (-st.intensity, st.ann.job))
+        for i, st in enumerate(order):
+            st.priority = i
+
+    def pins(self) -> dict:
+        """(src, dst) -> (job, path, queue) for the flow scheduler."""
+        return {pair: (st.ann.job, path, None) for st in self.jobs.values() for pair, path in st.paths.items()}
+
+    def snapshot(self) -> list[dict]:
+        return [{"job": j, "collective": st.ann.collective, "period_s": st.ann.period_s, "comm_s": st.comm_s,
+                 "phase_start_s": st.phase_start_s, "priority": st.priority,
+                 "intensity": None if math.isinf(st.intensity) else st.intensity, "flows": len(st.paths)}
+                for j, st in sorted(self.jobs.items())]

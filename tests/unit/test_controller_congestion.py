@@ -1,0 +1,389 @@
+"""Congestion-aware routing and co-scheduling, with time driven by hand.
+
+``Sim`` closes the loop without a switch: packets go through the fake
+OpenFlow network, the links they cross count bytes, and the counters go back
+to the controller as port and flow statistics.
+"""
+import itertools
+import json
+from collections import defaultdict
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller.core import FabricController
+from controller.cosched import MAX_BODY_BYTES
+from controller.fakeof import FakeNetwork
+from controller.flows import CongestionConfig, FlowKey
+from controller.hedera import estimate_demands, global_first_fit, path_links
+from controller.load import LinkLoad
+from controller.routing import equal_cost_paths
+from controller.rules import FlowDelete
+from topologies import fat_tree, leaf_spine, single_switch
+
+GBPS = 1e9 / 8  # bytes per second at 1 Gb/s
+
+
+class Sim:
+    def __init__(self, fabric, routing="congestion-aware", **cfg):
+        self.fabric = fabric
+        self.ctl = FabricController(fabric, routing, CongestionConfig(**cfg))
+        self.net = FakeNetwork(fabric)
+        self.now = 0.0
+        for s in self.ctl.switches.values():
+            self.apply(self.ctl.switch_connected(s.dpid, self.now))
+            self.ctl.install_done(s.dpid, self.now)
+        self.tx = defaultdict(int)
+        self.rx = defaultdict(int)
+        self.flow_bytes = defaultdict(int)
+        self.rates = {}  # key -> offered Gb/s
+
+    def apply(self, plan):
+        for stage in plan:
+            self.net.apply(stage)
+
+    def key(self, src, dst, sport=40000, dport=5000):
+        return FlowKey(self.fabric.node(src)["ip"], self.fabric.node(dst)["ip"], 6, sport, dport)
+
+    def start(self, src, dst, gbps, sport=40000):
+        """The first packet reaches the controller, which places the flow."""
+        key = self.key(src, dst, sport)
+        traces = self.net.all_traces(src, dst, sport=sport)
+        assert any(t.outcome == "controller" for t in traces)
+        sw, port = self.fabric.attachment(src)
+        self.apply(self.ctl.packet_in_flow(self.fabric.node(sw)["dpid"], port, key, self.now))
+        self.rates[key] = (src, dst, sport, gbps)
+        return key
+
+    def path(self, key):
+        src, dst, sport, _ = self.rates[key]
+        t = self.net.trace(src, dst, sport=sport)
+        assert t.delivered, t
+        return t
+
+    def step(self, dt=0.5):
+        """Carry every flow for dt, report counters, let the controller rebalance."""
+        for key, (src, dst, sport, gbps) in self.rates.items():
+            t = self.path(key)
+            nbytes = int(gbps * GBPS * dt)
+            for a, b in t.links:
+                if self.fabric.node(a)["role"] == "switch":
+                    self.tx[a, self.fabric.port(a, b)] += nbytes
+                else:
+                    self.rx[b, self.fabric.port(b, a)] += nbytes
+            self.flow_bytes[key] += nbytes
+        self.now += dt
+        for sw, st in self.ctl.switches.items():
+            ports = sorted({p for (s, p) in list(self.tx) + list(self.rx) if s == sw})
+            self.ctl.port_stats(st.dpid, [(p, self.tx[sw, p], self.rx[sw, p]) for p in ports], self.now)
+            entries = [(f.cookie, self.flow_bytes[f.key]) for f in self.ctl.sched.flows.values()
+                       if f.path[0] == sw]
+            self.ctl.flow_stats(st.dpid, entries, self.now)
+        plan = self.ctl.poll_done(self.now)
+        self.apply(plan)
+        return plan
+
+    def link_flows(self):
+        per = defaultdict(int)
+        for key in self.rates:
+            for ln in self.path(key).links:
+                per[ln] += 1
+        return per
+
+
+# -- link load ---------------------------------------------------------------
+def test_link_load_is_an_ewma_of_counter_deltas_in_real_units():
+    fabric = leaf_spine(2, 1, 1, link_gbps=400)
+    load = LinkLoad(fabric, link_scale=1e-3, tau_s=0.5)
+    port = fabric.port("leaf0", "spine0")
+    emu_bytes_per_s = 200e9 * 1e-3 / 8  # 200 Gb/s real at 1/1000 scale
+    load.observe("leaf0", port, 0, 0, 0.0)
+    load.observe("leaf0", port, int(emu_bytes_per_s), 0, 1.0)
+    assert load.load("leaf0", "spine0") == pytest.approx(200, rel=1e-6)
+    assert load.utilization("leaf0", "spine0") == pytest.approx(0.5, rel=1e-6)
+    load.observe("leaf0", port, int(emu_bytes_per_s), 0, 2.0)  # idle for a second
+    assert 0 < load.load("leaf0", "spine0") < 200 * 0.2  # decays by exp(-2)
+    load.observe("leaf0", port, 10, 0, 3.0)  # counter reset: rebaseline, no negative rate
+    assert load.load("leaf0", "spine0") >= 0
+    # A host port's rx counts the host -> switch direction.
+    hport = fabric.port("leaf0", "h0")
+    load.observe("leaf0", hport, 0, 0, 0.0)
+    load.observe("leaf0", hport, 0, int(emu_bytes_per_s), 1.0)
+    assert load.load("h0", "leaf0") == pytest.approx(200, rel=1e-6)
+
+
+# -- new flows ---------------------------------------------------------------
+def test_new_flow_avoids_a_congested_link():
+    sim = Sim(fat_tree(4))
+    hot = sim.start("h8", "h12", 400, sport=1)  # pod 2 -> pod 3: occupies one core link
+    sim.step()
+    hot_links = set(sim.path(hot).links)
+    hot_core = next((a, b) for a, b in hot_links if a.startswith("agg") and b.startswith("core"))
+    # New flows from pod 2's other edge also leave through agg2_* -> core.
+    for sport in range(10, 20):
+        k = sim.start("h10", "h14", 10, sport=sport)
+        assert hot_core not in sim.path(k).links
+
+
+def test_simultaneous_new_flows_spread_before_counters_show_them():
+    sim = Sim(fat_tree(4))
+    keys = [sim.start(f"h{i}", f"h{i + 4}", 400) for i in range(4)]  # pod 0 -> pod 1, same instant
+    assert max(sim.link_flows().values()) == 1  # four disjoint paths: no shared link
+    assert len({sim.path(k).switches for k in keys}) == 4
+
+
+def test_known_flow_is_placed_once_and_unknown_addresses_are_ignored():
+    sim = Sim(fat_tree(4))
+    sim.start("h0", "h5", 10)
+    sw, port = sim.fabric.attachment("h0")
+    dpid = sim.fabric.node(sw)["dpid"]
+    assert sim.ctl.packet_in_flow(dpid, port, sim.key("h0", "h5"), 1.0) == []
+    assert sim.ctl.packet_in_flow(dpid, port, FlowKey("10.0.0.1", "10.9.9.9", 6, 1, 2), 1.0) == []
+
+
+def test_ecmp_policy_places_nothing():
+    fabric = fat_tree(4)
+    ctl = FabricController(fabric, "ecmp")
+    assert ctl.packet_in_flow(1, 1, FlowKey("10.0.0.1", "10.0.0.2", 6, 1, 2), 0.0) == []
+    assert ctl.poll_done(1.0) == []
+
+
+# -- Hedera --------------------------------------------------------------------
+def test_demand_estimation_single_sender_splits_its_nic():
+    assert estimate_demands([("a", "x"), ("a", "y"), ("a", "z")]) == pytest.approx([1 / 3] * 3)
+
+
+def test_demand_estimation_receiver_limited():
+    # Three senders into x; c also sends to y. x's share is 1/3 each, so c's
+    # flow to y gets the rest of c's NIC.
+    d = estimate_demands([("a", "x"), ("b", "x"), ("c", "x"), ("c", "y")])
+    assert d == pytest.approx([1 / 3, 1 / 3, 1 / 3, 2 / 3])
+
+
+def test_demand_estimation_mixed_small_and_large_into_one_receiver():
+    # a sends to x and y (0.5 each); b, c only to x. x is oversubscribed
+    # (2.5): a's 0.5 is above the fair 1/3, so all three get 1/3, and a->y
+    # then takes the 2/3 left of a's NIC.
+    d = estimate_demands([("a", "x"), ("a", "y"), ("b", "x"), ("c", "x")])
+    assert d == pytest.approx([1 / 3, 2 / 3, 1 / 3, 1 / 3])
+    assert sum(d[i] for i in (0, 2, 3)) == pytest.approx(1.0)
+
+
+def stride(fabric, n):
+    hosts = fabric.hosts
+    return [(hosts[i], hosts[(i + n) % len(hosts)]) for i in range(len(hosts))]
+
+
+@pytest.mark.parametrize("k,step", [(4, 4), (4, 8), (6, 9), (8, 16)])
+def test_gff_places_stride_without_exceeding_any_link(k, step):
+    """Hedera's stride pattern: every host sends at line rate to the host
+    `step` away; ECMP hashing collides, first fit over all paths does not."""
+    fabric = fat_tree(k)
+    pairs = stride(fabric, step)
+    demands = [400.0 * d for d in estimate_demands(pairs)]
+    cands = [[path_links(s, p, d) for p in equal_cost_paths(fabric, s, d)] for s, d in pairs]
+    cap = {}
+    for a, b, e in fabric.graph.edges(data=True):
+        cap[a, b] = cap[b, a] = e["link_gbps"]
+    chosen, reserved = global_first_fit(demands, cands, cap.__getitem__)
+    assert None not in chosen
+    assert max(reserved[ln] / cap[ln] for ln in reserved) <= 1.0 + 1e-9
+
+
+def test_gff_leaves_a_flow_that_fits_nowhere():
+    chosen, _ = global_first_fit([2.0], [[[("a", "b")]]], lambda ln: 1.0)
+    assert chosen == [None]
+
+
+# -- rebalancing ---------------------------------------------------------------
+def colliding_sim(**cfg):
+    """Two elephants forced onto one core link by ECMP-like first placement."""
+    sim = Sim(fat_tree(4), **cfg)
+    a = sim.start("h0", "h4", 400, sport=1)
+    path_a = sim.ctl.sched.flows[a].path
+    # Pin the second flow onto the same path, as a hash collision would.
+    sim.ctl.sched.pinned[("h1", "h5")] = (None, path_a, None)
+    b = sim.start("h1", "h5", 400, sport=2)
+    del sim.ctl.sched.pinned[("h1", "h5")]
+    assert sim.ctl.sched.flows[b].path == path_a
+    return sim, a, b
+
+
+def test_rebalance_moves_a_colliding_elephant_and_then_holds_still():
+    sim, a, b = colliding_sim(hold_s=2.0)
+    sim.step()  # first counters: rates not known yet
+    plan = sim.step()
+    assert plan, "GFF should move one of the colliding flows"
+    assert max(n for ln, n in sim.link_flows().items()) == 1
+    moved = sim.ctl.state(sim.now)["counters"]["flows_moved"]
+    for _ in range(6):  # stable afterwards: no flapping
+        assert sim.step() == []
+    assert sim.ctl.state(sim.now)["counters"]["flows_moved"] == moved
+
+
+def test_min_hold_time_blocks_an_early_second_move():
+    sim, a, b = colliding_sim(hold_s=100.0)
+    f = sim.ctl.sched.flows[b]
+    f.moved_at_s = sim.now  # just moved
+    sim.ctl.sched.flows[a].moved_at_s = sim.now
+    sim.step()
+    assert sim.step() == []  # both held: nothing moves even though they collide
+    sim.ctl.sched.flows[a].moved_at_s = sim.ctl.sched.flows[b].moved_at_s = -1000.0
+    assert sim.step() != []
+
+
+def test_reroute_is_make_before_break():
+    sim = Sim(fat_tree(4))
+    k = sim.start("h0", "h4", 10)
+    f = sim.ctl.sched.flows[k]
+    old = sim.path(k).switches
+    for new in equal_cost_paths(sim.fabric, "h0", "h4"):
+        if new == f.path:
+            continue
+        plan = sim.ctl.sched.reroute_plan(f, new)
+        deletes = [i for i, stage in enumerate(plan) if any(isinstance(op, FlowDelete) for op in stage)]
+        assert deletes in ([], [len(plan) - 1])  # removal, if any, comes last
+        for stage in plan:
+            for op in stage:  # any order inside a stage: check after every op
+                sim.net.apply([op])
+                t = sim.path(k)
+                assert t.switches in (old, new)
+        assert sim.path(k).switches == new
+        f.path, old = new, new
+
+
+def test_link_down_reroutes_routes_and_placed_flows():
+    sim = Sim(fat_tree(4))
+    k = sim.start("h0", "h4", 100)
+    a, b = next((a, b) for a, b in sim.path(k).links if a.startswith("agg") and b.startswith("core"))
+    sim.net.set_link(a, b, up=False)
+    dpid = sim.fabric.node(a)["dpid"]
+    sim.apply(sim.ctl.port_status(dpid, sim.fabric.port(a, b), False, 1.0))
+    assert (a, b) not in sim.path(k).links
+    for src, dst in itertools.permutations(sim.fabric.hosts, 2):
+        traces = [t for t in sim.net.all_traces(src, dst, sport=7) if t.outcome != "controller"]
+        assert traces and all(t.delivered for t in traces), (src, dst)
+    # Back up: routes use the link again.
+    sim.net.set_link(a, b, up=True)
+    sim.apply(sim.ctl.port_status(dpid, sim.fabric.port(a, b), True, 2.0))
+    used = {ln for t in sim.net.all_traces("h2", "h6") for ln in t.links}
+    assert (a, b) in used or (b, a) in used or sim.ctl.down == set()
+
+
+@settings(max_examples=25, deadline=None)
+@given(fabric=st.one_of(st.builds(fat_tree, st.sampled_from([2, 4])),
+                        st.builds(leaf_spine, st.integers(2, 4), st.integers(1, 3), st.integers(1, 3))),
+       data=st.data())
+def test_property_random_flow_sets_stay_delivered_on_equal_cost_paths(fabric, data):
+    sim = Sim(fabric)
+    hosts = fabric.hosts
+    n = data.draw(st.integers(1, 12))
+    for i in range(n):
+        src, dst = data.draw(st.lists(st.sampled_from(hosts), min_size=2, max_size=2, unique=True))
+        if sim.key(src, dst, 1000 + i) in sim.ctl.sched.flows:
+            continue
+        sim.start(src, dst, data.draw(st.sampled_from([1.0, 100.0, 400.0])), sport=1000 + i)
+    for _ in range(4):
+        sim.step()
+        for key, (src, dst, sport, _) in sim.rates.items():
+            t = sim.path(key)
+            assert t.switches in equal_cost_paths(fabric, src, dst)
+
+
+# -- co-scheduling -------------------------------------------------------------
+def announce(ctl, job, flows, period_s=1.0, now=0.0, **kw):
+    body = {"version": 1, "job": job, "collective": "all_reduce", "period_s": period_s,
+            "flows": [{"src": s, "dst": d, "size_bytes": b} for s, d, b in flows], **kw}
+    code, ans = ctl.announce(json.dumps(body).encode(), now)
+    assert code == 200, ans
+    return ans
+
+
+def bytes_for(seconds, gbps=400):
+    return int(seconds * gbps * GBPS)
+
+
+def test_two_periodic_jobs_on_one_link_are_shifted_to_interleave():
+    fabric = single_switch(4)  # the link into h3 is shared
+    ctl = FabricController(fabric, "coschedule")
+    a = announce(ctl, "a", [("h0", "h3", bytes_for(0.4))], now=0.0)
+    b = announce(ctl, "b", [("h1", "h3", bytes_for(0.4))], now=0.0)
+    assert a["start_offset_s"] == 0
+    assert 0.4 - 1e-9 <= b["start_offset_s"] <= 0.6 + 1e-9
+
+
+def test_three_jobs_take_three_slots():
+    fabric = single_switch(4)
+    ctl = FabricController(fabric, "coschedule")
+    offs = [announce(ctl, j, [(h, "h3", bytes_for(0.3))])["start_offset_s"]
+            for j, h in (("a", "h0"), ("b", "h1"), ("c", "h2"))]
+    slots = sorted(offs)
+    assert slots[0] == 0 and all(b - a >= 0.3 - 1e-9 for a, b in zip(slots, slots[1:]))
+    assert slots[-1] + 0.3 <= 1.0 + 1e-9
+
+
+def test_jobs_on_disjoint_links_start_at_once_and_get_disjoint_paths():
+    fabric = fat_tree(4)
+    ctl = FabricController(fabric, "coschedule")
+    a = announce(ctl, "a", [("h0", "h4", bytes_for(0.4))])
+    b = announce(ctl, "b", [("h1", "h5", bytes_for(0.4))])
+    pa, pb = a["placements"][0]["path"], b["placements"][0]["path"]
+    assert set(zip(pa, pa[1:])).isdisjoint(zip(pb, pb[1:]))
+    assert a["start_offset_s"] == b["start_offset_s"] == 0
+
+
+def test_announced_placement_is_what_the_flow_gets():
+    fabric = fat_tree(4)
+    sim = Sim(fabric, "coschedule")
+    a = announce(sim.ctl, "a", [("h0", "h4", bytes_for(0.4))])
+    k = sim.start("h0", "h4", 100, sport=12345)
+    assert list(sim.path(k).switches) == a["placements"][0]["path"]
+    assert sim.ctl.sched.flows[k].job == "a"
+
+
+def test_priority_follows_gpu_intensity():
+    fabric = single_switch(6)
+    ctl = FabricController(fabric, "coschedule")
+    announce(ctl, "light", [("h0", "h1", bytes_for(0.1))], compute_s=0.1)  # I = 1
+    announce(ctl, "heavy", [("h2", "h3", bytes_for(0.1))], compute_s=0.8)  # I = 8
+    announce(ctl, "mid", [("h4", "h5", bytes_for(0.1))], compute_s=0.4, gpus=1)  # I = 4
+    prio = {j["job"]: j["priority"] for j in ctl.state(0.0)["jobs"]}
+    assert prio["heavy"] < prio["mid"] < prio["light"]
+
+
+@pytest.mark.parametrize("body,word", [
+    (b"{", "JSON"),
+    (b"[]", "object"),
+    (json.dumps({"version": 2, "job": "a", "period_s": 1, "flows": []}).encode(), "version"),
+    (json.dumps({"version": 1, "job": "a", "period_s": 1}).encode(), "flows"),
+    (json.dumps({"version": 1, "job": "a", "period_s": -1,
+                 "flows": [{"src": "h0", "dst": "h1", "size_bytes": 1}]}).encode(), "period_s"),
+    (json.dumps({"version": 1, "job": "a", "period_s": 1, "colour": 1,
+                 "flows": [{"src": "h0", "dst": "h1", "size_bytes": 1}]}).encode(), "colour"),
+    (json.dumps({"version": 1, "job": "a", "period_s": 1,
+                 "flows": [{"src": "h0", "dst": "h99", "size_bytes": 1}]}).encode(), "flows[0].dst"),
+    (b" " * (MAX_BODY_BYTES + 1), "bytes"),
+])
+def test_bad_announcements_get_a_one_line_400(body, word):
+    ctl = FabricController(single_switch(2), "coschedule")
+    code, ans = ctl.announce(body, 0.0)
+    assert code == 400 and word in ans["error"] and "\n" not in ans["error"]
+
+
+def test_announce_without_coscheduling_says_go_now():
+    ctl = FabricController(single_switch(2), "ecmp")
+    ans = announce(ctl, "a", [("h0", "h1", 100)])
+    assert ans["start_offset_s"] == 0 and ans["coschedule"] is False
+
+
+def test_state_reports_loads_flows_and_decisions():
+    sim = Sim(fat_tree(4))
+    sim.start("h0", "h4", 200)
+    sim.step()
+    sim.step()
+    state = sim.ctl.state(sim.now)
+    json.dumps(state)  # must serialize
+    assert state["flows"][0]["src"] == "h0" and state["flows"][0]["rate_gbps"] == pytest.approx(200)
+    assert state["decisions"][0]["action"] == "place"
+    assert any(ln["load_gbps"] == pytest.approx(200, rel=0.01) for ln in state["link_loads"])
