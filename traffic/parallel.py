@@ -463,9 +463,21 @@ def model_workload(spec: dict, nranks: int, *, gpus_per_server: int | None = Non
         raise r.error("efficiency", "a fraction of peak in (0, 1]", kw["efficiency"])
     r.done()
     trace = generate(model, par, **kw)
+    _check_hierarchical(r, trace, kw["algorithms"], gpus_per_server)
     if validate:
         trace.validate(file=file)
     return trace
+
+
+def _check_hierarchical(r, trace, algorithms, gpus_per_server):
+    """Hierarchical needs each group laid out server by server, with inter-server peers on one rail."""
+    for kind, alg in algorithms.items():
+        if alg != "hierarchical":
+            continue
+        for name, ranks in trace.groups.items():
+            if name.startswith(kind + "-") and effective_gpus_per_server(ranks, gpus_per_server) is None:
+                raise r.error("algorithm", f"{kind} groups laid out server by server on the same rails for "
+                              f"hierarchical (gpus_per_server={gpus_per_server})", f"{name} = {ranks[:8]}")
 
 
 def _bool(r, key, default):
@@ -510,10 +522,4 @@ def _algorithms(r, par, gpus_per_server):
         if alg == "hierarchical" and not gpus_per_server:
             raise r.error("algorithm", "gpus_per_server known to the job for hierarchical (set it on the fabric)",
                           f"{kind}: hierarchical")
-    if gpus_per_server and "hierarchical" in out.values():
-        for kind, sample in (("tp", [par.rank(t, 0, 0) for t in range(par.tp)]),
-                             ("dp", [par.rank(0, d, 0) for d in range(par.dp)])):
-            if out[kind] == "hierarchical" and effective_gpus_per_server(sample, gpus_per_server) is None:
-                raise r.error("algorithm", f"{kind} groups laid out server by server on the same rails "
-                              f"for hierarchical (gpus_per_server={gpus_per_server})", f"{kind}: {sample[:8]}")
     return out
