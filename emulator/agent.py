@@ -145,6 +145,9 @@ class Agent:
             while True:
                 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                # Bound what one connection keeps in flight, so link queues
+                # rarely overflow: real training fabrics are lossless.
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, max(65536, 4 * self.slice_bytes))
                 try:
                     s.settimeout(2.0)
                     s.connect((addr["ip"], addr["port"]))

@@ -55,7 +55,7 @@ class Job:
 class Testbed:
     datapath: str = "auto"
     slice_bytes: int = 16384
-    queue_packets: int = 100
+    queue_packets: int = 1000
     timeout_s: float = 600.0
     ready_timeout_s: float = 60.0
 
@@ -122,6 +122,12 @@ def apply_overrides(data, overrides: list[str], file: str | None = None):
             parsed = yaml.safe_load(value)
         except yaml.YAMLError:
             parsed = value
+        if isinstance(parsed, str):
+            # YAML 1.1 reads '5e-4' (no dot) as a string; users mean a number.
+            try:
+                parsed = float(parsed)
+            except ValueError:
+                pass
         last = parts[-1]
         if isinstance(node, list):
             try:
@@ -219,7 +225,7 @@ def parse(data, file: str | None = None) -> Experiment:
                         expected="one of " + ", ".join(DATAPATHS)),
         slice_bytes=tb.get("slice_bytes", int, 16384, check=lambda v: 512 <= v <= 1 << 24,
                            expected="an integer in 512..16777216"),
-        queue_packets=tb.get("queue_packets", int, 100, check=lambda v: 2 <= v <= 100000,
+        queue_packets=tb.get("queue_packets", int, 1000, check=lambda v: 2 <= v <= 100000,
                              expected="an integer in 2..100000"),
         timeout_s=float(tb.get("timeout_s", NUM, 600.0, check=lambda v: v > 0, expected="seconds > 0")),
         ready_timeout_s=float(tb.get("ready_timeout_s", NUM, 60.0, check=lambda v: v > 0,

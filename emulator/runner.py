@@ -128,6 +128,7 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
                 pump(1.0)
             ctx["t_end"] = time.time()
             mon.stop()
+            ctx["tcp"] = _tcp_counters(tb, jobs)
             ctx["totals"] = {"bytes_sent": sum(m["bytes_sent"] for m in done.values()),
                              "bytes_received": sum(m["bytes_received"] for m in done.values()),
                              "checksum_errors": sum(m["checksum_errors"] for m in done.values())}
@@ -142,6 +143,25 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
         for _, _, p in agents:
             stop_process(p, timeout_s=2.0)
         sel.close()
+
+
+def parse_snmp_tcp(text: str) -> dict:
+    """The Tcp: header/value line pair of /proc/net/snmp as a dict."""
+    rows = [ln.split() for ln in text.splitlines() if ln.startswith("Tcp:")]
+    if len(rows) < 2:
+        return {}
+    return {k: int(v) for k, v in zip(rows[0][1:], rows[1][1:]) if v.lstrip("-").isdigit()}
+
+
+def _tcp_counters(tb: Testbed, jobs) -> dict:
+    """Retransmitted segments over all agent hosts: loss the real fabric would not have."""
+    total = {"out_segs": 0, "retrans_segs": 0}
+    for jp in jobs:
+        for h in jp.hosts:
+            c = parse_snmp_tcp(tb.host(h).cmd("cat /proc/net/snmp"))
+            total["out_segs"] += c.get("OutSegs", 0)
+            total["retrans_segs"] += c.get("RetransSegs", 0)
+    return total
 
 
 def _monitored_links(tb: Testbed) -> dict:
@@ -178,6 +198,7 @@ def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
         "datapath": ctx["datapath"],
         "jobs": [results.job_results(j.name, events, dil) for j in jobs],
         "traffic": results.traffic_results(events, received, exp.scale.link, exp.scale.bytes, host_total),
+        "tcp": ctx.get("tcp", {}),
         "integrity": {"bytes_sent_emulated": totals.get("bytes_sent"),
                       "bytes_received_emulated": totals.get("bytes_received"),
                       "checksum_errors": totals.get("checksum_errors")},

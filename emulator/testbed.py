@@ -87,7 +87,7 @@ class LinkShape:
 
 class Testbed:
     def __init__(self, fabric: Fabric, run_dir: str, *, routing: str = "ecmp", scale_link: float = 2.5e-5,
-                 datapath: str = "auto", queue_packets: int = 100, ready_timeout_s: float = 60.0,
+                 datapath: str = "auto", queue_packets: int = 1000, ready_timeout_s: float = 60.0,
                  controller: bool = True, mtu: int = 9000, log=print):
         self.fabric = fabric
         self.run_dir = os.path.abspath(run_dir)
@@ -222,12 +222,17 @@ class Testbed:
                     # An idle connection must not fall back to slow start between steps.
                     "sysctl -qw net.ipv4.tcp_slow_start_after_idle=0"]
             cmds += [f"ip link set {dev} mtu {self.mtu}" for dev in devs]
+            # A 200 ms minimum RTO is 5 ms after the time dilation: far from a
+            # lossless RDMA fabric. Keep recovery short.
+            fab_dev = self.intf(h, self.fabric.attachment(h)[0])
+            cmds.append(f"ip route replace 10.0.0.0/16 dev {fab_dev} proto kernel scope link src {nd['ip']}")
             nv = self.fabric.nvlink_switch(h)
             if nv is not None:
                 dev = self.intf(h, nv)
                 cmds.append(f"ip link set {dev} address {nd['nvlink_mac']}")
                 cmds.append(f"ip addr add {nd['nvlink_ip']}/16 dev {dev}")
                 cmds.append(f"ip link set {dev} up")
+                cmds.append(f"ip route replace 10.1.0.0/16 dev {dev} proto kernel scope link src {nd['nvlink_ip']}")
             if self.datapath == "userspace":
                 cmds.append(shaping.offload_cmd(devs))
             node.cmd("; ".join(cmds))
