@@ -49,6 +49,10 @@ class Job:
     hosts: object  # "all", list of host names, or {"count": N}
     workload: dict
     start_ms: float = 0.0
+    order: str = "as-listed"
+
+
+ORDERS = ("as-listed", "rail-aligned")
 
 
 @dataclass(frozen=True)
@@ -246,8 +250,13 @@ def parse(data, file: str | None = None) -> Experiment:
         _check_hosts(hosts, fabric, f"jobs[{i}].hosts", file)
         workload = js.get("workload", dict)
         start_ms = float(js.get("start_ms", NUM, 0.0, check=lambda v: v >= 0, expected="milliseconds >= 0"))
+        order = js.get("order", str, "as-listed", check=lambda v: v in ORDERS,
+                       expected="one of " + ", ".join(ORDERS))
+        if order == "rail-aligned" and fabric.kind != "rail-optimized":
+            raise ConfigError(f"jobs[{i}].order", "as-listed on a fabric that is not rail-optimized",
+                              order, file)
         js.done()
-        jobs.append(Job(jname, hosts, workload, start_ms))
+        jobs.append(Job(jname, hosts, workload, start_ms, order))
     top.done()
     return Experiment(name=name, topology=topo, scale=scale, routing=routing, jobs=tuple(jobs),
                       testbed=testbed, description=description, source=file, raw=data)
@@ -276,10 +285,25 @@ def _check_hosts(hosts, fabric, key, file):
 def job_hosts(job: Job, fabric) -> list[str]:
     """The fabric hosts a job runs on, in rank order."""
     if job.hosts == "all":
-        return list(fabric.hosts)
-    if isinstance(job.hosts, list):
-        return list(job.hosts)
-    return list(fabric.hosts)[: job.hosts["count"]]
+        hosts = list(fabric.hosts)
+    elif isinstance(job.hosts, list):
+        hosts = list(job.hosts)
+    else:
+        hosts = list(fabric.hosts)[: job.hosts["count"]]
+    return rail_aligned(hosts, fabric) if job.order == "rail-aligned" else hosts
+
+
+def rail_aligned(hosts: list[str], fabric) -> list[str]:
+    """Order hosts server by server, alternating GPU direction ("snake"), so
+    that each step from one server to the next joins GPUs on the same rail."""
+    by_server: dict[int, list[str]] = {}
+    for h in hosts:
+        by_server.setdefault(fabric.node(h)["server"], []).append(h)
+    out = []
+    for i, s in enumerate(sorted(by_server)):
+        gpus = sorted(by_server[s], key=lambda h: fabric.node(h)["gpu"])
+        out += gpus if i % 2 == 0 else gpus[::-1]
+    return out
 
 
 def resolve_path(exp: Experiment, path: str) -> str:

@@ -1,0 +1,38 @@
+"""Run `dtnet` for real and check that nothing is left behind."""
+import json
+import os
+import subprocess
+import sys
+
+import psutil
+
+from emulator import runstate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def dtnet(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "emulator.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+def run_experiment(name, out, *sets):
+    args = ["run", os.path.join(ROOT, "experiments", name), "--out", str(out)]
+    for s in sets:
+        args += ["--set", s]
+    r = dtnet(*args)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with open(os.path.join(out, "summary.json")) as f:
+        return json.load(f), r
+
+
+def assert_nothing_left(out):
+    """No bridge, link or process of this run survives it."""
+    with open(os.path.join(out, "state.json")) as f:
+        st = json.load(f)
+    left = runstate.leftovers(st["tag"])
+    assert left == {"bridges": [], "links": []}, left
+    pids = list(st["pids"].values()) + list(st.get("host_pids", {}).values())
+    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"processes still running: {alive}"
+    assert not os.path.exists(os.path.join(runstate.LEASE_DIR, f"tag-{st['tag']}")), "tag lease not released"
