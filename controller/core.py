@@ -88,8 +88,7 @@ class FabricController:
         flows, groups = self._routes(st.name)
         wipe = [FlowDelete(st.name), GroupDelete(st.name, GROUP_ALL)]
         if self.sched is not None:  # its per-flow entries are gone with the wipe
-            flows += [r for f in self.sched.flows.values()
-                      for r in self.sched.rules_for(f, f.path).values() if r.switch == st.name]
+            flows += [f.rules[st.name] for f in self.sched.flows.values() if st.name in f.rules]
         return [wipe, list(groups), list(flows)]
 
     def _routes(self, switch: str) -> tuple[list, list]:

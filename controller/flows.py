@@ -62,6 +62,7 @@ class FlowEntry:
     bytes_at_s: float | None = None
     rate_gbps: float = 0.0  # real-cluster units
     measured: bool = False
+    rules: dict = field(default_factory=dict)  # switch -> the entry we installed there
 
     @property
     def cookie(self) -> int:
@@ -133,7 +134,10 @@ class FlowScheduler:
         return [st for st in self._reroute_stages(e, new_path) if st]
 
     def _reroute_stages(self, e: FlowEntry, new_path: tuple[str, ...]) -> tuple[list, list, list]:
-        old, new = self.rules_for(e, e.path), self.rules_for(e, new_path)
+        """Diff against what is installed, not a recomputation of the old path: a
+        link change can turn a switch's choice into a single next hop."""
+        old, new = e.rules, self.rules_for(e, new_path)
+        e.rules = new
         i = next((i for i, (a, b) in enumerate(zip(e.path, new_path)) if a != b), min(len(e.path), len(new_path)))
         pivot = new_path[max(i - 1, 0)]
         before = [r for s, r in new.items() if s != pivot and old.get(s) != r]
@@ -196,6 +200,7 @@ class FlowScheduler:
         self.counters["flows_placed"] += 1
         self._decide(now, "place", e, None, path, reason)
         rules = self.rules_for(e, path)
+        e.rules = dict(rules)
         ingress = rules.pop(path[0])
         # Downstream entries first: the ingress entry stops the packet-ins.
         return [st for st in (list(rules.values()), [ingress]) if st]
@@ -219,8 +224,7 @@ class FlowScheduler:
         self.flows.pop(e.key, None)
         self.counters["flows_expired"] += 1
         self._decide(now, "expire", e, e.path, None, "idle")
-        rest = [FlowDelete(s, r.match, r.priority, strict=True)
-                for s, r in self.rules_for(e, e.path).items() if s != e.path[0]]
+        rest = [FlowDelete(s, r.match, r.priority, strict=True) for s, r in e.rules.items() if s != e.path[0]]
         return [rest] if rest else []
 
     def rebalance(self, now: float) -> list[list]:

@@ -42,17 +42,26 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--ofp-port", type=_port, default=6653)
     ap.add_argument("--rest-host", default="127.0.0.1")
     ap.add_argument("--rest-port", type=_port, default=8080)
+    ap.add_argument("--poll-s", type=float, default=None, help="statistics poll period (default 0.5)")
+    ap.add_argument("--link-scale", type=float, default=None,
+                    help="emulated link rate / real link rate, for loads in real Gb/s (default 1)")
+    ap.add_argument("--hold-s", type=float, default=None, help="minimum time between moves of a flow (default 2)")
     ap.add_argument("--log-file", default=None)
     return ap.parse_args(argv)
 
 
-def check_inputs(fabric_path: str, routing: str) -> None:
-    """Fail before Ryu starts, with one line, on a bad fabric or routing name."""
+def check_inputs(fabric_path: str, routing: str, **cfg) -> None:
+    """Fail before Ryu starts, with one line, on a bad fabric, routing name or setting."""
+    from controller.flows import CongestionConfig
     from controller.routing import check_policy
     from topologies.errors import InputError
     from topologies.fabric import Fabric
     try:
         check_policy(routing)
+        CongestionConfig(**{k: v for k, v in cfg.items() if v is not None})
+    except ValueError as e:
+        raise SystemExit(f"controller: {e}") from None
+    try:
         Fabric.load(fabric_path)
     except InputError as e:
         raise SystemExit(f"controller: {e}") from None
@@ -76,12 +85,16 @@ def main(argv: list[str] | None = None) -> int:
         return manager.main(args=argv[1:], prog="ryu-manager")
     args = parse_args(argv)
     try:
-        check_inputs(args.fabric, args.routing)
+        check_inputs(args.fabric, args.routing, poll_s=args.poll_s, link_scale=args.link_scale, hold_s=args.hold_s)
     except SystemExit as e:
         print(e, file=sys.stderr)
         return 2
     os.environ["DTNET_FABRIC"] = os.path.abspath(args.fabric)
     os.environ["DTNET_ROUTING"] = args.routing
+    for var, value in (("DTNET_POLL_S", args.poll_s), ("DTNET_LINK_SCALE", args.link_scale),
+                       ("DTNET_HOLD_S", args.hold_s)):
+        if value is not None:
+            os.environ[var] = repr(value)
     shim_eventlet()
     from ryu.cmd import manager
     return manager.main(args=ryu_argv(args), prog="dtnet-controller")

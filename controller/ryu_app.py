@@ -7,8 +7,13 @@ messages. No decision is made here.
 Configuration comes from the environment, so that ``python -m controller.run``
 (which the testbed uses) and a by-hand ``ryu-manager`` read it the same way:
 
-  DTNET_FABRIC   path of the fabric JSON (``Fabric.dump``); required
-  DTNET_ROUTING  shortest | ecmp | congestion-aware | coschedule (default ecmp)
+  DTNET_FABRIC      path of the fabric JSON (``Fabric.dump``); required
+  DTNET_ROUTING     shortest | ecmp | congestion-aware | coschedule (default ecmp)
+  DTNET_POLL_S      statistics poll period, seconds (default 0.5)
+  DTNET_LINK_SCALE  emulated link rate / real link rate (default 1), so loads
+                    come out in the fabric's real-cluster Gb/s
+  DTNET_HOLD_S      minimum time between two moves of one flow (default 2)
+  DTNET_TAU_S       EWMA time constant of link loads (default 1)
 
 By hand (Ryu 4.34 with eventlet 0.33 needs the shim that ``controller.run``
 applies, hence ``controller.run ryu-manager`` rather than bare ``ryu-manager``):
@@ -28,15 +33,21 @@ from ryu.base import app_manager
 from ryu.controller import ofp_event
 from ryu.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
 from ryu.lib import hub
-from ryu.lib.packet import arp, ethernet, packet
+from ryu.lib.packet import arp, ethernet, ipv4, packet, tcp
 from ryu.lib.packet import ether_types
 from ryu.ofproto import ofproto_v1_3
 
 from controller.core import FabricController
-from controller.rules import GROUP_ALL, FlowDelete, FlowRule, GroupDelete, GroupRule
+from controller.cosched import MAX_BODY_BYTES
+from controller.flows import CongestionConfig, FlowKey
+from controller.rules import (COOKIE_FLOW_BASE, COOKIE_FLOW_MASK, GROUP_ALL, FlowDelete, FlowRule, GroupDelete,
+                              GroupRule)
 from topologies.fabric import Fabric
 
 BARRIER_TIMEOUT_S = 10.0
+PACKET_IN_BYTES = 128  # headers are all the controller reads
+ENV_CONFIG = {"DTNET_POLL_S": "poll_s", "DTNET_LINK_SCALE": "link_scale", "DTNET_HOLD_S": "hold_s",
+              "DTNET_TAU_S": "tau_s"}
 API = "/dtnet/v1"
 APP_KEY = "dtnet_app"
 
@@ -49,7 +60,17 @@ def load_from_env() -> FabricController:
         fabric = Fabric.load(path)
     except (OSError, ValueError, KeyError) as e:
         raise SystemExit(f"dtnet controller: {path}: expected a fabric JSON, found an error: {e}")
-    return FabricController(fabric, os.environ.get("DTNET_ROUTING", "ecmp"))
+    cfg = {}
+    for var, name in ENV_CONFIG.items():
+        if os.environ.get(var):
+            try:
+                cfg[name] = float(os.environ[var])
+            except ValueError:
+                raise SystemExit(f"dtnet controller: {var}: expected a number, found {os.environ[var]!r}")
+    try:
+        return FabricController(fabric, os.environ.get("DTNET_ROUTING", "ecmp"), CongestionConfig(**cfg))
+    except ValueError as e:
+        raise SystemExit(f"dtnet controller: {e}")
 
 
 class DtnetApp(app_manager.RyuApp):
@@ -65,6 +86,71 @@ class DtnetApp(app_manager.RyuApp):
         kwargs["wsgi"].register(RestApi, {APP_KEY: self})
         self.logger.info("dtnet: %d switches expected, routing %s",
                          len(self.ctl.switches), self.ctl.routing)
+        # One worker runs plans in the order they were made: two plans racing
+        # (a link down, then up) could otherwise delete a group the later one re-added.
+        self.plans = hub.Queue()
+        self.worker = hub.spawn(self._plan_worker)
+        self.poller = hub.spawn(self._poll_loop)
+
+    def _submit(self, plan, done=None) -> None:
+        if plan:
+            self.plans.put((plan, done))
+
+    def _plan_worker(self):
+        while True:
+            plan, done = self.plans.get()
+            try:
+                self._run_plan(plan, done)
+            except Exception:  # a bad plan must not stop the ones after it
+                self.logger.exception("dtnet: plan failed")
+
+    # -- statistics ---------------------------------------------------------
+    def _poll_loop(self):
+        """Ask every switch for port (and per-flow) counters each period; after
+        the replies had half a period to come in, let the policy react."""
+        period = self.ctl.cfg.poll_s
+        while True:
+            for dp in list(self.datapaths.values()):
+                ofp, parser = dp.ofproto, dp.ofproto_parser
+                dp.send_msg(parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY))
+                if self.ctl.sched is not None:
+                    dp.send_msg(parser.OFPFlowStatsRequest(dp, 0, 0, ofp.OFPP_ANY, ofp.OFPG_ANY,
+                                                           COOKIE_FLOW_BASE, COOKIE_FLOW_MASK, parser.OFPMatch()))
+            hub.sleep(period / 2)
+            plan = self.ctl.poll_done(time.time())
+            if plan:
+                self.logger.info("dtnet: rebalance: %d operations", sum(len(st) for st in plan))
+                self._submit(plan)
+            hub.sleep(period / 2)
+
+    @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
+    def _port_stats(self, ev):
+        self.ctl.port_stats(ev.msg.datapath.id, [(s.port_no, s.tx_bytes, s.rx_bytes) for s in ev.msg.body],
+                            ev.timestamp)
+
+    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
+    def _flow_stats(self, ev):
+        self.ctl.flow_stats(ev.msg.datapath.id, [(s.cookie, s.byte_count) for s in ev.msg.body], ev.timestamp)
+
+    @set_ev_cls(ofp_event.EventOFPFlowRemoved, MAIN_DISPATCHER)
+    def _flow_removed(self, ev):
+        plan = self.ctl.flow_removed(ev.msg.datapath.id, ev.msg.cookie, ev.timestamp)
+        if plan:
+            self._submit(plan)
+
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    def _port_status(self, ev):
+        msg = ev.msg
+        ofp = msg.datapath.ofproto
+        desc = msg.desc
+        up = not (desc.state & ofp.OFPPS_LINK_DOWN or desc.config & ofp.OFPPC_PORT_DOWN) \
+            and msg.reason != ofp.OFPPR_DELETE
+        plan = self.ctl.port_status(msg.datapath.id, desc.port_no, up, ev.timestamp)
+        if plan:
+            self.logger.info("dtnet: port %d of %s %s: %d operations", desc.port_no,
+                             self.ctl.switch_name(msg.datapath.id), "up" if up else "down",
+                             sum(len(st) for st in plan))
+            self._submit(plan)
 
     # -- switch lifecycle ---------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
@@ -78,7 +164,7 @@ class DtnetApp(app_manager.RyuApp):
         self.groups[dp.id] = set()
         plan = self.ctl.switch_connected(dp.id, time.time())
         self.logger.info("dtnet: %s connected (dpid %d), installing", name, dp.id)
-        hub.spawn(self._run_plan, plan, lambda: self._installed(dp.id))
+        self._submit(plan, lambda: self._installed(dp.id))
 
     def _installed(self, dpid: int) -> None:
         self.ctl.install_done(dpid, time.time())
@@ -138,9 +224,12 @@ class DtnetApp(app_manager.RyuApp):
         ofp, parser = dp.ofproto, dp.ofproto_parser
         if isinstance(op, FlowRule):
             inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, self._actions(dp, op.actions))]
+            if op.goto_table is not None:
+                inst.append(parser.OFPInstructionGotoTable(op.goto_table))
             return parser.OFPFlowMod(dp, cookie=op.cookie, table_id=op.table, command=ofp.OFPFC_ADD,
                                      idle_timeout=op.idle_timeout_s, hard_timeout=op.hard_timeout_s,
                                      priority=op.priority, buffer_id=ofp.OFP_NO_BUFFER,
+                                     flags=ofp.OFPFF_SEND_FLOW_REM if op.notify_removed else 0,
                                      match=parser.OFPMatch(**op.match), instructions=inst)
         if isinstance(op, FlowDelete):
             return parser.OFPFlowMod(dp, cookie=op.cookie, cookie_mask=op.cookie_mask, table_id=op.table,
@@ -181,7 +270,7 @@ class DtnetApp(app_manager.RyuApp):
             if a[0] == "output":
                 out.append(parser.OFPActionOutput(a[1], 0))
             elif a[0] == "controller":
-                out.append(parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER))
+                out.append(parser.OFPActionOutput(ofp.OFPP_CONTROLLER, PACKET_IN_BYTES))
             elif a[0] == "group":
                 out.append(parser.OFPActionGroup(a[1]))
             elif a[0] == "set_queue":
@@ -196,6 +285,13 @@ class DtnetApp(app_manager.RyuApp):
         msg = ev.msg
         dp = msg.datapath
         pkt = packet.Packet(msg.data)
+        ip, seg = pkt.get_protocol(ipv4.ipv4), pkt.get_protocol(tcp.tcp)
+        if ip is not None and seg is not None:
+            key = FlowKey(ip.src, ip.dst, ip.proto, seg.src_port, seg.dst_port)
+            plan = self.ctl.packet_in_flow(dp.id, msg.match["in_port"], key, ev.timestamp)
+            if plan:
+                self._submit(plan)
+            return
         req = pkt.get_protocol(arp.arp)
         if req is None or req.opcode != arp.ARP_REQUEST:
             return
@@ -226,3 +322,14 @@ class RestApi(ControllerBase):
     @route("dtnet", API + "/status", methods=["GET"])
     def status(self, req, **_):
         return _json(self.app.ctl.status())
+
+    @route("dtnet", API + "/state", methods=["GET"])
+    def state(self, req, **_):
+        return _json(self.app.ctl.state(time.time()))
+
+    @route("dtnet", API + "/announce", methods=["POST"])
+    def announce(self, req, **_):
+        if req.content_length is None or req.content_length > MAX_BODY_BYTES:
+            return _json({"error": f"body: expected a Content-Length of at most {MAX_BODY_BYTES} bytes"}, 413)
+        code, answer = self.app.ctl.announce(req.body, time.time())
+        return _json(answer, code)

@@ -271,6 +271,19 @@ def test_link_down_reroutes_routes_and_placed_flows():
     assert (a, b) in used or (b, a) in used or sim.ctl.down == set()
 
 
+def test_link_down_at_the_ingress_replaces_the_stale_entry():
+    """Found on real OVS: once the ingress has one way left, its per-flow entry
+    still pointed at the dead port."""
+    sim = Sim(leaf_spine(2, 2, 1))
+    for sport in range(1, 9):
+        sim.start("h0", "h1", 10, sport=sport)
+    dead = sim.path(sim.key("h0", "h1", 1)).switches[1]
+    sim.net.set_link("leaf0", dead, up=False)
+    sim.apply(sim.ctl.port_status(sim.fabric.node("leaf0")["dpid"], sim.fabric.port("leaf0", dead), False, 1.0))
+    for key in sim.rates:
+        assert dead not in sim.path(key).switches
+
+
 @settings(max_examples=25, deadline=None)
 @given(fabric=st.one_of(st.builds(fat_tree, st.sampled_from([2, 4])),
                         st.builds(leaf_spine, st.integers(2, 4), st.integers(1, 3), st.integers(1, 3))),

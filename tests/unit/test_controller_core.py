@@ -107,5 +107,8 @@ def test_run_rejects_bad_inputs_in_one_line(tmp_path):
         with pytest.raises(SystemExit) as e:
             check_inputs(path, routing)
         assert "\n" not in str(e.value)
+    with pytest.raises(SystemExit) as e:
+        check_inputs(str(good), "ecmp", poll_s=0)
+    assert "poll_s" in str(e.value)
     with pytest.raises(SystemExit):
         parse_args(["--fabric", "f.json", "--ofp-port", "70000"])
