@@ -12,6 +12,7 @@ setup:
 demo: setup
 	$(DTNET) run $(DEMO)
 
+# Unit and integration tiers in one run; exit 5 ("no tests ran") fails too.
 test: setup
 	$(PY) -m pytest tests -v -p no:cacheprovider
 
