@@ -187,7 +187,9 @@ class Testbed:
         log_path = os.path.join(self.run_dir, "controller.log")
         cmd = [sys.executable, "-m", "controller.run", "--fabric", fabric_path, "--routing", self.routing,
                "--ofp-port", str(ofp_port), "--rest-host", "127.0.0.1", "--rest-port", str(self.rest_port),
-               "--log-file", log_path]
+               "--log-file", log_path,
+               # The controller reports and decides in real-cluster Gb/s.
+               "--link-scale", repr(self.scale_link)]
         self._ctl_log = open(os.path.join(self.run_dir, "controller.out"), "w")
         # Its own session, so a Ctrl-C at the terminal reaches us, not it:
         # we stop it ourselves during teardown.
