@@ -269,7 +269,7 @@ class Agent:
         spec = op.spec
         ev = {"kind": spec["kind"], "job": self.job, "rank": self.rank, "op_id": spec["id"],
               "start": op.start_t, "end": now, "ready": op.ready_t}
-        for k in ("op", "algorithm", "size_bytes", "iteration", "label", "group", "peer", "real_size_bytes"):
+        for k in ("op", "algorithm", "size_bytes", "iteration", "label", "group", "peer", "ranks"):
             if spec.get(k) is not None:
                 ev[k] = spec[k]
         self.emit(ev)

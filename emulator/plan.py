@@ -79,7 +79,7 @@ def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -
               "slice_bytes": exp.testbed.slice_bytes, "start_offset_s": jp.start_offset_s,
               "ops": [], "peers": {}, "inbound": 0} for r in range(n)]
     tid = 0
-    instance_tids: dict[str, list] = {}   # collective id -> [(src, dst, step, bytes, tid)]
+    instance_tids: dict[tuple, list] = {}   # (collective id, group) -> [(src, dst, step, bytes, tid)]
     pair_tid: dict[str, int] = {}
     sched_cache: dict[tuple, object] = {}
     op_index: list[dict[str, int]] = [dict() for _ in range(n)]
@@ -95,7 +95,8 @@ def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -
                 spec["duration_s"] = op.duration_s * dilation
             elif op.kind == "collective":
                 group = trace.groups[op.group]
-                if op.id not in instance_tids:
+                inst = (op.id, op.group)  # one id may name an instance in each group
+                if inst not in instance_tids:
                     size = emulated_bytes(op.size_bytes, sb)
                     key = (op.op, op.algorithm, len(group), size)
                     if key not in sched_cache:
@@ -106,11 +107,11 @@ def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -
                     for t in sched_cache[key].transfers:
                         lst.append((group[t.src], group[t.dst], t.step, t.size_bytes, tid))
                         tid += 1
-                    instance_tids[op.id] = lst
+                    instance_tids[inst] = lst
                 spec.update(op=op.op, algorithm=op.algorithm, group=op.group, size_bytes=op.size_bytes,
                             ranks=len(group))
-                spec["sends"] = [[t, d, st, b] for s, d, st, b, t in instance_tids[op.id] if s == r]
-                spec["recvs"] = [[t, s, st, b] for s, d, st, b, t in instance_tids[op.id] if d == r]
+                spec["sends"] = [[t, d, st, b] for s, d, st, b, t in instance_tids[inst] if s == r]
+                spec["recvs"] = [[t, s, st, b] for s, d, st, b, t in instance_tids[inst] if d == r]
             elif op.kind in ("send", "recv"):
                 src, dst = (r, op.peer) if op.kind == "send" else (op.peer, r)
                 key = f"{op.id}:{src}->{dst}"

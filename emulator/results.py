@@ -62,7 +62,7 @@ def job_results(job: str, events: list[dict], dilation: float) -> dict:
             span = iters.setdefault(e["iteration"], [e["start"], e["end"]])
             span[0], span[1] = min(span[0], e["start"]), max(span[1], e["end"])
         if e["kind"] == "collective":
-            colls.setdefault(e["op_id"], []).append(e)
+            colls.setdefault((e["op_id"], e.get("group")), []).append(e)
     groups: dict[tuple, list[float]] = {}
     for op_id, parts in colls.items():
         p = parts[0]

@@ -11,9 +11,9 @@ def htb_cmds(dev: str, rate_mbps: float, queue_packets: int, mtu: int = 1500) ->
 
     The queue is bounded in bytes (queue_packets of 1500 B), so jumbo
     frames do not make it deeper in time."""
-    # burst: at least one 10 ms of traffic or 15 kB, so HTB can keep up
-    # with timer granularity without bursting far past the rate.
-    burst_bytes = max(15000, 2 * mtu, int(rate_mbps * 1e6 / 8 * 0.01))
+    # burst: two frames or 1 ms of traffic. Larger bursts let a message of
+    # the emulated size (often ~100 kB) pass at line rate, unshaped.
+    burst_bytes = max(2 * mtu, int(rate_mbps * 1e6 / 8 * 0.001))
     return [
         f"qdisc replace dev {dev} root handle 5: htb default 1",
         f"class replace dev {dev} parent 5: classid 5:1 htb rate {rate_mbps:.6f}mbit "

@@ -1,0 +1,105 @@
+"""Planning and config without root: every rank of every collective instance
+gets its transfers, sizes scale, and bad input names file and key."""
+import os
+
+import pytest
+
+from emulator import config
+from emulator.config import ConfigError
+from emulator.plan import build_plans
+from emulator.results import bus_factor, job_results
+from emulator.shaping import htb_cmds
+
+EXP = os.path.join(os.path.dirname(__file__), "..", "..", "experiments")
+
+
+def _plans(name, *sets):
+    exp = config.load(os.path.join(EXP, name), list(sets))
+    return exp, build_plans(exp, exp.fabric())
+
+
+def test_every_rank_of_every_group_instance_moves_bytes():
+    # Regression: one op id names an instance in each TP/DP group.
+    exp, (job,) = _plans("gpt-small-3d.yaml")
+    sent = {}
+    for plan in job.ranks:
+        for op in plan["ops"]:
+            if op["kind"] == "collective":
+                sent.setdefault((op["id"], op["group"]), {})[plan["rank"]] = \
+                    (sum(s[3] for s in op["sends"]), sum(r[3] for r in op["recvs"]))
+    assert sent
+    for key, per_rank in sent.items():
+        assert len(per_rank) == op_group_size(job, key[1])
+        assert all(s > 0 and r > 0 for s, r in per_rank.values()), key
+
+
+def op_group_size(job, group):
+    return len(job.trace.groups[group])
+
+
+def test_ring_plan_bytes_follow_the_formula_and_scale():
+    exp, (job,) = _plans("ring-single-switch.yaml", "jobs.0.workload.iterations=1")
+    n, size = 8, round(1073741824 * exp.scale.bytes)
+    for plan in job.ranks:
+        (op,) = [o for o in plan["ops"] if o["kind"] == "collective"]
+        assert sum(s[3] for s in op["sends"]) == pytest.approx(2 * (n - 1) * size / n, abs=2 * n)
+        assert len(plan["peers"]) == 1 and plan["inbound"] == 1
+
+
+def test_same_server_peers_use_nvlink_addresses():
+    exp, (job,) = _plans("demo.yaml")
+    fab = exp.fabric()
+    for plan in job.ranks:
+        for peer, addr in plan["peers"].items():
+            a, b = plan["host"], job.hosts[int(peer)]
+            assert addr["ip"] == fab.node(b)["nvlink_ip" if fab.same_server(a, b) else "ip"]
+
+
+def test_rail_aligned_order_crosses_servers_on_one_rail():
+    exp = config.load(os.path.join(EXP, "ring-rail-32.yaml"))
+    fab = exp.fabric()
+    hosts = config.job_hosts(exp.jobs[0], fab)
+    for a, b in zip(hosts, hosts[1:] + hosts[:1]):
+        if not fab.same_server(a, b):
+            assert fab.node(a)["gpu"] == fab.node(b)["gpu"]
+
+
+@pytest.mark.parametrize("sets,key", [
+    (["topology.k=3"], "topology.k"),
+    (["scale.link=2"], "scale.link"),
+    (["scale.link=1e-9"], "scale.link"),
+    (["controller.routing=magic"], "controller.routing"),
+    (["jobs.0.hosts=[h0, h99]"], "jobs[0].hosts"),
+    (["bogus=1"], "bogus"),
+    (["jobs.0.workload.size_bytes=-5"], "size_bytes"),
+    (["jobs.0.order=rail-aligned"], "jobs[0].order"),
+])
+def test_bad_input_names_file_and_key(sets, key):
+    with pytest.raises((ConfigError,)) as ei:
+        exp = config.load(os.path.join(EXP, "ring-fat-tree.yaml"), sets)
+        build_plans(exp, exp.fabric())
+    msg = str(ei.value)
+    assert msg.startswith(os.path.join(EXP, "ring-fat-tree.yaml")) and key in msg and "\n" not in msg
+
+
+def test_set_reads_exponents_without_a_dot_as_numbers():
+    exp = config.load(os.path.join(EXP, "demo.yaml"), ["scale.bytes=5e-4"])
+    assert exp.scale.bytes == 5e-4
+
+
+def test_busbw_factors_and_iteration_intervals():
+    assert bus_factor("all_reduce", 8) == pytest.approx(1.75)
+    assert bus_factor("all_gather", 4) == pytest.approx(0.75)
+    ev = [{"kind": "collective", "job": "j", "rank": r, "op_id": f"it{i}/ar", "group": "world", "op": "all_reduce",
+           "algorithm": "ring", "size_bytes": 1000, "ranks": 2, "iteration": i,
+           "start": 10.0 * i, "end": 10.0 * i + 4 + r} for i in range(3) for r in range(2)]
+    res = job_results("j", ev, dilation=2.0)
+    assert res["iteration_time_s"]["all"] == [2.5, 5.0, 5.0]
+    (c,) = res["collectives"]
+    assert c["cct_s"] == pytest.approx(2.5) and c["count"] == 3
+
+
+def test_htb_burst_stays_small_so_messages_are_shaped():
+    cmds = htb_cmds("x-eth0", 90.0, 1000, mtu=9000)
+    burst = int(cmds[1].split("burst ")[1].split()[0])
+    assert burst <= 2 * 9000
