@@ -7,7 +7,6 @@ a 1024-GPU GPT-3 trace cheap to build.
 """
 from __future__ import annotations
 
-import gc
 from dataclasses import dataclass
 
 from traffic.collectives import ALGORITHMS, effective_gpus_per_server
@@ -15,7 +14,7 @@ from traffic.errors import InputError
 from traffic.models import DTYPE_BYTES, GPUS, PRESETS, Gpu, Model, attention_flops, attention_params, \
     expert_params, logits_flops, mlp_dense_params, mlp_flops, model_from_spec, padded_vocab
 from traffic.spec import SpecReader
-from traffic.trace import Op, Trace
+from traffic.trace import Op, Trace, _no_gc
 
 DIMS = ("tp", "dp", "pp")
 SCHEDULES = ("1f1b", "gpipe")
@@ -23,7 +22,8 @@ SCHEDULES = ("1f1b", "gpipe")
 # Llama 2's 4M tokens of 4096. Mixtral published none; 1024 sequences matches Llama 2's tokens.
 PUBLISHED_GLOBAL_BATCH = {"gpt-small": 256, "gpt3-13b": 512, "gpt3-175b": 1536, "llama2-70b": 1024,
                           "mixtral-8x7b": 1024}
-OPTIMIZER_BYTES_PER_PARAM = 24  # Adam touches fp32 master, grad, m, v: a memory-bound pass
+OPTIMIZER_BYTES_PER_PARAM = 24
+MEGATRON_BUCKET_PARAMS = 40_000_000  # Adam touches fp32 master, grad, m, v: a memory-bound pass
 
 
 @dataclass(frozen=True)
@@ -321,25 +321,21 @@ class _Job:
 
 def generate(model: Model, par: ParallelConfig, *, gpu: str = "a100", efficiency: float = 0.45,
              dtype: str = "bf16", grad_dtype: str = "fp32", iterations: int = 1,
-             bucket_size_bytes: int = 25 * 2**20, algorithms: dict | None = None, recompute: bool = False,
+             bucket_size_bytes: int | None = None, algorithms: dict | None = None, recompute: bool = False,
              gpus_per_server: int | None = None) -> Trace:
     """The per-GPU op streams of `iterations` training iterations (no validation: see Trace.validate)."""
     algorithms = {"tp": "ring", "dp": "ring", "ep": "ring", "edp": "ring", **(algorithms or {})}
+    if bucket_size_bytes is None:  # Megatron DDP: buckets of 40M parameters
+        bucket_size_bytes = MEGATRON_BUCKET_PARAMS * DTYPE_BYTES[grad_dtype]
     job = _Job(model, par, _costs(model, par, GPUS[gpu], efficiency, dtype, grad_dtype, recompute),
                algorithms, iterations, bucket_size_bytes, dtype, grad_dtype)
     groups = _groups(job)
     ops: dict[int, list[Op]] = {}
-    # Millions of small acyclic objects: the cyclic collector would rescan them again and again.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with _no_gc():
         for p in range(par.pp):
             plan = _stage_plan(_StageBuilder(job, p).build())
             for d in range(par.dp):
                 _materialize(job, plan, p, d, ops)
-    finally:
-        if was_enabled:
-            gc.enable()
     meta = {
         "workload": "model", "model": model.name, "gpu": gpu, "efficiency": efficiency, "dtype": dtype,
         "grad_dtype": grad_dtype, "tp": par.tp, "pp": par.pp, "dp": par.dp, "ep": par.ep,
@@ -454,7 +450,7 @@ def model_workload(spec: dict, nranks: int, *, gpus_per_server: int | None = Non
         dtype=r.choice("dtype", tuple(DTYPE_BYTES), "bf16"),
         grad_dtype=r.choice("grad_dtype", tuple(DTYPE_BYTES), "fp32"),
         iterations=r.int("iterations", 1, minimum=1),
-        bucket_size_bytes=r.int("bucket_size_bytes", 25 * 2**20, minimum=1),
+        bucket_size_bytes=r.int("bucket_size_bytes", None, minimum=1),
         recompute=_bool(r, "recompute", False),
         algorithms=_algorithms(r, par, gpus_per_server),
         gpus_per_server=gpus_per_server,

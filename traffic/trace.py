@@ -1,6 +1,8 @@
 """Per-rank op traces: the workload each emulated GPU replays, and their versioned JSON file."""
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import math
 from dataclasses import dataclass, field, fields
@@ -228,14 +230,39 @@ def op_from_dict(d, where="op", file=None) -> Op:
 
 
 def to_dict(t: Trace) -> dict:
-    return {
-        "format": FORMAT,
-        "version": VERSION,
-        "nranks": t.nranks,
-        "groups": {k: list(v) for k, v in t.groups.items()},
-        "meta": t.meta,
-        "ops": {str(r): [op_to_dict(o) for o in ops] for r, ops in sorted(t.ops.items())},
-    }
+    """The file's JSON object. An op object used by several ranks is written once, in `op_table`,
+    and ranks refer to it by index, or to a run of the table as [start, stop]."""
+    uses: dict[int, int] = {}
+    for ops in t.ops.values():
+        for o in ops:
+            uses[id(o)] = uses.get(id(o), 0) + 1
+    table: list[dict] = []
+    index: dict[int, int] = {}
+    out_ops = {}
+    for r, ops in sorted(t.ops.items()):
+        entries: list = []
+        for o in ops:
+            if uses[id(o)] < 2:
+                entries.append(op_to_dict(o))
+                continue
+            i = index.get(id(o))
+            if i is None:
+                i = index[id(o)] = len(table)
+                table.append(op_to_dict(o))
+            last = entries[-1] if entries else None
+            if isinstance(last, list) and last[1] == i:
+                last[1] = i + 1
+            elif isinstance(last, int) and last + 1 == i:
+                entries[-1] = [last, i + 1]
+            else:
+                entries.append(i)
+        out_ops[str(r)] = entries
+    d = {"format": FORMAT, "version": VERSION, "nranks": t.nranks,
+         "groups": {k: list(v) for k, v in t.groups.items()}, "meta": t.meta}
+    if table:
+        d["op_table"] = table
+    d["ops"] = out_ops
+    return d
 
 
 def from_dict(d, file=None) -> Trace:
@@ -245,45 +272,78 @@ def from_dict(d, file=None) -> Trace:
         raise InputError("format", repr(FORMAT), repr(d.get("format")), file=file)
     if d.get("version") != VERSION:
         raise InputError("version", f"{VERSION} (this dtnet reads version {VERSION})", d.get("version"), file=file)
-    unknown = set(d) - {"format", "version", "nranks", "groups", "meta", "ops"}
+    unknown = set(d) - {"format", "version", "nranks", "groups", "meta", "op_table", "ops"}
     if unknown:
-        raise InputError(sorted(unknown)[0], "one of format, version, nranks, groups, meta, ops",
+        raise InputError(sorted(unknown)[0], "one of format, version, nranks, groups, meta, op_table, ops",
                          "an unknown key", file=file)
-    groups, ops_in, meta = d.get("groups", {}), d.get("ops"), d.get("meta", {})
+    groups, ops_in, meta, table_in = d.get("groups", {}), d.get("ops"), d.get("meta", {}), d.get("op_table", [])
     if not isinstance(groups, dict):
         raise InputError("groups", "an object of name -> ranks", type(groups).__name__, file=file)
     if not isinstance(ops_in, dict):
         raise InputError("ops", "an object of rank -> op list", type(ops_in).__name__, file=file)
     if not isinstance(meta, dict):
         raise InputError("meta", "an object", type(meta).__name__, file=file)
+    if not isinstance(table_in, list):
+        raise InputError("op_table", "a list of ops", type(table_in).__name__, file=file)
+    table = [op_from_dict(o, f"op_table[{i}]", file) for i, o in enumerate(table_in)]
     ops = {}
     for key, lst in ops_in.items():
         if not key.isdigit():
             raise InputError("ops", "rank numbers as keys", repr(key), file=file)
         if not isinstance(lst, list):
             raise InputError(f"ops.{key}", "a list of ops", type(lst).__name__, file=file)
-        ops[int(key)] = [op_from_dict(o, f"ops.{key}[{i}]", file) for i, o in enumerate(lst)]
+        ops[int(key)] = _entries(lst, table, f"ops.{key}", file)
     try:
         return Trace(nranks=d.get("nranks"), groups=groups, ops=ops, meta=meta)
     except TypeError as e:
         raise InputError("trace", "valid fields", str(e), file=file) from None
 
 
+def _entries(lst, table, where, file):
+    out: list[Op] = []
+    for i, e in enumerate(lst):
+        if isinstance(e, dict):
+            out.append(op_from_dict(e, f"{where}[{i}]", file))
+        elif _is_int(e) and 0 <= e < len(table):
+            out.append(table[e])
+        elif isinstance(e, list) and len(e) == 2 and all(_is_int(x) for x in e) and 0 <= e[0] < e[1] <= len(table):
+            out.extend(table[e[0]:e[1]])
+        else:
+            raise InputError(f"{where}[{i}]", f"an op, an op_table index or a [start, stop] run of the "
+                             f"{len(table)}-entry op_table", json.dumps(e)[:40], file=file)
+    return out
+
+
 def dump(trace: Trace, path) -> None:
+    with _no_gc():
+        text = json.dumps(to_dict(trace), separators=(",", ":"))  # dumps runs the C encoder; dump does not
     with open(path, "w") as f:
-        json.dump(to_dict(trace), f, separators=(",", ":"))
+        f.write(text)
         f.write("\n")
+
+
+@contextlib.contextmanager
+def _no_gc():
+    """Millions of small acyclic objects: the cyclic collector would rescan them over and over."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def load(path) -> Trace:
     """Reads and validates a trace file; every problem is an InputError naming the file."""
     try:
-        with open(path) as f:
+        with open(path) as f, _no_gc():
             d = json.load(f)
     except OSError as e:
         raise InputError("trace", "a readable file", e.strerror, file=str(path)) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise InputError("trace", "JSON", f"invalid JSON ({e})", file=str(path)) from None
-    t = from_dict(d, file=str(path))
-    t.validate(file=str(path))
+    with _no_gc():
+        t = from_dict(d, file=str(path))
+        t.validate(file=str(path))
     return t

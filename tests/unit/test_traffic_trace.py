@@ -5,6 +5,7 @@ import pytest
 
 from traffic.errors import InputError
 from traffic.trace import Op, Trace, dump, find_cycle, load, to_dict
+from traffic.workload import build_workload
 
 
 def _pair_trace():
@@ -114,3 +115,23 @@ def test_load_missing_file(tmp_path):
 def test_dump_is_plain_json(tmp_path):
     dump(_pair_trace(), tmp_path / "t.json")
     assert json.loads((tmp_path / "t.json").read_text())["nranks"] == 3
+
+
+def test_shared_ops_are_written_once_and_come_back_shared(tmp_path):
+    t = build_workload({"model": "gpt-small", "tp": 2, "pp": 2, "dp": 2, "microbatches": 2}, 8)
+    d = to_dict(t)
+    assert d["op_table"] and any(isinstance(e, list) for e in d["ops"]["1"])  # runs of the table
+    dump(t, tmp_path / "t.json")
+    back = load(tmp_path / "t.json")
+    assert back == t
+    assert sum(x is y for x, y in zip(back.ops[0], back.ops[1])) == sum(x is y for x, y in zip(t.ops[0], t.ops[1]))
+
+
+@pytest.mark.parametrize("entry", [5, [0, 9], [1, 1], "x", [0]])
+def test_bad_op_table_references(tmp_path, entry):
+    d = {"format": "dtnet-trace", "version": 1, "nranks": 1, "op_table": [{"id": "a", "kind": "compute"}],
+         "ops": {"0": [entry]}}
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(d))
+    with pytest.raises(InputError, match=r"ops\.0\[0\]: expected an op, an op_table index or a \[start, stop\]"):
+        load(p)

@@ -1,0 +1,70 @@
+"""`dtnet trace` subcommands through traffic.cli.register, the way the top-level CLI mounts them."""
+import argparse
+import json
+
+import pytest
+
+import traffic.cli as cli
+from traffic.analysis import bytes_by_collective, critical_path
+from traffic.errors import InputError
+from traffic.trace import Op, Trace, load
+from traffic.workload import build_workload
+
+
+def _run(argv):
+    parser = argparse.ArgumentParser(prog="dtnet")
+    cli.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def test_generate_then_show(tmp_path, capsys):
+    out = tmp_path / "t.json"
+    assert _run(["trace", "generate", "--model", "gpt-small", "--gpus", "8", "--tp", "2", "--pp", "2",
+                 "--microbatches", "4", "--out", str(out), "--validate"]) == 0
+    t = load(out)
+    assert t.nranks == 8 and t.meta["dp"] == 2
+    capsys.readouterr()
+    assert _run(["trace", "show", str(out), "--top", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "tp       all_reduce" in text and "p2p      send/recv" in text and "critical path:" in text
+
+
+def test_generate_errors_name_the_flag(tmp_path):
+    with pytest.raises(InputError) as e:
+        _run(["trace", "generate", "--model", "gpt-small", "--gpus", "8", "--tp", "2", "--dp", "3",
+              "--microbatches", "1", "--out", str(tmp_path / "x.json")])
+    assert str(e.value).startswith("--dp: expected tp x pp x dp = 8 GPUs")
+
+
+def test_show_rejects_a_corrupt_file(tmp_path):
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps({"format": "dtnet-trace", "version": 1, "nranks": 2, "groups": {},
+                             "ops": {"0": [{"id": "a", "kind": "send", "peer": 1, "size_bytes": 3}]}}))
+    with pytest.raises(InputError, match="bad.json: ops.1: expected a recv on rank 1"):
+        _run(["trace", "show", str(p)])
+
+
+def test_main_shim_exits_2_with_one_line(tmp_path, capsys):
+    assert cli.main(["trace", "show", str(tmp_path / "missing.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "expected a readable file" in err
+
+
+def test_bytes_table_counts_instances_once():
+    t = build_workload({"collective": "all_gather", "size_bytes": 100, "iterations": 3}, 4)
+    assert bytes_by_collective(t) == {("world", "all_gather"): (3, 300)}
+
+
+def test_critical_path_takes_the_longest_chain():
+    # rank 1 computes longer before the shared all-reduce: the path runs through it.
+    t = Trace(2, {"w": [0, 1]}, {
+        0: [Op("c", "compute", duration_s=1.0), Op("ar", "collective", ("c",), op="all_reduce", group="w",
+                                                   size_bytes=0)],
+        1: [Op("c", "compute", duration_s=3.0), Op("ar", "collective", ("c",), op="all_reduce", group="w",
+                                                   size_bytes=0),
+            Op("d", "compute", ("ar",), duration_s=0.5)],
+    })
+    cp = critical_path(t, link_gbps=100, latency_s=0.0)
+    assert cp.total_s == pytest.approx(3.5) and cp.compute_s == pytest.approx(3.5)
+    assert [d for d, _ in cp.steps][0].endswith("[rank 1]")

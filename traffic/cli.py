@@ -1,0 +1,130 @@
+"""`dtnet trace ...`: generate, show and import traces. Handlers return an exit code and raise
+InputError for bad input; the top-level `dtnet` prints it as one line and exits 2."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from traffic.collectives import ALGORITHMS
+from traffic.errors import InputError
+from traffic.models import DTYPE_BYTES, GPUS, PRESETS
+from traffic.parallel import SCHEDULES
+
+IMPORTERS = ("chakra", "aicb", "kineto")
+
+
+def register(subparsers) -> None:
+    """Adds `trace` with its subcommands to the top-level parser's subparsers."""
+    trace = subparsers.add_parser("trace", help="generate, show and import workload traces (no root needed)",
+                                  description="Generate, show and import per-GPU workload traces.")
+    sub = trace.add_subparsers(dest="trace_command", metavar="{generate,show,import}")
+    sub.required = True
+
+    gen = sub.add_parser("generate", help="write the trace of a model training job",
+                         description="Per-GPU op streams of a training job (Megatron rank order: tp fastest).")
+    gen.add_argument("--model", required=True, help="preset: " + ", ".join(PRESETS))
+    gen.add_argument("--gpus", type=int, required=True, help="GPU count (= tp x pp x dp)")
+    for dim in ("tp", "pp", "ep"):
+        gen.add_argument(f"--{dim}", type=int, default=1, help=f"{dim} size (default 1)")
+    gen.add_argument("--dp", type=int, help="data-parallel size (default: gpus / (tp x pp))")
+    gen.add_argument("--microbatches", type=int, help="micro-batches per iteration (default: from the "
+                     "published global batch)")
+    gen.add_argument("--global-batch", type=int, help="sequences per iteration")
+    gen.add_argument("--micro-batch-size", type=int, default=1)
+    gen.add_argument("--zero-stage", type=int, default=0, choices=range(4))
+    gen.add_argument("--schedule", default="1f1b", choices=SCHEDULES)
+    gen.add_argument("--iterations", type=int, default=1)
+    gen.add_argument("--gpu", default="a100", choices=sorted(GPUS))
+    gen.add_argument("--efficiency", type=float, default=0.45, help="fraction of peak FLOP/s achieved")
+    gen.add_argument("--dtype", default="bf16", choices=sorted(DTYPE_BYTES))
+    gen.add_argument("--algorithm", default="ring", choices=ALGORITHMS, help="for every group")
+    gen.add_argument("--gpus-per-server", type=int, help="needed by --algorithm hierarchical")
+    gen.add_argument("--sequence-parallel", action="store_true")
+    gen.add_argument("--recompute", action="store_true", help="activation recomputation in backward")
+    gen.add_argument("--validate", action="store_true",
+                     help="also run the full cross-rank check (slow for thousands of GPUs; load always checks)")
+    gen.add_argument("--out", required=True, help="trace file to write (JSON)")
+    gen.set_defaults(func=cmd_generate)
+
+    show = sub.add_parser("show", help="bytes per collective and group, op counts, critical path",
+                          description="Summarize a trace file.")
+    show.add_argument("path")
+    show.add_argument("--link-gbps", type=float, default=400.0, help="NIC rate for the critical path")
+    show.add_argument("--intra-gbps", type=float, help="rate inside a server (NVLink), with meta gpus_per_server")
+    show.add_argument("--latency-us", type=float, default=5.0, help="per-step latency (alpha)")
+    show.add_argument("--top", type=int, default=10, help="how many of the longest path ops to list")
+    show.set_defaults(func=cmd_show)
+
+    imp = sub.add_parser("import", help="convert Chakra, SimAI/AICB or Kineto traces",
+                         description="Convert traces of other tools into a dtnet trace.")
+    imp.add_argument("format", choices=IMPORTERS)
+    imp.add_argument("paths", nargs="+", help="Chakra: one file per rank (rank order); AICB: one workload "
+                     "file; Kineto: one JSON per rank")
+    imp.add_argument("--out", required=True)
+    imp.add_argument("--gpus-per-server", type=int, help="recorded in the trace's meta")
+    imp.set_defaults(func=cmd_import)
+
+
+def _positive(name, value):
+    if value is not None and value < 1:
+        raise InputError(name, "an integer >= 1", value)
+
+
+def cmd_generate(args) -> int:
+    from traffic.trace import dump
+    from traffic.workload import build_workload
+    _positive("--gpus", args.gpus)
+    spec = {"model": args.model, "tp": args.tp, "pp": args.pp, "ep": args.ep, "zero_stage": args.zero_stage,
+            "schedule": args.schedule, "iterations": args.iterations, "gpu": args.gpu,
+            "efficiency": args.efficiency, "dtype": args.dtype, "algorithm": args.algorithm,
+            "micro_batch_size": args.micro_batch_size, "sequence_parallel": args.sequence_parallel,
+            "recompute": args.recompute}
+    for key in ("dp", "microbatches", "global_batch"):
+        if getattr(args, key) is not None:
+            spec[key] = getattr(args, key)
+    try:
+        trace = build_workload(spec, args.gpus, gpus_per_server=args.gpus_per_server, validate=args.validate)
+    except InputError as e:  # name the flag, not the experiment-file key
+        raise InputError("--" + e.key.removeprefix("workload.").replace("_", "-"), e.expected, e.found) from None
+    dump(trace, args.out)
+    n = sum(len(v) for v in trace.ops.values())
+    print(f"wrote {args.out}: {trace.nranks} ranks, {n} ops, {len(trace.groups)} groups")
+    return 0
+
+
+def cmd_show(args) -> int:
+    from traffic.analysis import summary_lines
+    from traffic.trace import load
+    trace = load(args.path)
+    for line in summary_lines(trace, args.link_gbps, args.latency_us * 1e-6, args.top, args.intra_gbps):
+        print(line)
+    return 0
+
+
+def cmd_import(args) -> int:
+    from traffic import importers
+    from traffic.trace import dump
+    trace = getattr(importers, args.format).load(args.paths)
+    if args.gpus_per_server:
+        trace.meta["gpus_per_server"] = args.gpus_per_server
+    trace.validate()
+    dump(trace, args.out)
+    n = sum(len(v) for v in trace.ops.values())
+    print(f"wrote {args.out}: {trace.nranks} ranks, {n} ops from {len(args.paths)} {args.format} file(s)")
+    return 0
+
+
+def main(argv=None) -> int:
+    """Stand-alone entry until `dtnet` wires `register`: same handlers, same exit codes."""
+    parser = argparse.ArgumentParser(prog="dtnet")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except InputError as e:
+        print(f"dtnet: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
