@@ -62,6 +62,8 @@ def register(subparsers) -> None:
                      "file; Kineto: one JSON per rank")
     imp.add_argument("--out", required=True)
     imp.add_argument("--gpus-per-server", type=int, help="recorded in the trace's meta")
+    imp.add_argument("--comm-groups", help="chakra: JSON file of process group name -> ranks "
+                     "(ASTRA-sim's comm group file); default: inferred from which files use each pg_name")
     imp.set_defaults(func=cmd_import)
 
 
@@ -104,7 +106,12 @@ def cmd_show(args) -> int:
 def cmd_import(args) -> int:
     from traffic import importers
     from traffic.trace import dump
-    trace = getattr(importers, args.format).load(args.paths)
+    if args.comm_groups and args.format != "chakra":
+        raise InputError("--comm-groups", "only with chakra", args.format)
+    if args.comm_groups:
+        trace = importers.chakra.load(args.paths, comm_groups=_comm_groups(args.comm_groups))
+    else:
+        trace = getattr(importers, args.format).load(args.paths)
     if args.gpus_per_server:
         trace.meta["gpus_per_server"] = args.gpus_per_server
     trace.validate()
@@ -112,6 +119,14 @@ def cmd_import(args) -> int:
     n = sum(len(v) for v in trace.ops.values())
     print(f"wrote {args.out}: {trace.nranks} ranks, {n} ops from {len(args.paths)} {args.format} file(s)")
     return 0
+
+
+def _comm_groups(path):
+    from traffic.files import read_json
+    d = read_json(path, "--comm-groups")
+    if not isinstance(d, dict) or not all(isinstance(v, list) and all(isinstance(x, int) for x in v) for v in d.values()):
+        raise InputError("--comm-groups", "an object of group name -> list of ranks", str(d)[:60], file=path)
+    return d
 
 
 def main(argv=None) -> int:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 
 from traffic.collectives import ALGORITHMS, OPS
 from traffic.errors import InputError
+from traffic.files import read_json
 
 FORMAT = "dtnet-trace"
 VERSION = 1
@@ -336,14 +337,8 @@ def _no_gc():
 
 def load(path) -> Trace:
     """Reads and validates a trace file; every problem is an InputError naming the file."""
-    try:
-        with open(path) as f, _no_gc():
-            d = json.load(f)
-    except OSError as e:
-        raise InputError("trace", "a readable file", e.strerror, file=str(path)) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError("trace", "JSON", f"invalid JSON ({e})", file=str(path)) from None
     with _no_gc():
+        d = read_json(path, "trace")
         t = from_dict(d, file=str(path))
         t.validate(file=str(path))
     return t

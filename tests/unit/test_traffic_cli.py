@@ -68,3 +68,15 @@ def test_critical_path_takes_the_longest_chain():
     cp = critical_path(t, link_gbps=100, latency_s=0.0)
     assert cp.total_s == pytest.approx(3.5) and cp.compute_s == pytest.approx(3.5)
     assert [d for d, _ in cp.steps][0].endswith("[rank 1]")
+
+
+def test_import_aicb_then_show(tmp_path, capsys):
+    w = tmp_path / "w.txt"
+    w.write_text("HYBRID_TRANSFORMER model_parallel_NPU_group: 2 ep: 1 pp: 1 vpp: 1 ga: 1 all_gpus: 4\n1\n"
+                 "layer -1 1000 ALLREDUCE 4096 1000 NONE 0 1000 ALLREDUCE 8192 10\n")
+    out = tmp_path / "t.json"
+    assert _run(["trace", "import", "aicb", str(w), "--out", str(out), "--gpus-per-server", "2"]) == 0
+    t = load(out)
+    assert t.nranks == 4 and t.meta["gpus_per_server"] == 2 and t.meta["format"] == "aicb"
+    with pytest.raises(InputError, match="--comm-groups: expected only with chakra"):
+        _run(["trace", "import", "aicb", str(w), "--out", str(out), "--comm-groups", str(w)])
