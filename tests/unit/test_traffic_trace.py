@@ -135,3 +135,16 @@ def test_bad_op_table_references(tmp_path, entry):
     p.write_text(json.dumps(d))
     with pytest.raises(InputError, match=r"ops\.0\[0\]: expected an op, an op_table index or a \[start, stop\]"):
         load(p)
+
+
+def test_the_documented_example_loads(tmp_path):
+    import pathlib
+    import re
+    doc = (pathlib.Path(__file__).parents[2] / "docs" / "trace-format.md").read_text()
+    example = re.search(r"## Example.*?```json\n(.*?)```", doc, re.S).group(1)
+    p = tmp_path / "example.json"
+    p.write_text(example)
+    t = load(p)
+    assert t.ops[0] == t.ops[1] and [o.kind for o in t.ops[0]] == ["compute", "collective"]
+    dump(t, tmp_path / "again.json")
+    assert json.loads((tmp_path / "again.json").read_text()) == json.loads(example)
