@@ -28,7 +28,7 @@ def build_workload(spec: dict, nranks: int, *, gpus_per_server: int | None = Non
                          ", ".join(forms) if forms else "none of them", file=file)
     form = forms[0]
     if form == "collective":
-        trace = single_collective(spec, nranks, file=file)
+        trace = single_collective(spec, nranks, file=file, gpus_per_server=gpus_per_server)
     elif form == "model":
         from traffic.parallel import model_workload
         trace = model_workload(spec, nranks, gpus_per_server=gpus_per_server, file=file, validate=validate)
@@ -42,7 +42,7 @@ def build_workload(spec: dict, nranks: int, *, gpus_per_server: int | None = Non
     return trace
 
 
-def single_collective(spec: dict, nranks: int, file=None) -> Trace:
+def single_collective(spec: dict, nranks: int, file=None, gpus_per_server: int | None = None) -> Trace:
     """Every rank: [compute(compute_ms)] then one collective over "world", per iteration."""
     r = SpecReader(spec, file=file)
     op = r.choice("collective", OPS)
@@ -54,6 +54,9 @@ def single_collective(spec: dict, nranks: int, file=None) -> Trace:
     r.done()
     if op == "sendrecv" and nranks == 1:
         raise r.error("collective", "a collective for >= 2 ranks (sendrecv needs a peer)", op)
+    if algorithm == "hierarchical" and op != "sendrecv" and (not gpus_per_server or nranks % gpus_per_server):
+        raise r.error("algorithm", f"gpus_per_server dividing the {nranks} GPUs for hierarchical",
+                      f"gpus_per_server={gpus_per_server}")
     ops = []
     prev: tuple[str, ...] = ()
     for it in range(iterations):

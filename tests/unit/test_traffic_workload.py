@@ -25,6 +25,15 @@ def test_single_collective_defaults():
     assert t.ops[0][0].algorithm == "ring" and t.meta["gpus_per_server"] == 2
 
 
+def test_hierarchical_needs_servers():
+    spec = {"collective": "all_reduce", "algorithm": "hierarchical", "size_bytes": 8}
+    assert build_workload(spec, 8, gpus_per_server=4).ops[0][0].algorithm == "hierarchical"
+    with pytest.raises(InputError, match="workload.algorithm: expected gpus_per_server dividing the 8 GPUs"):
+        build_workload(spec, 8)
+    with pytest.raises(InputError, match="found gpus_per_server=3"):
+        build_workload(spec, 8, gpus_per_server=3)
+
+
 def test_broadcast_root_travels_with_the_op():
     t = build_workload({"collective": "broadcast", "size_bytes": 100, "root": 2}, 4)
     assert t.ops[0][0].root == 2
