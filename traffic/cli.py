@@ -62,6 +62,8 @@ def register(subparsers) -> None:
                      "file; Kineto: one JSON per rank")
     imp.add_argument("--out", required=True)
     imp.add_argument("--gpus-per-server", type=int, help="recorded in the trace's meta")
+    imp.add_argument("--algorithm", default="ring", choices=ALGORITHMS,
+                     help="for every collective (the source formats do not record one)")
     imp.add_argument("--comm-groups", help="chakra: JSON file of process group name -> ranks "
                      "(ASTRA-sim's comm group file); default: inferred from which files use each pg_name")
     imp.set_defaults(func=cmd_import)
@@ -109,9 +111,10 @@ def cmd_import(args) -> int:
     if args.comm_groups and args.format != "chakra":
         raise InputError("--comm-groups", "only with chakra", args.format)
     if args.comm_groups:
-        trace = importers.chakra.load(args.paths, comm_groups=_comm_groups(args.comm_groups))
+        trace = importers.chakra.load(args.paths, comm_groups=_comm_groups(args.comm_groups),
+                                      algorithm=args.algorithm)
     else:
-        trace = getattr(importers, args.format).load(args.paths)
+        trace = getattr(importers, args.format).load(args.paths, algorithm=args.algorithm)
     if args.gpus_per_server:
         trace.meta["gpus_per_server"] = args.gpus_per_server
     trace.validate()

@@ -101,3 +101,11 @@ def test_not_a_trace(tmp_path):
     open(b, "w").write(json.dumps(d))
     with pytest.raises(InputError, match="distributedInfo.rank: expected each of ranks 0..1 once"):
         kineto.load([a, b])
+
+
+def test_algorithm_is_recorded(tmp_path):
+    paths = _write(tmp_path, [_rank_events(0), _rank_events(1)])
+    assert {o.algorithm for o in kineto.load(paths).ops[0] if o.kind == "collective"} == {"ring"}
+    assert {o.algorithm for o in kineto.load(paths, algorithm="tree").ops[0] if o.kind == "collective"} == {"tree"}
+    with pytest.raises(InputError, match="algorithm: expected one of ring"):
+        kineto.load(paths, algorithm="magic")

@@ -1,4 +1,5 @@
-"""Importers of other tools' workload traces. Each module has `load(paths) -> Trace`."""
+"""Importers of other tools' workload traces. Each module has `load(paths, algorithm="ring") -> Trace`:
+the source formats do not say which algorithm ran, so every collective gets `algorithm`."""
 from traffic.importers import aicb, chakra, kineto
 
 __all__ = ["aicb", "chakra", "kineto"]

@@ -105,7 +105,7 @@ def _comm(token, phase, lineno, path):
     return COMM[base], group
 
 
-def load(paths: list[str]) -> "Trace":  # noqa: F821
+def load(paths: list[str], algorithm: str = "ring") -> "Trace":  # noqa: F821
     if len(paths) != 1:
         raise InputError("paths", "one AICB workload file (it describes every rank)", f"{len(paths)} files")
     path = str(paths[0])
@@ -124,7 +124,7 @@ def load(paths: list[str]) -> "Trace":  # noqa: F821
         for phase in ("fp", "ig", "wg"):
             row[phase] = row[phase][:1] + (_comm(row[phase][1], phase, row["line"], path), row[phase][2])
     n, ep = tp * pp * dp, vals["ep"]
-    asm = Assembler(n, [path] * n)
+    asm = Assembler(n, [path] * n, algorithm)
     # Megatron/SimAI layout: tp fastest, then dp, then pp.
     rank = lambda t, d, p: t + tp * (d + dp * p)  # noqa: E731
     groups = {}

@@ -5,13 +5,16 @@ collectives in issue order); sends and recvs match by (src, dst, tag) and order.
 """
 from __future__ import annotations
 
+from traffic.collectives import ALGORITHMS
 from traffic.errors import InputError
 from traffic.trace import Op, Trace
 
 
 class Assembler:
-    def __init__(self, nranks: int, files: list[str]):
-        self.nranks, self.files = nranks, files
+    def __init__(self, nranks: int, files: list[str], algorithm: str = "ring"):
+        if algorithm not in ALGORITHMS:
+            raise InputError("algorithm", "one of " + ", ".join(ALGORITHMS), algorithm)
+        self.nranks, self.files, self.algorithm = nranks, files, algorithm
         self.ops: dict[int, list[Op]] = {r: [] for r in range(nranks)}
         self.ids: dict[int, dict] = {r: {} for r in range(nranks)}  # source key -> op id
         self.groups: dict[str, list[int]] = {}
@@ -64,8 +67,8 @@ class Assembler:
             raise InputError(where, f"collective {k} of group {group} to be {first[0]} of {first[1]} bytes as on "
                              f"rank {first[2]} ({self.files[first[2]]})", f"{op} of {size_bytes} bytes",
                              file=self.files[rank])
-        return self._add(rank, key, Op(oid, "collective", op=op, group=group, size_bytes=size_bytes, label=label,
-                                       root=root), deps, where)
+        return self._add(rank, key, Op(oid, "collective", op=op, algorithm=self.algorithm, group=group,
+                                       size_bytes=size_bytes, label=label, root=root), deps, where)
 
     def p2p(self, rank, key, kind, peer, size_bytes, deps=(), label="", where="node", tag=0):
         if not isinstance(peer, int) or not 0 <= peer < self.nranks or peer == rank:

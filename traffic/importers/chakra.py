@@ -271,7 +271,7 @@ def read_nodes(path: str) -> list[dict]:
                          str(e), file=path) from None
 
 
-def load(paths: list[str], comm_groups: dict | None = None) -> "Trace":  # noqa: F821
+def load(paths: list[str], comm_groups: dict | None = None, algorithm: str = "ring") -> "Trace":  # noqa: F821
     """File i is rank i. Groups come from `comm_groups` ({pg_name: [ranks]}, ASTRA-sim's comm group
     file) or else from which files use each pg_name; a node without pg_name uses every rank."""
     paths = [str(p) for p in paths]
@@ -284,7 +284,7 @@ def load(paths: list[str], comm_groups: dict | None = None) -> "Trace":  # noqa:
                 pg = node["attr"].get("pg_name")
                 if pg is not None:
                     pg_members.setdefault(str(pg), set()).add(rank)
-    asm = Assembler(n, paths)
+    asm = Assembler(n, paths, algorithm)
     names = {}
     for pg, ranks in (comm_groups or {}).items():
         names[str(pg)] = asm.group(sorted(ranks), f"pg{pg}")

@@ -70,7 +70,7 @@ def _ranks(args, where, path):
     return v
 
 
-def load(paths: list[str]) -> "Trace":  # noqa: F821
+def load(paths: list[str], algorithm: str = "ring") -> "Trace":  # noqa: F821
     """File i is rank i unless its distributedInfo.rank says otherwise."""
     paths = [str(p) for p in paths]
     loaded = [_events(p) for p in paths]
@@ -79,7 +79,7 @@ def load(paths: list[str]) -> "Trace":  # noqa: F821
         raise InputError("distributedInfo.rank", f"each of ranks 0..{len(paths) - 1} once across the files",
                          ranks, file=", ".join(paths))
     files = [paths[ranks.index(r)] for r in range(len(paths))]
-    asm = Assembler(len(paths), files)
+    asm = Assembler(len(paths), files, algorithm)
     for (_, events), rank, path in zip(loaded, ranks, paths):
         _convert(asm, rank, events, path)
     return asm.trace({"workload": "import", "format": "kineto", "files": files})
