@@ -216,3 +216,28 @@ def test_every_schedule_is_deadlock_free(pp, schedule, microbatches):
                             "bucket_size_bytes": 20000}, 4 * pp)
         t.validate()
         assert {o.iteration for ops in t.ops.values() for o in ops} == {0, 1}
+
+
+@pytest.mark.parametrize("spec,nranks,gps", [
+    ({**SMALL}, 8, None),
+    ({**SMALL, "zero_stage": 3, "sequence_parallel": True, "algorithm": "halving-doubling"}, 8, None),
+    ({"model": "mixtral-8x7b", "tp": 2, "pp": 1, "dp": 4, "ep": 2, "microbatches": 1,
+      "algorithm": {"tp": "hierarchical", "dp": "tree", "ep": "direct"}}, 8, 4),
+])
+def test_every_collective_in_a_job_has_a_correct_schedule(spec, nranks, gps):
+    from traffic.collectives import build_schedule, effective_gpus_per_server, verify
+    t = build_workload(spec, nranks, gpus_per_server=gps)
+    seen = set()
+    for ops in t.ops.values():
+        for o in ops:
+            if o.kind != "collective":
+                continue
+            ranks = t.groups[o.group]
+            g = effective_gpus_per_server(ranks, gps) if o.algorithm == "hierarchical" else None
+            key = (o.op, o.algorithm, len(ranks), min(o.size_bytes, 4096), g)
+            if key in seen:
+                continue
+            seen.add(key)
+            verify(build_schedule(o.op, o.algorithm, len(ranks), min(o.size_bytes, 4096), root=o.root or 0,
+                                  gpus_per_server=g))
+    assert seen
