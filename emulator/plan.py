@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from emulator.config import ConfigError, Experiment, job_hosts, resolve_path
 from topologies import Fabric
 from traffic.collectives import build_schedule
+from traffic.collectives.algorithms import effective_gpus_per_server
 from traffic.errors import InputError as TrafficInputError
 from traffic.workload import build_workload
 
@@ -70,6 +71,12 @@ def _job_gps(fabric: Fabric, hosts: list[str], gps):
     return None
 
 
+def _slot(fabric: Fabric, host: str) -> int:
+    """A host's global GPU slot (server x gpus_per_server + gpu): what
+    effective_gpus_per_server reads as a rank."""
+    return fabric.node(host)["rank"]
+
+
 def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -> list[dict]:
     trace = jp.trace
     n = trace.nranks
@@ -98,11 +105,14 @@ def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -
                 inst = (op.id, op.group)  # one id may name an instance in each group
                 if inst not in instance_tids:
                     size = emulated_bytes(op.size_bytes, sb)
-                    key = (op.op, op.algorithm, len(group), size)
+                    root = getattr(op, "root", None) or 0
+                    # Servers as this group sees them (strided DP groups differ from the job's).
+                    gps = effective_gpus_per_server([_slot(fabric, jp.hosts[g])
+                                                     for g in group], fabric.params.get("gpus_per_server"))
+                    key = (op.op, op.algorithm, len(group), size, root, gps)
                     if key not in sched_cache:
-                        sched_cache[key] = build_schedule(op.op, op.algorithm, len(group), size,
-                                                          gpus_per_server=_job_gps(fabric, [jp.hosts[g] for g in group],
-                                                                                   fabric.params.get("gpus_per_server")))
+                        sched_cache[key] = build_schedule(op.op, op.algorithm, len(group), size, root=root,
+                                                          gpus_per_server=gps)
                     lst = []
                     for t in sched_cache[key].transfers:
                         lst.append((group[t.src], group[t.dst], t.step, t.size_bytes, tid))

@@ -13,14 +13,7 @@ import statistics
 SUMMARY_VERSION = 1
 
 
-def bus_factor(op: str, n: int) -> float:
-    if n <= 1:
-        return 0.0
-    if op == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    return 1.0
+from traffic.collectives.model import busbw_factor as bus_factor  # noqa: E402  (one definition)
 
 
 def _pct(values: list[float], q: float) -> float:
