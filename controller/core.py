@@ -16,7 +16,7 @@ from controller.cosched import AnnounceError, CoScheduler, parse_announcement
 from controller.flows import CongestionConfig, FlowKey, FlowScheduler
 from controller.load import LinkLoad
 from controller.routing import ROUTE_TABLE, NextHops, check_policy, switch_routes
-from controller.rules import GROUP_ALL, FlowDelete, FlowRule, GroupDelete, GroupRule
+from controller.rules import GROUP_ALL, FlowDelete, GroupDelete
 from topologies.fabric import Fabric
 
 Plan = list  # list[list[op]]: stages, a barrier between each

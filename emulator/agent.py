@@ -38,14 +38,13 @@ class AgentError(RuntimeError):
 
 
 class SendXfer:
-    __slots__ = ("tid", "op", "step", "dst", "size", "sent", "gate_step", "gate_index", "first_t")
+    __slots__ = ("tid", "op", "step", "dst", "size", "sent", "gate_step", "gate_index")
 
     def __init__(self, tid, op, step, dst, size):
         self.tid, self.op, self.step, self.dst, self.size = tid, op, step, dst, size
         self.sent = 0
         self.gate_step = None   # the latest step before ours in which this rank receives
         self.gate_index = 0     # how many receive steps must be complete before gate_step
-        self.first_t = None
 
 
 class OpState:
@@ -89,9 +88,7 @@ class Agent:
         self.bytes_received = 0
         self.checksum_errors = 0
         self._index_ops()
-        size = 2 * self.slice_bytes
-        rnd = random.Random(self.rank)
-        self.payload = bytes(rnd.getrandbits(8) for _ in range(size)) if size <= 65536 else os.urandom(size)
+        self.payload = random.Random(self.rank).randbytes(2 * self.slice_bytes)
 
     # -- plan indexing ------------------------------------------------------
     def _index_ops(self):
@@ -174,6 +171,7 @@ class Agent:
             while True:
                 if not _recv_exact(conn, memoryview(hdr), HEADER.size):
                     return
+                t_header = time.time()  # the transfer's start: before its first slice streams in
                 tid, offset, length, crc = HEADER.unpack(hdr)
                 if length > len(buf):
                     raise AgentError(f"frame of {length} bytes exceeds the slice size")
@@ -191,7 +189,7 @@ class Agent:
                         op_i, step, src = self.recv_meta[tid]
                         raise AgentError(f"checksum mismatch in op {self.ops[op_i].spec['id']} step {step} "
                                          f"from rank {src} at offset {offset}")
-                    self.recv_first.setdefault(tid, now)
+                    self.recv_first.setdefault(tid, t_header)
                     self.recv_got[tid] += length
                     self.bytes_received += length
                     op_i, step, src = self.recv_meta[tid]
@@ -243,8 +241,6 @@ class Agent:
                 x, n = pick
                 off = (x.tid * 7919 + x.sent) % self.slice_bytes
                 data = self.payload[off:off + n]
-                if x.first_t is None:
-                    x.first_t = time.time()
                 sock.sendall(HEADER.pack(x.tid, x.sent, n, zlib.crc32(data)) + data)
                 with self.cond:
                     x.sent += n

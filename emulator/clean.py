@@ -36,8 +36,9 @@ def clean_run(run_dir: str, log=print) -> int:
     if not st:
         return 0
     owner = st.get("owner_pid")
-    if owner and owner != os.getpid() and runstate._alive(owner) and "dtnet" in _cmdline(owner) \
-            and st.get("status") not in ("stopped",):
+    # Runs start from `dtnet`, `python -m emulator.cli`, pytest or a bench:
+    # a live owner of any kind means the run is live.
+    if owner and owner != os.getpid() and runstate.alive(owner) and st.get("status") != "stopped":
         log(f"dtnet clean: {run_dir} is still running (pid {owner}); left alone")
         return 0
     tag = st["tag"]
@@ -71,7 +72,7 @@ def clean_run(run_dir: str, log=print) -> int:
     runstate.release_tag(tag)
     lease = os.path.join(runstate.LEASE_DIR, f"tag-{tag}")
     lease_data = _load(lease)
-    if lease_data and not runstate._alive(lease_data.get("pid", -1)):
+    if lease_data and not runstate.alive(lease_data.get("pid", -1)):
         os.unlink(lease)
     return removed
 
@@ -84,7 +85,7 @@ def clean(run_dirs: list[str], log=print) -> int:
         run_dirs = []
         for lease in glob.glob(os.path.join(runstate.LEASE_DIR, "tag-*")):
             data = _load(lease)
-            if data and not runstate._alive(data.get("pid", -1)):
+            if data and not runstate.alive(data.get("pid", -1)):
                 run_dirs.append(data["run_dir"])
     total = sum(clean_run(d, log) for d in run_dirs)
     log(f"dtnet clean: {total} leftover resources removed from {len(run_dirs)} dead run(s)")

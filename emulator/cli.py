@@ -31,6 +31,10 @@ def cmd_run(args) -> int:
 
     exp = config.load(args.experiment, args.set)
     out = args.out or os.path.join("results", exp.name)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        raise ConfigError("--out", "a folder that can be created and written", f"{out} ({e.strerror})") from None
 
     def on_signal(signum, _frame):
         raise Interrupted(signal.Signals(signum).name)
@@ -48,6 +52,9 @@ def cmd_run(args) -> int:
         return EXIT_FAIL
     results.print_table(summary, sys.stdout)
     print(f"\nresults: {out}/summary.json")
+    if summary["status"] != "complete":
+        print(f"dtnet: run incomplete: {summary['error']}", file=sys.stderr)
+        return EXIT_FAIL
     return EXIT_OK
 
 

@@ -15,6 +15,7 @@ import yaml
 
 from topologies import InputError as TopoInputError
 from topologies import build as build_fabric
+from topologies.errors import InputError
 
 ROUTINGS = ("shortest", "ecmp", "congestion-aware", "coschedule")
 DATAPATHS = ("auto", "kernel", "userspace")
@@ -23,13 +24,8 @@ MAX_EMULATED_MBPS = 1000.0
 MIN_EMULATED_MBPS = 0.1
 
 
-class ConfigError(ValueError):
-    """One-line error: 'file: key: expected X, found Y'."""
-
-    def __init__(self, key, expected, found, file=None):
-        self.key, self.expected, self.found, self.file = key, expected, found, file
-        head = f"{file}: " if file else ""
-        super().__init__(f"{head}{key}: expected {expected}, found {found!r}")
+class ConfigError(InputError):
+    """A bad experiment file: 'file: key: expected X, found Y', one line."""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import os
 import sys
 
 try:
-    from topologies import fabric as _fabric_mod  # noqa: F401
+    import topologies  # noqa: F401  (is the package importable as installed?)
 except ImportError:  # run by `mn --custom` from a checkout: find the repo root
     # mn execs this file without __file__; the code object knows its path.
     _here = sys._getframe().f_code.co_filename

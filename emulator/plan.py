@@ -33,7 +33,6 @@ def emulated_bytes(size_bytes: int, scale_bytes: float) -> int:
 
 def build_plans(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
     dilation = exp.scale.dilation
-    gps = fabric.params.get("gpus_per_server")
     used: dict[str, str] = {}
     jobs = []
     for ji, job in enumerate(exp.jobs):
@@ -47,7 +46,7 @@ def build_plans(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
         if "trace" in workload and isinstance(workload["trace"], str):
             workload["trace"] = resolve_path(exp, workload["trace"])
         try:
-            trace = build_workload(workload, len(hosts), gpus_per_server=_job_gps(fabric, hosts, gps),
+            trace = build_workload(workload, len(hosts), gpus_per_server=_gps(fabric, hosts),
                                    file=exp.source)
         except TrafficInputError as e:
             key = e.key if str(e.key).startswith("jobs") else f"jobs[{ji}].workload.{e.key}"
@@ -61,20 +60,12 @@ def build_plans(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
     return jobs
 
 
-def _job_gps(fabric: Fabric, hosts: list[str], gps):
-    """GPUs per server for rail-aware algorithms, if the job's ranks align with servers."""
-    if not gps:
-        return None
-    servers = [fabric.node(h).get("server") for h in hosts]
-    if len(hosts) % gps == 0 and all(servers[i] == servers[i - i % gps] for i in range(len(hosts))):
-        return gps
-    return None
-
-
-def _slot(fabric: Fabric, host: str) -> int:
-    """A host's global GPU slot (server x gpus_per_server + gpu): what
-    effective_gpus_per_server reads as a rank."""
-    return fabric.node(host)["rank"]
+def _gps(fabric: Fabric, hosts: list[str]):
+    """GPUs per server as these hosts see it, for rail-aware algorithms
+    (None when they do not line up with servers). A host's fabric rank is
+    server x gpus_per_server + gpu, the numbering the function expects."""
+    return effective_gpus_per_server([fabric.node(h)["rank"] for h in hosts],
+                                     fabric.params.get("gpus_per_server"))
 
 
 def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -> list[dict]:
@@ -107,8 +98,7 @@ def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -
                     size = emulated_bytes(op.size_bytes, sb)
                     root = getattr(op, "root", None) or 0
                     # Servers as this group sees them (strided DP groups differ from the job's).
-                    gps = effective_gpus_per_server([_slot(fabric, jp.hosts[g])
-                                                     for g in group], fabric.params.get("gpus_per_server"))
+                    gps = _gps(fabric, [jp.hosts[g] for g in group])
                     key = (op.op, op.algorithm, len(group), size, root, gps)
                     if key not in sched_cache:
                         sched_cache[key] = build_schedule(op.op, op.algorithm, len(group), size, root=root,

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import statistics
 
+from traffic.collectives.model import busbw_factor as bus_factor
+
 SUMMARY_VERSION = 1
 
 
-from traffic.collectives.model import busbw_factor as bus_factor  # noqa: E402  (one definition)
 
 
 def _pct(values: list[float], q: float) -> float:

@@ -86,8 +86,7 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
                         sel.unregister(key.fileobj)
                         if (job, rank) not in done:
                             rc = p.wait(5)
-                            raise RunFailure(f"agent {job}/rank {rank} on {tb.mn_name('')}"
-                                             f" exited with status {rc} before finishing "
+                            raise RunFailure(f"agent {job}/rank {rank} exited with status {rc} before finishing "
                                              f"(see {out_dir}/plans/{job}/rank{rank}.err)")
                         continue
                     try:

@@ -19,7 +19,7 @@ _ALPHABET = string.ascii_lowercase
 _TAGS = [f"{a}{b}" for a in "xyzw" for b in _ALPHABET + string.digits]
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -43,7 +43,7 @@ def lease_tag(run_dir: str) -> str:
                         owner = json.load(f)
                 except (OSError, ValueError):
                     owner = {"pid": -1}
-                if owner.get("pid", -1) > 0 and _alive(owner["pid"]):
+                if owner.get("pid", -1) > 0 and alive(owner["pid"]):
                     break  # in use
                 if owner.get("pid", -1) == -1 and time.time() - _mtime(path) < 5:
                     break  # being written right now

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from traffic.collectives import ALGORITHMS, effective_gpus_per_server
-from traffic.errors import InputError
 from traffic.models import DTYPE_BYTES, GPUS, PRESETS, Gpu, Model, attention_flops, attention_params, \
     expert_params, logits_flops, mlp_dense_params, mlp_flops, model_from_spec, padded_vocab
 from traffic.spec import SpecReader
@@ -219,7 +218,7 @@ class _StageBuilder:
             self.emit(f"{lp}/mlp-{phase}", "compute", dur=dur, label=f"mlp {phase} L{layer}")
 
     def backward(self, mb, sync):
-        job, c, p, pp = self.job, self.job.costs, self.p, self.job.par.pp
+        c, p, pp = self.job.costs, self.p, self.job.par.pp
         bf = c.bwd_factor
         pfx = f"i{self.it}/b{mb}"
         buckets = _Buckets(self, sync, pfx)

@@ -1,10 +1,9 @@
 """Generated and imported workloads replay end to end on the real testbed."""
 import json
-import os
 
 import pytest
 
-from tests.integration.helpers import ROOT, assert_nothing_left, dtnet, run_experiment
+from tests.integration.helpers import assert_nothing_left, dtnet, run_experiment
 
 pytestmark = pytest.mark.mininet
 

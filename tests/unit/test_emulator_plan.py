@@ -103,3 +103,24 @@ def test_htb_burst_stays_small_so_messages_are_shaped():
     cmds = htb_cmds("x-eth0", 90.0, 1000, mtu=9000)
     burst = int(cmds[1].split("burst ")[1].split()[0])
     assert burst <= 2 * 9000
+
+
+def test_unwritable_out_is_a_one_line_input_error():
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "emulator.cli", "run", os.path.join(EXP, "demo.yaml"),
+                        "--out", "/proc/dtnet-nope"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--out" in r.stderr and "Traceback" not in r.stderr
+    assert r.stderr.count("\n") == 1
+
+
+def test_clean_leaves_a_run_with_a_live_owner_alone(tmp_path):
+    # The owner here is our parent (a shell or pytest's runner, not `dtnet`):
+    # still a live run, so nothing may be touched.
+    import json
+
+    from emulator.clean import clean_run
+    state = {"tag": "zz", "owner_pid": os.getppid(), "pids": {}, "status": "running"}
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    assert clean_run(str(tmp_path), log=lambda *_: None) == 0
+    assert json.loads((tmp_path / "state.json").read_text())["status"] == "running"
