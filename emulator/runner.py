@@ -144,22 +144,31 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
         sel.close()
 
 
-def parse_snmp_tcp(text: str) -> dict:
-    """The Tcp: header/value line pair of /proc/net/snmp as a dict."""
-    rows = [ln.split() for ln in text.splitlines() if ln.startswith("Tcp:")]
+def parse_snmp_tcp(text: str, prefix: str = "Tcp:") -> dict:
+    """A header/value line pair of /proc/net/snmp (or netstat's TcpExt:) as a dict."""
+    rows = [ln.split() for ln in text.splitlines() if ln.startswith(prefix)]
     if len(rows) < 2:
         return {}
     return {k: int(v) for k, v in zip(rows[0][1:], rows[1][1:]) if v.lstrip("-").isdigit()}
 
 
+# TcpExt counters that tell a real drop (fast retransmit) from a timer firing
+# on a merely late packet (timeouts, spurious RTOs).
+TCPEXT_KEYS = {"TCPTimeouts": "timeouts", "TCPSpuriousRTOs": "spurious_rtos", "TCPFastRetrans": "fast_retrans",
+               "TCPLossProbes": "loss_probes", "TCPSackRecovery": "sack_recoveries"}
+
+
 def _tcp_counters(tb: Testbed, jobs) -> dict:
     """Retransmitted segments over all agent hosts: loss the real fabric would not have."""
-    total = {"out_segs": 0, "retrans_segs": 0}
+    total = {"out_segs": 0, "retrans_segs": 0, **{k: 0 for k in TCPEXT_KEYS.values()}}
     for jp in jobs:
         for h in jp.hosts:
             c = parse_snmp_tcp(tb.host(h).cmd("cat /proc/net/snmp"))
             total["out_segs"] += c.get("OutSegs", 0)
             total["retrans_segs"] += c.get("RetransSegs", 0)
+            ext = parse_snmp_tcp(tb.host(h).cmd("cat /proc/net/netstat"), prefix="TcpExt:")
+            for k, name in TCPEXT_KEYS.items():
+                total[name] += ext.get(k, 0)
     return total
 
 

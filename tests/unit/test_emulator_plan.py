@@ -124,3 +124,28 @@ def test_clean_leaves_a_run_with_a_live_owner_alone(tmp_path):
     (tmp_path / "state.json").write_text(json.dumps(state))
     assert clean_run(str(tmp_path), log=lambda *_: None) == 0
     assert json.loads((tmp_path / "state.json").read_text())["status"] == "running"
+
+
+def test_control_packets_get_their_own_leaf_within_the_link_rate():
+    cmds = htb_cmds("x-eth0", 10.0, 1000, mtu=9000)
+    rates = {}
+    for c in cmds:
+        if c.startswith("class"):
+            f = c.split()
+            rates[f[f.index("classid") + 1]] = (float(f[f.index("rate") + 1].rstrip("mbit")),
+                                                float(f[f.index("ceil") + 1].rstrip("mbit")) if "ceil" in f else None)
+    assert rates["5:1"][0] == pytest.approx(10.0)
+    # The leaves share the link: guaranteed rates add up to it, none may exceed it.
+    assert rates["5:10"][0] + rates["5:20"][0] == pytest.approx(10.0)
+    assert rates["5:10"][1] == rates["5:20"][1] == pytest.approx(10.0)
+    (flt,) = [c for c in cmds if c.startswith("filter")]
+    assert "flowid 5:10" in flt and "match u16 0x0000 0xff00 at 2" in flt
+    assert "default 20" in cmds[0]
+
+
+def test_tcp_counters_parse_snmp_and_netstat_pairs():
+    from emulator.runner import parse_snmp_tcp
+    text = ("TcpExt: SyncookiesSent TCPTimeouts TCPFastRetrans\nTcpExt: 0 3 7\n"
+            "Tcp: RtoAlgorithm OutSegs RetransSegs\nTcp: 1 900 10\n")
+    assert parse_snmp_tcp(text) == {"RtoAlgorithm": 1, "OutSegs": 900, "RetransSegs": 10}
+    assert parse_snmp_tcp(text, prefix="TcpExt:")["TCPFastRetrans"] == 7
