@@ -13,9 +13,7 @@ import subprocess
 import sys
 import time
 
-import yaml
-
-from emulator import fidelity, results
+from emulator import config, fidelity, results
 from emulator.config import Experiment
 from emulator.plan import build_plans
 from emulator.testbed import Testbed, TestbedError, stop_process
@@ -33,8 +31,7 @@ def run_experiment(exp: Experiment, out_dir: str, log=print) -> dict:
     os.makedirs(out_dir, exist_ok=True)
     fabric = exp.fabric()
     jobs = build_plans(exp, fabric)  # bad workloads fail here, before anything starts
-    with open(os.path.join(out_dir, "config.yaml"), "w") as f:
-        yaml.safe_dump(exp.raw, f, sort_keys=False)
+    config.write_resolved(exp, os.path.join(out_dir, "config.yaml"))
     events_path = os.path.join(out_dir, "events.jsonl")
     open(events_path, "w").close()
     ctx = {"status": "incomplete", "error": None, "datapath": None, "controller": None,
