@@ -109,7 +109,8 @@ class SamplerThread:
         self._thread = threading.Thread(target=self._loop, daemon=True, name="links.csv")
 
     def start(self):
-        self._sample()
+        """Returns at once: the baseline read happens in the thread, so a slow
+        switch never delays the agents' start."""
         self._thread.start()
         return self
 
@@ -124,6 +125,7 @@ class SamplerThread:
                 self.log(f"[run] warning: links.csv sampling stopped: {e}")
 
     def _loop(self):
+        self._sample()
         while not self._stop.wait(self.interval_s):
             self._sample()
 

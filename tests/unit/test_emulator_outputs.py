@@ -271,6 +271,25 @@ def test_sampler_thread_warns_and_never_raises(tmp_path):
     assert (tmp_path / "links.csv").read_text() == "t_s,link,src,dst,util,gbps\n"
 
 
+def test_sampler_thread_samples_until_stopped(tmp_path):
+    reads, enough = [], threading.Event()
+
+    def read():
+        reads.append(1)
+        if len(reads) >= 3:
+            enough.set()
+        return {("a", "b"): 1000 * len(reads)}
+
+    out = open(tmp_path / "links.csv", "w")
+    sampler = links.LinkSampler(out, read, {("a", "b"): ("a-b", 1.0)}, scale_link=1, dilation=1, t0=0)
+    th = links.SamplerThread(sampler, interval_s=0.001, log=pytest.fail).start()
+    assert enough.wait(10)
+    th.stop()
+    assert out.closed
+    rows = links.read_csv(str(tmp_path / "links.csv"))
+    assert len(rows) == len(reads) - 1 and all(r["src"] == "a" for r in rows)
+
+
 # -- plots ---------------------------------------------------------------------------
 
 
