@@ -78,6 +78,20 @@ def cmd_clean(args) -> int:
     return clean(args.out, log=print)
 
 
+def cmd_report(args) -> int:
+    from emulator.outputs import report
+
+    return report.report(args.dir, sys.stdout)
+
+
+def cmd_compare(args) -> int:
+    from emulator.outputs import report
+
+    if len(args.dirs) < 2:
+        raise ConfigError("DIR", "at least two run folders to compare", len(args.dirs))
+    return report.compare(args.dirs, sys.stdout, plot=args.plot)
+
+
 def cmd_topo_show(args) -> int:
     from topologies import from_spec
 
@@ -108,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="run an experiment file (needs root)",
-                       description="Run an experiment and write summary.json, events.jsonl and config.yaml.")
+                       description="Run an experiment and write DIR: summary.json, events.jsonl, config.yaml "
+                                   "(the resolved experiment), trace.json (Perfetto), links.csv and plots/.")
     r.add_argument("experiment", help="experiment YAML file")
     r.add_argument("--out", help="output folder (default results/<name>/)")
     r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
@@ -125,6 +140,19 @@ def build_parser() -> argparse.ArgumentParser:
                                     "exactly their resources. Never touches anything without a dtnet run tag.")
     cl.add_argument("out", nargs="*", help="run folders to clean (default: every dead run this machine knows)")
     cl.set_defaults(func=cmd_clean)
+
+    rp = sub.add_parser("report", help="print a finished run's tables from its folder",
+                        description="The tables `dtnet run` prints at its end, read from DIR/summary.json, plus "
+                                    "the busiest links from DIR/links.csv when it exists.")
+    rp.add_argument("dir", metavar="DIR", help="a run folder written by `dtnet run`")
+    rp.set_defaults(func=cmd_report)
+
+    cp = sub.add_parser("compare", help="put runs side by side, with ratios against the first",
+                        description="Per job and collective: iteration time, completion time, busbw and algbw; "
+                                    "per run: normalized throughput and fidelity. Ratios are against DIR1.")
+    cp.add_argument("dirs", nargs="+", metavar="DIR", help="run folders written by `dtnet run` (two or more)")
+    cp.add_argument("--plot", metavar="PNG", help="also draw the comparison chart into this PNG file")
+    cp.set_defaults(func=cmd_compare)
 
     t = sub.add_parser("topo", help="describe fabrics (no root needed)")
     tsub = t.add_subparsers(dest="topo_command", required=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import yaml
 
@@ -200,6 +200,8 @@ def parse(data, file: str | None = None) -> Experiment:
         fabric = build_fabric(topo["kind"], {k: v for k, v in topo.items() if k != "kind"}, file=file)
     except TopoInputError as e:
         raise ConfigError(e.key, e.expected, e.found, file) from None
+    # Every builder default spelled out, so config.yaml states the fabric in full.
+    topo = {"kind": topo["kind"], **fabric.params, "link_gbps": topo["link_gbps"]}
 
     sc = _Section(top.get("scale", dict), "scale", file)
     scale = Scale(
@@ -245,6 +247,9 @@ def parse(data, file: str | None = None) -> Experiment:
         hosts = js.get("hosts", (str, list, dict), "all")
         _check_hosts(hosts, fabric, f"jobs[{i}].hosts", file)
         workload = js.get("workload", dict)
+        if isinstance(workload.get("trace"), str):
+            # Absolute, so that config.yaml in the run folder still finds the file.
+            workload = {**workload, "trace": _beside(file, workload["trace"])}
         start_ms = float(js.get("start_ms", NUM, 0.0, check=lambda v: v >= 0, expected="milliseconds >= 0"))
         order = js.get("order", str, "as-listed", check=lambda v: v in ORDERS,
                        expected="one of " + ", ".join(ORDERS))
@@ -256,6 +261,32 @@ def parse(data, file: str | None = None) -> Experiment:
     top.done()
     return Experiment(name=name, topology=topo, scale=scale, routing=routing, jobs=tuple(jobs),
                       testbed=testbed, description=description, source=file, raw=data)
+
+
+def to_dict(exp: Experiment) -> dict:
+    """The experiment with every default filled in; parse(to_dict(exp)) == exp.
+
+    Workload mappings stay as written (trace paths made absolute): their
+    defaults belong to the traffic layer, which applies them the same way.
+    """
+    return {
+        "name": exp.name,
+        "description": exp.description,
+        "topology": dict(exp.topology),
+        "scale": {"link": exp.scale.link, "bytes": exp.scale.bytes},
+        "controller": {"routing": exp.routing},
+        "testbed": asdict(exp.testbed),
+        "jobs": [{"name": j.name, "hosts": copy.deepcopy(j.hosts), "order": j.order, "start_ms": j.start_ms,
+                  "workload": copy.deepcopy(j.workload)} for j in exp.jobs],
+    }
+
+
+def write_resolved(exp: Experiment, path: str) -> None:
+    """config.yaml of a run: `dtnet run DIR/config.yaml` repeats it."""
+    with open(path, "w") as f:
+        f.write(f"# {exp.name}: the experiment as run, from {exp.source or 'a mapping'}, with --set overrides\n"
+                "# applied and every default filled in. `dtnet run` this file to repeat the run.\n")
+        yaml.safe_dump(to_dict(exp), f, sort_keys=False)
 
 
 def _check_hosts(hosts, fabric, key, file):
@@ -304,6 +335,10 @@ def rail_aligned(hosts: list[str], fabric) -> list[str]:
 
 def resolve_path(exp: Experiment, path: str) -> str:
     """Paths inside an experiment are relative to the experiment file."""
-    if os.path.isabs(path) or not exp.source:
+    return _beside(exp.source, path)
+
+
+def _beside(file: str | None, path: str) -> str:
+    if os.path.isabs(path) or not file:
         return path
-    return os.path.join(os.path.dirname(os.path.abspath(exp.source)), path)
+    return os.path.join(os.path.dirname(os.path.abspath(file)), path)

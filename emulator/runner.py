@@ -13,10 +13,9 @@ import subprocess
 import sys
 import time
 
-import yaml
-
-from emulator import fidelity, results
+from emulator import config, fidelity, outputs, results
 from emulator.config import Experiment
+from emulator.outputs import links
 from emulator.plan import build_plans
 from emulator.testbed import Testbed, TestbedError, stop_process
 
@@ -33,8 +32,7 @@ def run_experiment(exp: Experiment, out_dir: str, log=print) -> dict:
     os.makedirs(out_dir, exist_ok=True)
     fabric = exp.fabric()
     jobs = build_plans(exp, fabric)  # bad workloads fail here, before anything starts
-    with open(os.path.join(out_dir, "config.yaml"), "w") as f:
-        yaml.safe_dump(exp.raw, f, sort_keys=False)
+    config.write_resolved(exp, os.path.join(out_dir, "config.yaml"))
     events_path = os.path.join(out_dir, "events.jsonl")
     open(events_path, "w").close()
     ctx = {"status": "incomplete", "error": None, "datapath": None, "controller": None,
@@ -53,6 +51,7 @@ def run_experiment(exp: Experiment, out_dir: str, log=print) -> dict:
     finally:
         summary = _summarize(exp, fabric, jobs, events_path, ctx)
         _write_json(os.path.join(out_dir, "summary.json"), summary)
+        outputs.write_after_run(out_dir, exp, jobs, summary, ctx["t_start"], log)  # trace.json, plots/
     return summary
 
 
@@ -113,6 +112,7 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
             t0 = time.time() + 0.5
             mon = fidelity.Monitor(_monitored_links(tb)).start()
             ctx["monitor"] = mon
+            ctx["links"] = links.start(tb, out_dir, exp.scale.link, exp.scale.dilation, t0, log)  # links.csv
             ctx["t_start"] = t0
             log(f"[run] replaying {sum(len(j.trace.ops[0]) for j in jobs)} ops per rank "
                 f"(dilation {exp.scale.dilation:g}x)")
@@ -134,6 +134,8 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
     finally:
         if ctx.get("monitor"):
             ctx["monitor"].stop()
+        if ctx.get("links"):
+            ctx["links"].stop()
         for _, _, p in agents:
             try:
                 p.stdin.close()  # agents exit when their stdin closes
