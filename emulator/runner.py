@@ -44,6 +44,10 @@ def run_experiment(exp: Experiment, out_dir: str, log=print) -> dict:
             ctx["datapath"] = tb.datapath
             _replay(exp, tb, jobs, out_dir, events_path, ctx, log)
             ctx["controller"] = tb.controller_status()
+            # Link loads, flows and every placement decision, for `dtnet report` and people.
+            state = tb.controller_get("state")
+            if state is not None:
+                _write_json(os.path.join(out_dir, "controller-state.json"), state)
         ctx["status"] = "complete"
     except (RunFailure, TestbedError) as e:
         ctx["error"] = str(e)

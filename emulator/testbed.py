@@ -198,10 +198,14 @@ class Testbed:
         self.state.add_pid("controller", self.ctl_proc.pid)
 
     def controller_status(self) -> dict | None:
+        return self.controller_get("status")
+
+    def controller_get(self, what: str) -> dict | None:
+        """GET /dtnet/v1/<what> (status, state); None when the controller does not answer."""
         if self.rest_port is None:
             return None
         try:
-            with urllib.request.urlopen(self.rest_url + "/dtnet/v1/status", timeout=2) as r:
+            with urllib.request.urlopen(f"{self.rest_url}/dtnet/v1/{what}", timeout=2) as r:
                 return json.load(r)
         except (OSError, ValueError):
             return None
