@@ -10,6 +10,12 @@ the controller answers with paths, a start offset and a priority.
 - Priority, Crux-style (SIGCOMM'24): GPU intensity I = compute work /
   communication time on the job's bottleneck link; higher I, higher priority
   (0 is the highest).
+- Pacing realizes the priority. The userspace OVS datapath ignores
+  set_queue, and meters enforce by dropping (bench/bench_priority.py), so a
+  job whose phase is predicted to overlap the phase of a job of higher
+  intensity on a shared link is told to pace each sending host to
+  ``low_share`` of its NIC rate while the two overlap (``pace_share``, ``pace_from_s`` and
+  ``pace_until_s`` from its phase start, in the answer).
 
 Announcement, version 1 (JSON; units in names; unknown keys are an error)::
 
@@ -18,7 +24,10 @@ Announcement, version 1 (JSON; units in names; unknown keys are an error)::
    "period_s": 0.8, "compute_s": 0.5, "overlap_s": 0.0, "gpus": 8}
 
 ``period_s`` is the expected iteration time and ``compute_s`` the compute per
-iteration (both emulated seconds); ``overlap_s`` is compute the phase can hide.
+iteration; ``overlap_s`` is compute the phase can hide. Bytes and seconds are
+those of the network the controller sees and of its clock: in dtnet, the
+emulated ones (emulated bytes, wall-clock seconds; link rates x link_scale).
+The answer's ``start_offset_s`` and pace window are in the same seconds.
 """
 from __future__ import annotations
 
@@ -138,6 +147,17 @@ def interval_overlap_s(start_a: float, len_a: float, period_a: float, start_b: f
     return both * step_s
 
 
+def periodic_starts(phase_s: float, period_s: float, after_s: float, before_s: float) -> list[float]:
+    """Starts phase_s + k x period_s (any integer k) inside (after_s, before_s)."""
+    k = math.floor((after_s - phase_s) / period_s) + 1
+    out = []
+    while phase_s + k * period_s < before_s:
+        if phase_s + k * period_s > after_s:
+            out.append(phase_s + k * period_s)
+        k += 1
+    return out
+
+
 @dataclass
 class CoScheduler:
     fabric: Fabric
@@ -145,6 +165,7 @@ class CoScheduler:
     load: LinkLoad
     link_scale: float = 1.0
     offset_steps: int = 50
+    low_share: float = 0.2  # of a sender's NIC rate, while a higher-priority phase overlaps
     jobs: dict = field(default_factory=dict)
 
     def announce(self, ann: Announcement, now: float) -> dict:
@@ -178,13 +199,21 @@ class CoScheduler:
         st.intensity = (ann.compute_s * ann.gpus) / comm_s if comm_s > 0 else math.inf
         self.jobs[ann.job] = st
         self._rank()
+        pace = self._pace_window(st)
         return {"version": VERSION, "job": ann.job, "start_offset_s": round(delay, 6),
                 "priority": st.priority, "intensity": None if math.isinf(st.intensity) else st.intensity,
-                "comm_s": comm_s,
+                "comm_s": comm_s, "pace_share": self.low_share if pace else None,
+                "pace_from_s": round(pace[0], 6) if pace else None,
+                "pace_until_s": round(pace[1], 6) if pace else None,
                 "placements": [{"src": s, "dst": d, "path": list(p)} for (s, d), p in sorted(paths.items())]}
 
     def _offset(self, ann, links, comm_s, others, now) -> float:
-        """Smallest delay in [0, period) that minimizes predicted overlap on shared links."""
+        """The delay in [0, period) that minimizes itself plus the predicted
+        overlap on shared links over the horizon (the smallest on a tie).
+
+        A shift is paid once, a collision every period; counting the delay
+        keeps a small overlap predicted periods ahead (the job announces
+        again before then) from buying a shift of most of a period."""
         sharing = [st for st in others.values() if set(st.links) & set(links)]
         if not sharing or comm_s <= 0:
             return 0.0
@@ -193,11 +222,25 @@ class CoScheduler:
         best, best_cost = 0.0, None
         for i in range(self.offset_steps):
             delay = ann.period_s * i / self.offset_steps
-            cost = sum(interval_overlap_s(now + delay, comm_s, ann.period_s, st.phase_start_s, st.comm_s,
-                                          st.ann.period_s, horizon, step) for st in sharing)
+            cost = delay + sum(interval_overlap_s(now + delay, comm_s, ann.period_s, st.phase_start_s, st.comm_s,
+                                                  st.ann.period_s, horizon, step) for st in sharing)
             if best_cost is None or cost < best_cost - 1e-12:
                 best, best_cost = delay, cost
         return best
+
+    def _pace_window(self, st: JobState) -> tuple[float, float] | None:
+        """When, from its phase start, this job yields to phases predicted for
+        jobs of higher GPU intensity on links it shares; None: never. Jobs of
+        equal intensity share the link (their priority order is only a tie-break)."""
+        start, end = st.phase_start_s, st.phase_start_s + st.comm_s
+        window = None
+        for o in self.jobs.values():
+            if o is st or o.intensity <= st.intensity or o.comm_s <= 0 or not set(o.links) & set(st.links):
+                continue
+            for s in periodic_starts(o.phase_start_s, o.ann.period_s, start - o.comm_s, end):
+                lo, hi = max(s, start) - start, min(s + o.comm_s, end) - start
+                window = (lo, hi) if window is None else (min(window[0], lo), max(window[1], hi))
+        return window
 
     def _rank(self) -> None:
         order = sorted(self.jobs.values(), key=lambda st: (-st.intensity, st.ann.job))
@@ -210,6 +253,6 @@ class CoScheduler:
 
     def snapshot(self) -> list[dict]:
         return [{"job": j, "collective": st.ann.collective, "period_s": st.ann.period_s, "comm_s": st.comm_s,
-                 "phase_start_s": st.phase_start_s, "priority": st.priority,
+                 "phase_start_s": st.phase_start_s, "priority": st.priority, "pace_window_s": self._pace_window(st),
                  "intensity": None if math.isinf(st.intensity) else st.intensity, "flows": len(st.paths)}
                 for j, st in sorted(self.jobs.items())]

@@ -9,6 +9,20 @@ Stdlib only, so 32 of them start fast. The runner hands it a plan file
     agent -> {"ctl": "done", ...}        totals; then exit 0
     agent -> {"ctl": "error", ...}       names the op and step; exit 1
 
+With co-scheduling (the plan has "cosched"), each iteration's communication
+is a phase that the job announces, and every rank waits for the answer:
+
+    agent -> {"ctl": "announce", "iteration": i, "t": <time>, "body": {...}}
+                                         one rank per phase, when it is ready
+    runner -> "offset <i> <start_at> <delay_s> <status> <pace_mbps> <pace_from> <pace_until>"
+                                         to every rank of the job ("-" for no pace)
+    agent -> {"kind": "offset", ...}     when a rank's phase begins
+
+No rank starts a communication op of iteration i before start_at (wall
+clock), so the whole job shifts together; ``pace_mbps`` caps the rank's
+sending rate from ``pace_from`` until ``pace_until``. The runner answers
+offset 0 (status "fallback") when the controller cannot.
+
 Transfers are pipelined the way NCCL does it: a slice of a step-k send may
 leave once the matching share of the rank's step k-1 receives has arrived,
 so a ring all-reduce keeps every link busy. Every slice carries a CRC32
@@ -35,6 +49,99 @@ WARMUP_BYTES = 64 * 1024
 
 class AgentError(RuntimeError):
     pass
+
+
+class TokenBucket:
+    """Paces bytes to rate_bytes_s with bursts of at most burst_bytes; the
+    caller passes the time and sleeps what reserve() returns."""
+
+    def __init__(self, rate_bytes_s: float, burst_bytes: int, now: float):
+        self.rate, self.burst = rate_bytes_s, burst_bytes
+        self.tokens, self.last = float(burst_bytes), now
+
+    def reserve(self, nbytes: int, now: float) -> float:
+        """Take nbytes now; seconds to wait before sending them."""
+        self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
+        self.last = now
+        self.tokens -= nbytes
+        return 0.0 if self.tokens >= 0 else -self.tokens / self.rate
+
+
+class Answer:
+    """The runner's answer to one phase, as the agent reads it."""
+    __slots__ = ("iteration", "start_at", "delay_s", "status", "pace_mbps", "pace_from", "pace_until")
+
+    def __init__(self, iteration, start_at, delay_s, status, pace_mbps=None, pace_from=None, pace_until=None):
+        self.iteration, self.start_at, self.delay_s, self.status = iteration, start_at, delay_s, status
+        self.pace_mbps, self.pace_from, self.pace_until = pace_mbps, pace_from, pace_until
+
+
+def parse_offset_line(line: str) -> Answer | None:
+    """An ``offset ...`` line from the runner, or None for any other line."""
+    parts = line.split()
+    if len(parts) != 8 or parts[0] != "offset":
+        return None
+    try:
+        pace = [None if p == "-" else float(p) for p in parts[5:]]
+        return Answer(int(parts[1]), float(parts[2]), float(parts[3]), parts[4], *pace)
+    except ValueError:
+        return None
+
+
+class PhaseGates:
+    """Which iterations' communication waits for the controller, and until when.
+
+    Pure: the agent passes the time. ``check`` is called when a communication
+    op of a gated iteration is ready; the first call marks the phase ready and,
+    on the announcing rank, returns the announcement to send.
+    """
+
+    def __init__(self, spec: dict):
+        self.gated = set(spec["iterations"])
+        self.bodies = {it: body for it, body in spec.get("announce", [])}
+        self.wait_s = spec["answer_wait_s"]
+        self.ready_at: dict[int, float] = {}
+        self.answers: dict[int, tuple[Answer, float]] = {}  # iteration -> (answer, received at)
+        self.opened: dict[int, float] = {}  # iteration -> when this rank's phase began
+
+    def answer(self, ans: Answer, now: float) -> None:
+        self.answers.setdefault(ans.iteration, (ans, now))
+
+    def open_at(self, it: int) -> float:
+        """When the gate opens: the answer's start, or the wait running out."""
+        if it in self.answers:
+            ans, got = self.answers[it]
+            return max(ans.start_at, got)
+        return self.ready_at[it] + self.wait_s
+
+    def check(self, it: int, now: float) -> tuple[float, dict | None]:
+        """(when the gate of iteration `it` opens, announcement request to emit now or None)."""
+        request = None
+        if it not in self.ready_at:
+            self.ready_at[it] = now
+            if it in self.bodies:
+                body = dict(self.bodies[it], period_s=self.period_s(it, now))
+                request = {"ctl": "announce", "iteration": it, "t": now, "body": body}
+        return self.open_at(it), request
+
+    def period_s(self, it: int, now: float) -> float:
+        """The period to announce: measured from the last phase this rank began
+        (the gate's own wait left out), else the plan's estimate."""
+        before = [j for j in self.opened if j < it]
+        if before:
+            j = max(before)
+            return max(1e-6, (now - self.opened[j]) / (it - j))
+        return self.bodies[it]["period_s"]
+
+    def begin(self, it: int, now: float) -> dict | None:
+        """The phase of `it` begins at this rank: its offset event, once."""
+        if it in self.opened:
+            return None
+        self.opened[it] = now
+        ans = self.answers.get(it, (None, None))[0]
+        return {"kind": "offset", "iteration": it, "start": self.ready_at[it], "end": now,
+                "delay_emulated_s": ans.delay_s if ans else 0.0,
+                "status": ans.status if ans else "no answer", "pace_mbps": ans.pace_mbps if ans else None}
 
 
 class SendXfer:
@@ -77,6 +184,8 @@ class Agent:
         self.failed: str | None = None
         self.stop = False
         self.ops = [OpState(o) for o in plan["ops"]]
+        self.gates = PhaseGates(plan["cosched"]) if plan.get("cosched") else None
+        self.pacer: tuple[TokenBucket, float, float] | None = None  # (bucket, from, until)
         self.recv_got: dict[int, int] = {}
         self.recv_size: dict[int, int] = {}
         self.recv_first: dict[int, float] = {}
@@ -116,6 +225,31 @@ class Agent:
         with self.out_lock:
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
+
+    def control(self, line: str):
+        """A line from the runner after "go": an answer to an announced phase."""
+        ans = parse_offset_line(line)
+        if ans is None or self.gates is None:
+            return
+        now = time.time()
+        with self.cond:
+            self.gates.answer(ans, now)
+            # Each phase's answer sets its pace, or lifts the last one.
+            self.pacer = None
+            if ans.pace_mbps and ans.pace_until and ans.pace_until > now:
+                self.pacer = (TokenBucket(ans.pace_mbps * 1e6 / 8, self.slice_bytes, now), ans.pace_from or now,
+                              ans.pace_until)
+            self.cond.notify_all()
+
+    def _pace(self, nbytes: int, now: float) -> float:
+        """Seconds to wait before sending nbytes (call with the lock held)."""
+        if self.pacer is None:
+            return 0.0
+        bucket, start, until = self.pacer
+        if now >= until:
+            self.pacer = None
+            return 0.0
+        return bucket.reserve(nbytes, now) if now >= start else 0.0
 
     def fail(self, msg: str):
         with self.cond:
@@ -238,6 +372,9 @@ class Agent:
                                 break
                         else:
                             self.cond.wait()
+                    wait = self._pace(pick[1], time.time())
+                if wait > 0:
+                    time.sleep(wait)
                 x, n = pick
                 off = (x.tid * 7919 + x.sent) % self.slice_bytes
                 data = self.payload[off:off + n]
@@ -270,6 +407,23 @@ class Agent:
                 ev[k] = spec[k]
         self.emit(ev)
 
+    def _gate(self, op: OpState) -> float | None:
+        """None: the op may start now. Else the time its phase's gate opens
+        (an answer arriving also wakes the loop)."""
+        it = op.spec.get("iteration")
+        if self.gates is None or op.kind == "compute" or it not in self.gates.gated:
+            return None
+        now = time.time()
+        open_at, request = self.gates.check(it, now)
+        if request is not None:
+            self.emit(request)
+        if now < open_at:
+            return open_at
+        ev = self.gates.begin(it, now)
+        if ev is not None:
+            self.emit({**ev, "job": self.job, "rank": self.rank})
+        return None
+
     def run(self, t0: float):
         compute_busy_until = None
         compute_op = None
@@ -285,6 +439,7 @@ class Agent:
                 if compute_op is not None and now >= compute_busy_until:
                     self._finish(compute_op, compute_busy_until)
                     compute_op = None
+                wake = None  # the earliest gate that may open by itself
                 progressed = True
                 while progressed:
                     progressed = False
@@ -298,8 +453,16 @@ class Agent:
                             continue
                         if not self._deps_done(op):
                             continue
+                        gate = self._gate(op)
+                        if gate is not None:
+                            wake = gate if wake is None else min(wake, gate)
+                            continue
                         if op.ready_t is None:
-                            op.ready_t = max([t0] + [self.ops[d].end_t for d in op.deps])
+                            # A gated op is ready when its gate opens: waiting
+                            # out the offset is not lateness.
+                            opened = [self.gates.open_at(op.spec["iteration"])] \
+                                if self.gates and op.spec.get("iteration") in self.gates.opened else []
+                            op.ready_t = max([t0] + [self.ops[d].end_t for d in op.deps] + opened)
                         if op.kind == "compute":
                             if compute_op is not None:
                                 continue
@@ -319,10 +482,12 @@ class Agent:
                     # Ops finishing now let dependants start in this same pass.
                 if not pending and compute_op is None:
                     return
-                timeout = None
+                timeout = 1.0
                 if compute_op is not None:
                     timeout = max(0.0, compute_busy_until - time.time())
-                self.cond.wait(timeout if timeout is not None else 1.0)
+                if wake is not None:
+                    timeout = min(timeout, max(0.0, wake - time.time()))
+                self.cond.wait(timeout)
 
 
 def _recv_exact(conn, view, n) -> bool:
@@ -357,7 +522,7 @@ def main(argv=None) -> int:
             return 3  # the runner went away
         t0 = float(line.split()[1]) + plan.get("start_offset_s", 0.0)
         # The runner closing our stdin means it died or gave up: stop too.
-        threading.Thread(target=_watch_stdin, daemon=True).start()
+        threading.Thread(target=_watch_stdin, args=(agent,), daemon=True).start()
         for peer in agent.conns_out:
             threading.Thread(target=agent.sender, args=(peer,), daemon=True).start()
         agent.run(t0)
@@ -372,10 +537,13 @@ def main(argv=None) -> int:
         return 130
 
 
-def _watch_stdin():
+def _watch_stdin(agent: Agent):
     try:
-        while sys.stdin.readline():
-            pass
+        while True:
+            line = sys.stdin.readline()
+            if not line:
+                break
+            agent.control(line)
     finally:
         os._exit(4)
 

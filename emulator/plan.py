@@ -2,6 +2,11 @@
 
 Collectives become transfers through traffic.collectives; sizes and
 durations are scaled here, once, so agents see only emulated units.
+
+With ``controller.routing: coschedule`` each iteration's communication is
+one phase that the job announces to the controller (``announcement_plan``):
+every rank's plan lists the gated iterations, and one rank per iteration
+carries the announcement body it sends.
 """
 from __future__ import annotations
 
@@ -15,6 +20,13 @@ from traffic.errors import InputError as TrafficInputError
 from traffic.workload import build_workload
 
 BASE_PORT = 20000
+COMM_KINDS = ("collective", "send", "recv")
+# Announced collective names (controller.cosched.COLLECTIVES) for traffic's op names.
+ANNOUNCED_OP = {"sendrecv": "send_recv", "send": "send_recv", "recv": "send_recv"}
+# A rank that never gets an answer for a gated phase starts it anyway after
+# this long (wall seconds) plus two expected periods: timing is all the gate
+# decides, so this cannot corrupt a run, only desynchronize a shift.
+ANSWER_WAIT_S = 5.0
 
 
 @dataclass
@@ -56,6 +68,8 @@ def build_plans(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
                               len(hosts), exp.source)
         jp = JobPlan(job.name, ji, hosts, trace, start_offset_s=job.start_ms / 1000.0 * dilation)
         jp.ranks = _rank_plans(exp, fabric, jp, dilation)
+        if exp.routing == "coschedule":
+            announcement_plan(fabric, jp, exp.scale.link)
         jobs.append(jp)
     return jobs
 
@@ -146,3 +160,72 @@ def _peer_ip(fabric: Fabric, a: str, b: str) -> str:
     if fabric.same_server(a, b):
         return fabric.node(b)["nvlink_ip"]
     return fabric.node(b)["ip"]
+
+
+def announcement_plan(fabric: Fabric, jp: JobPlan, scale_link: float) -> None:
+    """Add each iteration's announced phase to the rank plans of one job.
+
+    The phase's flows are the iteration's fabric transfers (NVLink pairs never
+    meet the controller), summed per (src host, dst host), in emulated bytes.
+    The announcer is the lowest rank that communicates in that iteration; its
+    compute that iteration is ``compute_s``, the part listed after its first
+    communication op ``overlap_s``. The first period is estimated as compute
+    plus the busiest NIC's bytes at its emulated rate; agents announce the
+    period they measure after that.
+    """
+    plans = jp.ranks
+    flows: dict[int, dict[tuple[str, str], int]] = {}
+    nic_bytes: dict[int, dict[tuple[str, str], int]] = {}
+    ops: dict[int, set[str]] = {}
+    announcer: dict[int, int] = {}
+    for plan in plans:
+        r = plan["rank"]
+        for spec in plan["ops"]:
+            it = spec.get("iteration")
+            if it is None or spec["kind"] not in COMM_KINDS:
+                continue
+            announcer[it] = min(announcer.get(it, r), r)
+            name = spec.get("op") or spec["kind"]
+            ops.setdefault(it, set()).add(ANNOUNCED_OP.get(name, name))
+            for _, d, _, nbytes in spec.get("sends", []):
+                src, dst = jp.hosts[r], jp.hosts[d]
+                if d == r or fabric.same_server(src, dst):
+                    continue
+                pairs = flows.setdefault(it, {})
+                pairs[src, dst] = pairs.get((src, dst), 0) + nbytes
+                nic = nic_bytes.setdefault(it, {})
+                for end in (("tx", src), ("rx", dst)):
+                    nic[end] = nic.get(end, 0) + nbytes
+    gated = sorted(it for it in flows if flows[it])
+    by_rank: dict[int, list] = {}
+    for it in gated:
+        r = announcer[it]
+        compute_s, overlap_s = _compute_around_comm(plans[r]["ops"], it)
+        comm_s = max(b * 8 / (fabric.host_link_gbps(h) * 1e9 * scale_link) for (_, h), b in nic_bytes[it].items())
+        (coll, *more) = sorted(ops[it])
+        body = {"version": 1, "job": jp.name, "collective": "other" if more else coll,
+                "flows": [{"src": s, "dst": d, "size_bytes": b} for (s, d), b in sorted(flows[it].items())],
+                "period_s": compute_s + comm_s, "compute_s": compute_s, "overlap_s": overlap_s,
+                "gpus": len(jp.hosts)}
+        by_rank.setdefault(r, []).append([it, body])
+    if not gated:
+        return
+    longest = max(b["period_s"] for lst in by_rank.values() for _, b in lst)
+    for plan in plans:
+        plan["cosched"] = {"iterations": gated, "answer_wait_s": ANSWER_WAIT_S + 2 * longest,
+                           "announce": by_rank.get(plan["rank"], [])}
+
+
+def _compute_around_comm(ops: list[dict], iteration: int) -> tuple[float, float]:
+    """(compute of one rank in one iteration, the part listed after its first communication op)."""
+    total = after = 0.0
+    seen_comm = False
+    for spec in ops:
+        if spec.get("iteration") != iteration:
+            continue
+        if spec["kind"] in COMM_KINDS:
+            seen_comm = True
+        elif spec["kind"] == "compute":
+            total += spec.get("duration_s", 0.0)
+            after += spec.get("duration_s", 0.0) if seen_comm else 0.0
+    return total, after

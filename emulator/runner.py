@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from emulator import config, fidelity, outputs, results
+from emulator import announce, config, fidelity, outputs, results
 from emulator.config import Experiment
 from emulator.outputs import links
 from emulator.plan import build_plans
@@ -62,6 +62,8 @@ def run_experiment(exp: Experiment, out_dir: str, log=print) -> dict:
 def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
     agents = []  # (job, rank, Popen)
     sel = selectors.DefaultSelector()
+    relay = announce.Relay(tb.rest_url if tb.rest_port else None, exp.scale.dilation) \
+        if exp.routing == "coschedule" else None
     try:
         for jp in jobs:
             for plan in jp.ranks:
@@ -75,37 +77,49 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
                                                 text=True, bufsize=1)
                 err.close()
                 agents.append((jp.name, plan["rank"], p))
+                if relay is not None:
+                    nic_mbps = exp.emulated_mbps(tb.fabric.host_link_gbps(plan["host"]))
+                    relay.add(jp.name, plan["rank"], p.stdin, nic_mbps)
                 tb.state.add_pid(f"agent/{jp.name}/{plan['rank']}", p.pid)
                 sel.register(p.stdout, selectors.EVENT_READ, (jp.name, plan["rank"], p))
         n = len(agents)
+        reader = LineReader()
         log(f"[run] {n} agents started; waiting for their connections")
         ready, done = set(), {}
         with open(events_path, "a") as events:
             def pump(timeout):
                 for key, _ in sel.select(timeout):
                     job, rank, p = key.data
-                    line = key.fileobj.readline()
-                    if not line:
+                    lines = reader.read(key.fileobj)
+                    if lines is None:
                         sel.unregister(key.fileobj)
                         if (job, rank) not in done:
                             rc = p.wait(5)
                             raise RunFailure(f"agent {job}/rank {rank} exited with status {rc} before finishing "
                                              f"(see {out_dir}/plans/{job}/rank{rank}.err)")
                         continue
-                    try:
-                        msg = json.loads(line)
-                    except ValueError:
-                        continue
-                    ctl = msg.get("ctl")
-                    if ctl == "ready":
-                        ready.add((job, rank))
-                    elif ctl == "done":
-                        done[(job, rank)] = msg
-                    elif ctl == "error":
-                        raise RunFailure(f"agent {job}/rank {rank}: {msg.get('msg')}")
-                    else:
-                        events.write(line)
+                    for line in lines:
+                        handle(job, rank, line)
+
+            def handle(job, rank, line):
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    return
+                ctl = msg.get("ctl")
+                if ctl == "ready":
+                    ready.add((job, rank))
+                elif ctl == "done":
+                    done[(job, rank)] = msg
+                elif ctl == "error":
+                    raise RunFailure(f"agent {job}/rank {rank}: {msg.get('msg')}")
+                elif ctl == "announce":
+                    if relay is not None:
+                        events.write(json.dumps(relay.handle(job, rank, msg)) + "\n")
                         events.flush()
+                else:
+                    events.write(line)
+                    events.flush()
 
             deadline = time.monotonic() + exp.testbed.ready_timeout_s
             while len(ready) < n:
@@ -148,6 +162,27 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
         for _, _, p in agents:
             stop_process(p, timeout_s=2.0)
         sel.close()
+
+
+class LineReader:
+    """Every whole line that has arrived on a pipe, without blocking.
+
+    A buffered readline() may pull several lines out of the pipe and return
+    one: the rest then wait unseen by select() until the agent writes again,
+    and an agent that announced a phase writes nothing until it is answered.
+    """
+
+    def __init__(self):
+        self.partial: dict[int, bytes] = {}
+
+    def read(self, f) -> list[str] | None:
+        """The lines now complete (maybe none); None at end of file."""
+        fd = f.fileno()
+        data = os.read(fd, 1 << 16)
+        if not data:
+            return None
+        *lines, self.partial[fd] = (self.partial.get(fd, b"") + data).split(b"\n")
+        return [ln.decode(errors="replace") + "\n" for ln in lines]
 
 
 def parse_snmp_tcp(text: str, prefix: str = "Tcp:") -> dict:
@@ -218,6 +253,7 @@ def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
                       "checksum_errors": totals.get("checksum_errors")},
         "fidelity": fid,
         "controller": ctx["controller"] or {},
+        "announcements": announce.summarize(events, dil),
         "duration_s_wall": (t_end - t_start) if ctx["t_start"] else None,
     }
 
