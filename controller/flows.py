@@ -46,6 +46,9 @@ class FlowKey:
     def __str__(self):
         return f"{self.src_ip}:{self.sport}->{self.dst_ip}:{self.dport}/{self.proto}"
 
+    def reverse(self) -> "FlowKey":
+        return FlowKey(self.dst_ip, self.src_ip, self.proto, self.dport, self.sport)
+
 
 @dataclass
 class FlowEntry:
@@ -62,6 +65,9 @@ class FlowEntry:
     bytes_at_s: float | None = None
     rate_gbps: float = 0.0  # real-cluster units
     measured: bool = False
+    # The reverse direction of a connection we already know (its ACKs, mostly):
+    # no demand of its own until its counters say otherwise.
+    reply: bool = False
     rules: dict = field(default_factory=dict)  # switch -> the entry we installed there
 
     @property
@@ -149,7 +155,7 @@ class FlowScheduler:
     def _pending(self) -> dict:
         """Links carrying flows whose traffic the counters do not show yet."""
         pend: dict = {}
-        unmeasured = [f for f in self.flows.values() if not f.measured]
+        unmeasured = [f for f in self.flows.values() if not f.measured and not f.reply]
         if unmeasured:
             demands = self.natural_demands(unmeasured)
             for f, d in zip(unmeasured, demands):
@@ -157,9 +163,18 @@ class FlowScheduler:
                     pend[ln] = pend.get(ln, 0.0) + d
         return pend
 
+    def is_elephant(self, f: FlowEntry) -> bool:
+        return f.measured and f.rate_gbps >= self.cfg.elephant_fraction * self.fabric.host_link_gbps(f.src)
+
     def natural_demands(self, flows: list[FlowEntry]) -> list[float]:
-        """Hedera's natural demand of each flow, among all flows we know, in Gb/s."""
-        everyone = list(self.flows.values())
+        """Hedera's natural demand of each flow in Gb/s, among the flows that may be
+        large: measured elephants and flows not measured yet, but no mice and no
+        reply streams. Counting a connection's ACK stream would halve the demand
+        of a data flow between the same two hosts (symmetric patterns such as
+        stride(n/2)) and let GFF stack two elephants on one link."""
+        ids = {id(f) for f in flows}
+        everyone = [f for f in self.flows.values()
+                    if id(f) in ids or self.is_elephant(f) or (not f.measured and not f.reply)]
         idx = {id(f): i for i, f in enumerate(everyone)}
         frac = estimate_demands([(f.src, f.dst) for f in everyone])
         return [frac[idx[id(f)]] * self.fabric.host_link_gbps(f.src) if id(f) in idx
@@ -193,7 +208,8 @@ class FlowScheduler:
             path = min(paths, key=lambda p: (self.path_cost(src, p, dst, pending),
                                              zlib.crc32(repr(p).encode()) ^ salt))
             reason = "least-loaded equal-cost path"
-        e = FlowEntry(self._next_id, key, src, dst, path, now, job=job, queue=queue)
+        e = FlowEntry(self._next_id, key, src, dst, path, now, job=job, queue=queue,
+                      reply=key.reverse() in self.flows)
         self._next_id += 1
         self.flows[key] = e
         self.by_cookie[e.cookie] = e
@@ -231,8 +247,7 @@ class FlowScheduler:
         """Global First Fit over the elephants; returns the reroutes, stage-merged."""
         self.counters["rebalances"] += 1
         flows = sorted(self.flows.values(), key=lambda f: f.flow_id)
-        eleph = [f for f in flows if f.measured and
-                 f.rate_gbps >= self.cfg.elephant_fraction * self.fabric.host_link_gbps(f.src)]
+        eleph = [f for f in flows if self.is_elephant(f)]
         if not eleph:
             return []
         demands = self.natural_demands(eleph)
@@ -245,6 +260,11 @@ class FlowScheduler:
             if id(f) not in eleph_ids and f.measured:
                 for ln in path_links(f.src, f.path, f.dst):
                     background[ln] = background.get(ln, 0.0) + f.rate_gbps
+        # Hedera reserves nothing for mice. Counting every ACK stream would make
+        # a path that is free but for some ACKs too small for a flow at full
+        # NIC demand; only mice beyond one mouse's worth of a link count.
+        for ln, gbps in list(background.items()):
+            background[ln] = max(0.0, gbps - self.cfg.elephant_fraction * self.load.capacity_gbps[ln])
         held = [f for f in eleph if (f.moved_at_s is not None and now - f.moved_at_s < self.cfg.hold_s)
                 or (f.src, f.dst) in self.pinned]
         free = [f for f in eleph if f not in held]

@@ -57,8 +57,8 @@ class Sim:
         return key
 
     def path(self, key):
-        src, dst, sport, _ = self.rates[key]
-        t = self.net.trace(src, dst, sport=sport)
+        src, dst, _, _ = self.rates[key]
+        t = self.net.trace(src, dst, sport=key.sport, dport=key.dport)
         assert t.delivered, t
         return t
 
@@ -400,3 +400,38 @@ def test_state_reports_loads_flows_and_decisions():
     assert state["flows"][0]["src"] == "h0" and state["flows"][0]["rate_gbps"] == pytest.approx(200)
     assert state["decisions"][0]["action"] == "place"
     assert any(ln["load_gbps"] == pytest.approx(200, rel=0.01) for ln in state["link_loads"])
+
+
+def test_ack_streams_do_not_hide_a_collision_of_symmetric_elephants():
+    """stride(n/2): h0<->h8 and h1<->h9 each carry data both ways, so every
+    host pair also has the other connection's ACK stream. Those must not halve
+    the data flows' demands, or GFF sees two half-rate flows that 'fit' one
+    link and leaves a collision in place."""
+    fab = fat_tree(4)
+    sim = Sim(fab, hold_s=0.0)
+    data = []
+    for a, b in (("h0", "h8"), ("h1", "h9")):
+        for s, d, sport in ((a, b, 1000 + int(a[1:])), (b, a, 2000 + int(a[1:]))):
+            data.append(sim.start(s, d, 400, sport=sport))
+    first = sim.ctl.sched.flows[data[0]]
+    # Force the second pair's forward flow onto the first one's path: a collision.
+    other = sim.ctl.sched.flows[data[2]]
+    sim.apply(sim.ctl.sched.reroute_plan(other, first.path))
+    other.path = first.path
+    # ACK streams: the reverse of each data connection, small but separate flows.
+    for k in list(data):
+        src, dst, sport, _ = sim.rates[k]
+        key = FlowKey(k.dst_ip, k.src_ip, 6, k.dport, k.sport)
+        sw, port = fab.attachment(dst)
+        sim.apply(sim.ctl.packet_in_flow(fab.node(sw)["dpid"], port, key, sim.now))
+        sim.rates[key] = (dst, src, None, 4)
+        assert sim.ctl.sched.flows[key].reply
+    collided = max(n for ln, n in sim.link_flows().items() if all(fab.node(x)["role"] == "switch" for x in ln))
+    assert collided >= 2
+    for _ in range(4):
+        sim.step()
+    per_link = defaultdict(int)
+    for k in data:
+        for ln in sim.path(k).links:
+            per_link[ln] += 1
+    assert max(per_link.values()) == 1, "two data elephants still share a link"
