@@ -49,6 +49,15 @@ class Job:
 
 
 ORDERS = ("as-listed", "rail-aligned")
+LINK_STATES = ("down", "up")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A link going down or up at_ms after the replay starts (real-cluster ms)."""
+    at_ms: float
+    link: tuple  # the two nodes of a fabric link
+    state: str
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,7 @@ class Experiment:
     jobs: tuple
     testbed: Testbed
     description: str = ""
+    faults: tuple = ()
     source: str | None = None
     raw: dict = field(default_factory=dict, compare=False)
 
@@ -258,9 +268,25 @@ def parse(data, file: str | None = None) -> Experiment:
                               order, file)
         js.done()
         jobs.append(Job(jname, hosts, workload, start_ms, order))
+    faults = _faults(top.get("faults", list, []), fabric, file)
     top.done()
     return Experiment(name=name, topology=topo, scale=scale, routing=routing, jobs=tuple(jobs),
-                      testbed=testbed, description=description, source=file, raw=data)
+                      testbed=testbed, description=description, faults=faults, source=file, raw=data)
+
+
+def _faults(items, fabric, file) -> tuple:
+    out = []
+    for i, fr in enumerate(items):
+        fs = _Section(fr, f"faults[{i}]", file)
+        at_ms = float(fs.get("at_ms", NUM, check=lambda v: v >= 0, expected="milliseconds >= 0"))
+        link = fs.get("link", list, check=lambda v: len(v) == 2 and all(isinstance(n, str) for n in v),
+                      expected="two node names, [a, b]")
+        if not fabric.graph.has_edge(*link):
+            raise ConfigError(f"faults[{i}].link", "two nodes joined by a link of this fabric", link, file)
+        state = fs.get("state", str, check=lambda v: v in LINK_STATES, expected="down or up")
+        fs.done()
+        out.append(Fault(at_ms, tuple(link), state))
+    return tuple(sorted(out, key=lambda f: f.at_ms))
 
 
 def to_dict(exp: Experiment) -> dict:
@@ -278,6 +304,7 @@ def to_dict(exp: Experiment) -> dict:
         "testbed": asdict(exp.testbed),
         "jobs": [{"name": j.name, "hosts": copy.deepcopy(j.hosts), "order": j.order, "start_ms": j.start_ms,
                   "workload": copy.deepcopy(j.workload)} for j in exp.jobs],
+        "faults": [{"at_ms": f.at_ms, "link": list(f.link), "state": f.state} for f in exp.faults],
     }
 
 

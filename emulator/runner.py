@@ -15,6 +15,7 @@ import time
 
 from emulator import announce, config, fidelity, outputs, results
 from emulator.config import Experiment
+from emulator.faults import FaultInjector
 from emulator.outputs import links
 from emulator.plan import build_plans
 from emulator.testbed import Testbed, TestbedError, stop_process
@@ -137,6 +138,7 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
             for _, _, p in agents:
                 p.stdin.write(f"go {t0!r}\n")
                 p.stdin.flush()
+            ctx["faults"] = FaultInjector(tb, exp.faults, t0, exp.scale.dilation, events_path, log).start()
             deadline = time.monotonic() + exp.testbed.timeout_s
             while len(done) < n:
                 if time.monotonic() > deadline:
@@ -150,6 +152,8 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
                              "bytes_received": sum(m["bytes_received"] for m in done.values()),
                              "checksum_errors": sum(m["checksum_errors"] for m in done.values())}
     finally:
+        if ctx.get("faults"):
+            ctx["faults"].stop()
         if ctx.get("monitor"):
             ctx["monitor"].stop()
         if ctx.get("links"):
@@ -253,6 +257,7 @@ def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
                       "checksum_errors": totals.get("checksum_errors")},
         "fidelity": fid,
         "controller": ctx["controller"] or {},
+        "faults": ctx["faults"].applied if ctx.get("faults") else [],
         "announcements": announce.summarize(events, dil),
         "duration_s_wall": (t_end - t_start) if ctx["t_start"] else None,
     }

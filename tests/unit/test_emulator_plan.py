@@ -149,3 +149,48 @@ def test_tcp_counters_parse_snmp_and_netstat_pairs():
             "Tcp: RtoAlgorithm OutSegs RetransSegs\nTcp: 1 900 10\n")
     assert parse_snmp_tcp(text) == {"RtoAlgorithm": 1, "OutSegs": 900, "RetransSegs": 10}
     assert parse_snmp_tcp(text, prefix="TcpExt:")["TCPFastRetrans"] == 7
+
+
+def test_faults_parse_and_check_the_link(tmp_path):
+    from emulator import config
+    base = ("name: f\ntopology: {kind: fat-tree, k: 4}\nscale: {link: 2.5e-5, bytes: 1.0e-3}\n"
+            "jobs: [{workload: {collective: all_reduce, size_bytes: 1000000}}]\n")
+    p = tmp_path / "e.yaml"
+    p.write_text(base + "faults: [{at_ms: 5, link: [agg0_0, core0], state: down}, "
+                        "{at_ms: 1, link: [core0, agg0_0], state: up}]\n")
+    exp = config.load(str(p))
+    assert [(f.at_ms, f.state) for f in exp.faults] == [(1.0, "up"), (5.0, "down")]  # in time order
+    assert config.parse(config.to_dict(exp), file=exp.source) == exp
+    for bad, key in (("{at_ms: 5, link: [h0, core0], state: down}", "faults[0].link"),
+                     ("{at_ms: 5, link: [agg0_0, core0], state: flaky}", "faults[0].state"),
+                     ("{at_ms: -1, link: [agg0_0, core0], state: down}", "faults[0].at_ms"),
+                     ("{at_ms: 5, link: [agg0_0, core0], state: down, when: 3}", "faults[0].when")):
+        p.write_text(base + f"faults: [{bad}]\n")
+        with pytest.raises(config.ConfigError, match=key.replace("[", r"\[").replace("]", r"\]")):
+            config.load(str(p))
+
+
+def test_fault_injector_cuts_the_switch_side_and_logs_an_event(tmp_path):
+    from emulator.config import Fault
+    from emulator.faults import FaultInjector
+    from topologies import fat_tree
+
+    class TB:
+        fabric = fat_tree(4)
+
+        def intf(self, node, peer):
+            return f"{node}-eth{self.fabric.port(node, peer)}"
+
+    calls = []
+
+    def run(cmd, **_):
+        calls.append(cmd)
+        return type("R", (), {"returncode": 0, "stderr": ""})()
+    ev_path = tmp_path / "events.jsonl"
+    inj = FaultInjector(TB(), [Fault(10.0, ("h0", "edge0_0"), "down")], t0=100.0, dilation=40.0,
+                        events_path=str(ev_path), log=lambda *_: None, run=run)
+    assert inj.due_s(inj.faults[0]) == pytest.approx(100.4)  # 10 ms real x 40
+    ev = inj.apply(inj.faults[0])
+    assert calls == [["ip", "link", "set", "dev", f"edge0_0-eth{TB.fabric.port('edge0_0', 'h0')}", "down"]]
+    import json
+    assert ev["ok"] and json.loads(ev_path.read_text())["link"] == "h0-edge0_0"
