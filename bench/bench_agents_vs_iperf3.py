@@ -10,7 +10,6 @@ agents are not the bottleneck. Needs root.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -19,6 +18,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from emulator import config  # noqa: E402
+from emulator.iperf import iperf3_flows  # noqa: E402
 from emulator.runner import run_experiment  # noqa: E402
 from emulator.testbed import Testbed  # noqa: E402
 
@@ -31,15 +31,10 @@ FABRICS = {
 def iperf3_ring(exp, out_dir, duration_s=8):
     fabric = exp.fabric()
     hosts = config.job_hosts(exp.jobs[0], fabric)
-    with Testbed(fabric, out_dir, routing=exp.routing, scale_link=exp.scale.link, log=lambda *_: None) as tb:
-        for h in hosts:
-            tb.host(h).cmd("iperf3 -s -D -1 -p 5201")
-        procs = []
-        for i, h in enumerate(hosts):
-            dst = fabric.node(hosts[(i + 1) % len(hosts)])["ip"]
-            procs.append(tb.host(h).popen(["iperf3", "-c", dst, "-p", "5201", "-t", str(duration_s), "-J"]))
-        mbps = [json.loads(p.communicate()[0])["end"]["sum_received"]["bits_per_second"] / 1e6 for p in procs]
-    return sum(mbps)
+    ring = [(h, hosts[(i + 1) % len(hosts)]) for i, h in enumerate(hosts)]
+    with Testbed(fabric, out_dir, routing=exp.routing, scale_link=exp.scale.link,
+                 datapath=exp.testbed.datapath, log=lambda *_: None) as tb:
+        return sum(iperf3_flows(tb, ring, duration_s))
 
 
 def agents_ring(exp, out_dir):

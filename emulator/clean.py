@@ -57,15 +57,12 @@ def clean_run(run_dir: str, log=print) -> int:
                 log(f"dtnet clean: killed {role} (pid {pid})")
             except ProcessLookupError:
                 pass
-    left = runstate.leftovers(tag)
-    for br in left["bridges"]:
-        subprocess.run(["ovs-vsctl", "--if-exists", "del-br", br], capture_output=True)
-        removed += 1
-    for link in runstate.leftovers(tag)["links"]:
-        subprocess.run(["ip", "link", "del", link], capture_output=True)
-        removed += 1
-    if left["bridges"] or left["links"]:
-        log(f"dtnet clean: removed {len(left['bridges'])} bridges and {len(left['links'])} links of run {tag}")
+    left = runstate.remove_leftovers(tag)
+    n = sum(len(v) for v in left.values())
+    removed += n
+    if n:
+        log(f"dtnet clean: removed {len(left['bridges'])} bridges, {len(left['netns'])} namespaces and "
+            f"{len(left['links'])} links of run {tag}")
     st["status"] = "cleaned"
     with open(os.path.join(run_dir, runstate.STATE_NAME), "w") as f:
         json.dump(st, f, indent=1)

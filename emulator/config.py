@@ -18,7 +18,7 @@ from topologies import build as build_fabric
 from topologies.errors import InputError
 
 ROUTINGS = ("shortest", "ecmp", "congestion-aware", "coschedule")
-DATAPATHS = ("auto", "kernel", "userspace")
+DATAPATHS = ("auto", "kernel", "userspace", "afxdp")
 # Mininet's TCLink refuses bw above 1000 Mb/s; below 0.1 Mb/s HTB is coarse.
 MAX_EMULATED_MBPS = 1000.0
 MIN_EMULATED_MBPS = 0.1

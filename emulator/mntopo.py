@@ -55,7 +55,10 @@ class FabricTopo(Topo):
     the testbed applies it after the switches start.
     """
 
-    def build(self, fabric: Fabric = None, prefix: str = "", switch_cls=None, bridge_cls=KernelBridge):
+    def build(self, fabric: Fabric = None, prefix: str = "", switch_cls=None, bridge_cls=KernelBridge,
+              switch_links: bool = True):
+        """switch_links=False leaves out links between OpenFlow switches: the
+        AF_XDP testbed wires those through a link namespace itself."""
         self.fabric, self.prefix = fabric, prefix
         for h in fabric.hosts:
             nd = fabric.node(h)
@@ -69,6 +72,9 @@ class FabricTopo(Topo):
                 opts["cls"] = switch_cls
             self.addSwitch(prefix + s, **opts)
         for a, b, d in fabric.links():
+            if not switch_links and all(fabric.node(n)["role"] == "switch" and fabric.node(n)["openflow"]
+                                        for n in (a, b)):
+                continue
             self.addLink(prefix + a, prefix + b, port1=d["ports"][a], port2=d["ports"][b])
 
 

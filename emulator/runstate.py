@@ -118,4 +118,23 @@ def leftovers(tag: str) -> dict:
                 links.append(name)
     except FileNotFoundError:
         pass
-    return {"bridges": bridges, "links": links}
+    netns = []
+    try:
+        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        netns = [ln.split()[0] for ln in out.splitlines() if ln.strip() and ln.split()[0].startswith(tag)]
+    except FileNotFoundError:
+        pass
+    return {"bridges": bridges, "links": links, "netns": netns}
+
+
+def remove_leftovers(tag: str) -> dict:
+    """Delete what leftovers(tag) lists: bridges, then link namespaces (their
+    veths go with them), then root-namespace links. Returns what was there."""
+    left = leftovers(tag)
+    for br in left["bridges"]:
+        subprocess.run(["ovs-vsctl", "--if-exists", "del-br", br], capture_output=True)
+    for ns in left["netns"]:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    for link in leftovers(tag)["links"]:
+        subprocess.run(["ip", "link", "del", link], capture_output=True)
+    return left

@@ -42,6 +42,20 @@ def htb_cmds(dev: str, rate_mbps: float, queue_packets: int, mtu: int = 1500) ->
     ]
 
 
+# One per host namespace, so the name need not be unique machine-wide.
+IFB_NAME = "ifb0"
+
+
+def ingress_redirect_cmds(dev: str, ifb: str) -> list[str]:
+    """tc -batch lines sending everything dev receives through ifb's egress,
+    where HTB can shape it. u32 match-all: this kernel has no matchall."""
+    return [
+        f"qdisc replace dev {dev} handle ffff: ingress",
+        f"filter replace dev {dev} parent ffff: protocol all prio 1 u32 match u32 0 0 "
+        f"action mirred egress redirect dev {ifb}",
+    ]
+
+
 def offload_cmd(devs: list[str]) -> str:
     """One shell line turning TX offloads off: TCP over the userspace datapath
     stalls with them on (checksums never filled in)."""

@@ -64,11 +64,32 @@ def kernel_datapath_available() -> bool:
     return r.returncode == 0 and os.path.isdir("/sys/module/openvswitch")
 
 
-def detect_datapath(requested: str = "auto") -> str:
+# AF_XDP port type without a busy-polling thread: PMD ports take a whole core,
+# which on 2 cores starves the hosts.
+AFXDP_PORT = "afxdp-nonpmd"
+# OVS's AF_XDP frames are 4 KiB; 3498 B is its MTU ceiling. Keep a margin.
+AFXDP_MTU = 3000
+
+
+def ovs_iface_types() -> set[str]:
+    r = subprocess.run(["ovs-vsctl", "--timeout=5", "get", "Open_vSwitch", ".", "iface_types"],
+                       capture_output=True, text=True)
+    return {t.strip() for t in r.stdout.strip().strip("[]").split(",") if t.strip()}
+
+
+def detect_datapath(requested: str = "auto", iface_types: set[str] | None = None) -> str:
+    """kernel where the OVS module exists (a VM), else AF_XDP ports where OVS
+    offers them, else userspace `system` ports."""
     if requested == "kernel" and not kernel_datapath_available():
         raise TestbedError("testbed.datapath=kernel but the openvswitch kernel module is not available")
+    types = ovs_iface_types() if iface_types is None and requested in ("auto", "afxdp") else iface_types or set()
+    if requested == "afxdp" and AFXDP_PORT not in types:
+        raise TestbedError(f"testbed.datapath=afxdp but this Open vSwitch has no {AFXDP_PORT} ports "
+                           f"(iface_types: {', '.join(sorted(types)) or 'none'})")
     if requested == "auto":
-        return "kernel" if kernel_datapath_available() else "userspace"
+        if kernel_datapath_available():
+            return "kernel"
+        return "afxdp" if AFXDP_PORT in types else "userspace"
     return requested
 
 
@@ -83,6 +104,8 @@ class LinkShape:
     dev: str
     rate_mbps: float
     host: str | None  # run inside this host's namespace, or the root one
+    netns: str | None = None  # or inside this named namespace (AF_XDP link namespace)
+    ingress: bool = False  # shape what dev receives (through an IFB), not what it sends
 
 
 class Testbed:
@@ -106,6 +129,8 @@ class Testbed:
         self.datapath = None
         self.rest_port = None
         self.shapes: list[LinkShape] = []
+        self.link_ns = None  # AF_XDP: the namespace holding switch-to-switch links
+        self.ns_ends: dict[tuple[str, str], str] = {}  # (node, peer) -> its end inside link_ns
 
     # -- names ---------------------------------------------------------------
     def mn_name(self, node: str) -> str:
@@ -155,8 +180,11 @@ class Testbed:
             self.rest_port = free_port()
             self._start_controller(fabric_path, ofp_port)
 
-        dp = "user" if self.datapath == "userspace" else "kernel"
+        dp = "kernel" if self.datapath == "kernel" else "user"
         fail_mode = "secure" if self.use_controller else "standalone"
+        afxdp = self.datapath == "afxdp"
+        if afxdp:
+            self.mtu = min(self.mtu, AFXDP_MTU)
 
         class FabricSwitch(OVSSwitch):
             def __init__(self, name, **kw):
@@ -165,7 +193,11 @@ class Testbed:
                 kw.setdefault("failMode", fail_mode)
                 super().__init__(name, **kw)
 
-        topo = FabricTopo(fabric=self.fabric, prefix=self.tag, switch_cls=FabricSwitch)
+            def intfOpts(self, intf):
+                opts = super().intfOpts(intf)
+                return opts + f" type={AFXDP_PORT} options:xdp-mode=generic" if afxdp else opts
+
+        topo = FabricTopo(fabric=self.fabric, prefix=self.tag, switch_cls=FabricSwitch, switch_links=not afxdp)
         ctl = (lambda name: RemoteController(name, ip="127.0.0.1", port=ofp_port)) \
             if self.use_controller else None
         self.log(f"[testbed] building {self.fabric.kind}: {self.fabric.counts()['hosts']} hosts, "
@@ -173,6 +205,8 @@ class Testbed:
         self.net = Mininet(topo=topo, switch=FabricSwitch, controller=ctl, autoSetMacs=False,
                            autoStaticArp=False, build=False, waitConnected=False)
         self.net.build()
+        if afxdp:
+            self._wire_link_namespace()
         self.state.set(host_pids={h: self.host(h).pid for h in self.fabric.hosts})
         self.net.start()
         self._configure_hosts()
@@ -196,6 +230,40 @@ class Testbed:
         self.ctl_proc = subprocess.Popen(cmd, stdout=self._ctl_log, stderr=subprocess.STDOUT,
                                          start_new_session=True)
         self.state.add_pid("controller", self.ctl_proc.pid)
+
+    def _of_switch(self, node: str) -> bool:
+        nd = self.fabric.node(node)
+        return nd["role"] == "switch" and nd["openflow"]
+
+    def _wire_link_namespace(self):
+        """AF_XDP transmit skips the egress qdisc, so a link between two OVS
+        switches runs through a small namespace: each switch port is a veth
+        whose peer sits there, the two peers joined by a Linux bridge, and HTB
+        on each peer shapes one direction."""
+        from mininet.link import Intf
+
+        self.link_ns = self.tag + "links"
+        subprocess.run(["ip", "netns", "add", self.link_ns], check=True, capture_output=True)
+        root, inside = [], []
+        for i, (a, b, d) in enumerate(self.fabric.links()):
+            if not (self._of_switch(a) and self._of_switch(b)):
+                continue
+            for node, peer, end in ((a, b, f"l{i}a"), (b, a, f"l{i}b")):
+                dev = self.intf(node, peer)
+                root += [f"link add {dev} mtu {self.mtu} type veth peer name {end} mtu {self.mtu}",
+                         f"link set {end} netns {self.link_ns}", f"link set {dev} up"]
+                inside += [f"link set {end} master br{i}", f"link set {end} up"]
+                self.ns_ends[node, peer] = end
+                Intf(dev, node=self.net.get(self.mn_name(node)), port=d["ports"][node])
+            inside.insert(len(inside) - 4, f"link add br{i} mtu {self.mtu} type bridge stp_state 0")
+            inside.append(f"link set br{i} up")
+        for ns, lines in ((None, root), (self.link_ns, inside)):
+            cmd = ["ip", "-batch", "-"] if ns is None else ["ip", "-n", ns, "-batch", "-"]
+            r = subprocess.run(cmd, input="\n".join(lines) + "\n", capture_output=True, text=True)
+            if r.returncode != 0:
+                raise TestbedError(f"wiring the AF_XDP link namespace failed: {r.stderr.strip()[:300]}")
+        r = subprocess.run(["ip", "netns", "exec", self.link_ns, "sh", "-c",
+                            shaping.offload_cmd(sorted(self.ns_ends.values()))], capture_output=True)
 
     def controller_status(self) -> dict | None:
         return self.controller_get("status")
@@ -239,12 +307,12 @@ class Testbed:
                 cmds.append(f"ip addr add {nd['nvlink_ip']}/16 dev {dev}")
                 cmds.append(f"ip link set {dev} up")
                 cmds.append(f"ip route replace 10.1.0.0/16 dev {dev} proto kernel scope link src {nd['nvlink_ip']}")
-            if self.datapath == "userspace":
+            if self.datapath != "kernel":
                 cmds.append(shaping.offload_cmd(devs))
             node.cmd("; ".join(cmds))
         sw_devs = [self.intf(s, nbr) for s in self.fabric.switches for nbr in self.fabric.graph.neighbors(s)]
         cmds = [f"ip link set {d} mtu {self.mtu}" for d in sw_devs]
-        if self.datapath == "userspace":
+        if self.datapath != "kernel":
             cmds.append(shaping.offload_cmd(sw_devs))
         subprocess.run(["sh", "-c", "; ".join(cmds)], capture_output=True)
         for s in self.fabric.switches:
@@ -254,38 +322,51 @@ class Testbed:
                                capture_output=True)
 
     def plan_shaping(self) -> list[LinkShape]:
-        """Both directions of every link: each interface's egress at the scaled rate."""
+        """Both directions of every link at the scaled rate, each where a qdisc
+        sees it: normally each interface's egress. On AF_XDP an OVS port's
+        transmit bypasses its qdisc, so the switch-to-host direction is shaped
+        at the host's ingress (IFB) and switch-to-switch links in the link
+        namespace."""
         shapes = []
         for a, b, d in self.fabric.links():
             mbps = d["link_gbps"] * 1000.0 * self.scale_link
             for node, peer in ((a, b), (b, a)):
                 is_host = self.fabric.node(node)["role"] == "host"
-                shapes.append(LinkShape(self.intf(node, peer), mbps, node if is_host else None))
+                if (node, peer) in self.ns_ends:
+                    # The peer's end carries what `node` sends (it egresses towards peer).
+                    shapes.append(LinkShape(self.ns_ends[peer, node], mbps, None, netns=self.link_ns))
+                elif self.datapath == "afxdp" and self._of_switch(node):
+                    shapes.append(LinkShape(self.intf(peer, node), mbps, peer, ingress=True))
+                else:
+                    shapes.append(LinkShape(self.intf(node, peer), mbps, node if is_host else None))
         return shapes
 
     def _shape_links(self):
         self.shapes = self.plan_shaping()
-        root: list[str] = []
-        per_host: dict[str, list[str]] = {}
+        batches: dict[tuple, list[str]] = {}
         for s in self.shapes:
-            lines = shaping.htb_cmds(s.dev, s.rate_mbps, self.queue_packets, self.mtu)
-            (per_host.setdefault(s.host, []) if s.host else root).extend(lines)
-        self._tc_batch(None, root)
-        for h, lines in per_host.items():
-            self._tc_batch(h, lines)
+            where = ("host", s.host) if s.host else ("netns", s.netns) if s.netns else ("root", None)
+            lines = batches.setdefault(where, [])
+            dev = s.dev
+            if s.ingress:
+                dev = shaping.IFB_NAME
+                self.host(s.host).cmd(f"ip link add {dev} type ifb; ip link set {dev} mtu {self.mtu} up")
+                lines += shaping.ingress_redirect_cmds(s.dev, dev)
+            lines += shaping.htb_cmds(dev, s.rate_mbps, self.queue_packets, self.mtu)
+        for (kind, name), lines in batches.items():
+            self._tc_batch(kind, name, lines)
 
-    def _tc_batch(self, host: str | None, lines: list[str]):
-        if not lines:
-            return
-        path = os.path.join(self.run_dir, f"tc-{host or 'root'}.batch")
+    def _tc_batch(self, kind: str, name: str | None, lines: list[str]):
+        path = os.path.join(self.run_dir, f"tc-{name or kind}.batch")
         with open(path, "w") as f:
             f.write("\n".join(lines) + "\n")
-        if host is None:
-            r = subprocess.run(["tc", "-batch", path], capture_output=True, text=True)
-            out, rc = r.stderr, r.returncode
-        else:
-            out = self.host(host).cmd(f"tc -batch {path}; echo rc=$?")
+        if kind == "host":
+            out = self.host(name).cmd(f"tc -batch {path}; echo rc=$?")
             rc = 0 if out.strip().endswith("rc=0") else 1
+        else:
+            cmd = ["tc", "-batch", path] if kind == "root" else ["ip", "netns", "exec", name, "tc", "-batch", path]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            out, rc = r.stderr, r.returncode
         if rc != 0:
             raise TestbedError(f"tc shaping failed ({path}): {out.strip()[:300]}")
         os.unlink(path)
@@ -312,12 +393,9 @@ class Testbed:
         return False
 
     def _remove_leftovers(self):
-        """Mininet's stop misses things when a start failed halfway."""
-        left = runstate.leftovers(self.tag)
-        for br in left["bridges"]:
-            subprocess.run(["ovs-vsctl", "--if-exists", "del-br", br], capture_output=True)
-        for link in runstate.leftovers(self.tag)["links"]:
-            subprocess.run(["ip", "link", "del", link], capture_output=True)
+        """Mininet's stop misses things when a start failed halfway, and
+        never knew the AF_XDP link namespace."""
+        runstate.remove_leftovers(self.tag)
 
 
 def stop_process(proc: subprocess.Popen, timeout_s: float = 5.0) -> None:

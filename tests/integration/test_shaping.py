@@ -1,0 +1,52 @@
+"""Every direction of every kind of link holds its configured rate, on each
+datapath this machine offers: two senders are pushed into one direction at a
+time (incast into a host, outcast from a host, and both directions of a
+switch-to-switch link), and what arrives must lie within 85%..105% of the
+link rate. AF_XDP ports bypass the egress qdisc, so this is what proves the
+IFB and link-namespace shaping."""
+import pytest
+
+from emulator.iperf import iperf3_flows
+from emulator.testbed import AFXDP_PORT, Testbed, kernel_datapath_available, ovs_iface_types
+from tests.integration.helpers import assert_nothing_left
+from topologies import leaf_spine
+
+pytestmark = pytest.mark.mininet
+
+SCALE_LINK = 2.5e-5  # 400 Gb/s -> 10 Mb/s
+
+
+def datapaths():
+    out = ["userspace"]
+    try:
+        if AFXDP_PORT in ovs_iface_types():
+            out.append("afxdp")
+    except FileNotFoundError:
+        pass
+    if kernel_datapath_available():
+        out.append("kernel")
+    return out
+
+
+# leaf-spine, 2 leaves x 2 hosts, 1 spine: h0 h1 on leaf0, h2 h3 on leaf1.
+CASES = {
+    "switch->host (incast into h0)": [("h2", "h0"), ("h3", "h0")],
+    "host->switch (outcast from h0)": [("h0", "h2"), ("h0", "h3")],
+    "leaf1->spine": [("h2", "h0"), ("h3", "h1")],
+    "leaf0->spine": [("h0", "h2"), ("h1", "h3")],
+}
+
+
+@pytest.mark.parametrize("datapath", datapaths())
+def test_each_link_direction_holds_its_rate(tmp_path, datapath):
+    fabric = leaf_spine(2, 1, 2)
+    rate_mbps = 400e3 * SCALE_LINK
+    got = {}
+    with Testbed(fabric, str(tmp_path), routing="shortest", scale_link=SCALE_LINK, datapath=datapath,
+                 log=lambda *_: None) as tb:
+        assert tb.datapath == datapath
+        for name, flows in CASES.items():
+            got[name] = sum(iperf3_flows(tb, flows, duration_s=4)) / rate_mbps
+    assert_nothing_left(tmp_path)
+    for name, share in got.items():
+        assert 0.85 <= share <= 1.05, f"{datapath}: {name} delivered {share:.3f} of the link rate ({got})"

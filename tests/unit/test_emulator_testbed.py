@@ -1,0 +1,49 @@
+"""Testbed decisions that need no root: datapath choice and where each link is shaped."""
+import pytest
+
+from emulator import testbed as tbm
+from emulator.testbed import LinkShape, Testbed, TestbedError
+from topologies import fat_tree, rail_optimized
+
+
+def test_auto_prefers_kernel_then_afxdp_then_system_ports(monkeypatch):
+    monkeypatch.setattr(tbm, "kernel_datapath_available", lambda: False)
+    assert tbm.detect_datapath("auto", {"system", "afxdp-nonpmd"}) == "afxdp"
+    assert tbm.detect_datapath("auto", {"system", "internal"}) == "userspace"
+    assert tbm.detect_datapath("userspace", {"afxdp-nonpmd"}) == "userspace"
+    with pytest.raises(TestbedError, match="afxdp-nonpmd"):
+        tbm.detect_datapath("afxdp", {"system"})
+    monkeypatch.setattr(tbm, "kernel_datapath_available", lambda: True)
+    assert tbm.detect_datapath("auto", {"afxdp-nonpmd"}) == "kernel"
+
+
+def planned(fabric, datapath, tmp_path):
+    tb = Testbed(fabric, str(tmp_path), datapath=datapath)
+    tb.tag, tb.datapath, tb.link_ns = "xq", datapath, "xqlinks"
+    if datapath == "afxdp":
+        for i, (a, b, _) in enumerate(fabric.links()):
+            if tb._of_switch(a) and tb._of_switch(b):
+                tb.ns_ends[a, b], tb.ns_ends[b, a] = f"l{i}a", f"l{i}b"
+    return tb, tb.plan_shaping()
+
+
+@pytest.mark.parametrize("datapath", ["userspace", "afxdp"])
+def test_every_link_direction_is_shaped_exactly_once(tmp_path, datapath):
+    fabric = rail_optimized(2, 4, 2)  # host links, NVLink bridges and switch links
+    tb, shapes = planned(fabric, datapath, tmp_path)
+    assert len(shapes) == 2 * len(fabric.links())
+    where = {(s.dev, s.host, s.netns, s.ingress) for s in shapes}
+    assert len(where) == len(shapes), "two directions shaped at the same place"
+
+
+def test_afxdp_never_relies_on_an_ovs_ports_egress_qdisc(tmp_path):
+    fabric = fat_tree(4)
+    tb, shapes = planned(fabric, "afxdp", tmp_path)
+    of_ports = {tb.intf(s, n) for s in fabric.switches for n in fabric.graph.neighbors(s) if tb._of_switch(s)}
+    assert not [s for s in shapes if s.dev in of_ports and not s.ingress], "qdisc on an AF_XDP port does nothing"
+    # Switch-to-host traffic is shaped as it enters the host, switch links in the link namespace.
+    h0_in = [s for s in shapes if s.host == "h0" and s.ingress]
+    assert h0_in == [LinkShape(tb.intf("h0", "edge0_0"), 10.0, "h0", ingress=True)]
+    assert sum(s.netns == "xqlinks" for s in shapes) == 2 * 32  # k=4: 32 switch links, both ways
+    _, sys_shapes = planned(fabric, "userspace", tmp_path)
+    assert not [s for s in sys_shapes if s.ingress or s.netns]
