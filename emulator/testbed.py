@@ -78,18 +78,20 @@ def ovs_iface_types() -> set[str]:
 
 
 def detect_datapath(requested: str = "auto", iface_types: set[str] | None = None) -> str:
-    """kernel where the OVS module exists (a VM), else AF_XDP ports where OVS
-    offers them, else userspace `system` ports."""
+    """kernel where the OVS module exists (a VM), else userspace `system` ports.
+
+    AF_XDP is a choice, not the default: measured here (bench/bench_capacity.py),
+    its 3000-byte MTU ceiling and the extra IFB and bridge hops its shaping
+    needs cost more than its cheaper ports save against system ports with
+    9000-byte frames (fat-tree k=4, iperf3: 0.72 vs 0.98 of 20 Mb/s links)."""
     if requested == "kernel" and not kernel_datapath_available():
         raise TestbedError("testbed.datapath=kernel but the openvswitch kernel module is not available")
-    types = ovs_iface_types() if iface_types is None and requested in ("auto", "afxdp") else iface_types or set()
+    types = ovs_iface_types() if iface_types is None and requested == "afxdp" else iface_types or set()
     if requested == "afxdp" and AFXDP_PORT not in types:
         raise TestbedError(f"testbed.datapath=afxdp but this Open vSwitch has no {AFXDP_PORT} ports "
                            f"(iface_types: {', '.join(sorted(types)) or 'none'})")
     if requested == "auto":
-        if kernel_datapath_available():
-            return "kernel"
-        return "afxdp" if AFXDP_PORT in types else "userspace"
+        return "kernel" if kernel_datapath_available() else "userspace"
     return requested
 
 
@@ -244,7 +246,7 @@ class Testbed:
 
         self.link_ns = self.tag + "links"
         subprocess.run(["ip", "netns", "add", self.link_ns], check=True, capture_output=True)
-        root, inside = [], []
+        root, inside, ports = [], [], []
         for i, (a, b, d) in enumerate(self.fabric.links()):
             if not (self._of_switch(a) and self._of_switch(b)):
                 continue
@@ -254,7 +256,7 @@ class Testbed:
                          f"link set {end} netns {self.link_ns}", f"link set {dev} up"]
                 inside += [f"link set {end} master br{i}", f"link set {end} up"]
                 self.ns_ends[node, peer] = end
-                Intf(dev, node=self.net.get(self.mn_name(node)), port=d["ports"][node])
+                ports.append((dev, node, d["ports"][node]))
             inside.insert(len(inside) - 4, f"link add br{i} mtu {self.mtu} type bridge stp_state 0")
             inside.append(f"link set br{i} up")
         for ns, lines in ((None, root), (self.link_ns, inside)):
@@ -262,8 +264,10 @@ class Testbed:
             r = subprocess.run(cmd, input="\n".join(lines) + "\n", capture_output=True, text=True)
             if r.returncode != 0:
                 raise TestbedError(f"wiring the AF_XDP link namespace failed: {r.stderr.strip()[:300]}")
-        r = subprocess.run(["ip", "netns", "exec", self.link_ns, "sh", "-c",
-                            shaping.offload_cmd(sorted(self.ns_ends.values()))], capture_output=True)
+        subprocess.run(["ip", "netns", "exec", self.link_ns, "sh", "-c",
+                        shaping.offload_cmd(sorted(self.ns_ends.values()))], capture_output=True)
+        for dev, node, port in ports:  # once the device exists: Intf() sets it up
+            Intf(dev, node=self.net.get(self.mn_name(node)), port=port)
 
     def controller_status(self) -> dict | None:
         return self.controller_get("status")

@@ -6,10 +6,10 @@ from emulator.testbed import LinkShape, Testbed, TestbedError
 from topologies import fat_tree, rail_optimized
 
 
-def test_auto_prefers_kernel_then_afxdp_then_system_ports(monkeypatch):
+def test_auto_prefers_kernel_then_system_ports_and_afxdp_only_on_request(monkeypatch):
     monkeypatch.setattr(tbm, "kernel_datapath_available", lambda: False)
-    assert tbm.detect_datapath("auto", {"system", "afxdp-nonpmd"}) == "afxdp"
-    assert tbm.detect_datapath("auto", {"system", "internal"}) == "userspace"
+    assert tbm.detect_datapath("auto", {"system", "afxdp-nonpmd"}) == "userspace"
+    assert tbm.detect_datapath("afxdp", {"system", "afxdp-nonpmd"}) == "afxdp"
     assert tbm.detect_datapath("userspace", {"afxdp-nonpmd"}) == "userspace"
     with pytest.raises(TestbedError, match="afxdp-nonpmd"):
         tbm.detect_datapath("afxdp", {"system"})

@@ -1,0 +1,111 @@
+"""Emulation capacity: how fast the links can run on this machine while every
+link still holds its configured rate, per datapath.
+
+For each datapath, fabric and emulated link rate, side by side in one run:
+- `ring`: dtnet's agents replay a ring all-reduce (ecmp);
+- `stride`: dtnet's agents replay Hedera stride flows (congestion-aware):
+  stride(1) on the fat-tree, stride(4) on rail-optimized (along the rails);
+- `iperf3`: plain iperf3 streams of the same pairs on the same testbed (the
+  plain-Mininet reference).
+The figure is the aggregate received rate over the sum of the host links
+(normalized throughput). A point counts as faithful when it is >= 0.90 and,
+for dtnet's runs, fidelity.ok holds. The time dilation stays fixed, so each
+point emulates the same real-cluster traffic with more packets per second.
+
+    sudo .venv/bin/python bench/bench_capacity.py [--rates 5,10,20,40] \
+        [--datapaths userspace,afxdp] [--fabrics fat-tree,rail-optimized]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from emulator import config  # noqa: E402
+from emulator.iperf import iperf3_flows  # noqa: E402
+from emulator.runner import run_experiment  # noqa: E402
+from emulator.testbed import Testbed  # noqa: E402
+
+FABRICS = {
+    "fat-tree": {"kind": "fat-tree", "k": 4},
+    "rail-optimized": {"kind": "rail-optimized", "servers": 4, "gpus_per_server": 4, "spines": 2},
+}
+# Stride that keeps rail-optimized traffic on its rails (GPU g of server s to
+# GPU g of server s+1), as a rail-aware job would; stride(1) on the fat-tree.
+STRIDE = {"fat-tree": 1, "rail-optimized": 4}
+DILATION = 40.0
+WORKLOADS = {
+    "ring": ("ecmp", {"collective": "all_reduce", "algorithm": "ring", "size_bytes": 1 << 30, "iterations": 3}),
+    "stride": ("congestion-aware", {"pattern": "stride", "size_bytes": 5_000_000_000}),
+}
+
+
+def experiment(fabric: str, workload: str, rate_mbps: float, datapath: str):
+    link = rate_mbps / 400e3
+    routing, wl = WORKLOADS[workload]
+    if workload == "stride":
+        wl = {**wl, "stride": STRIDE[fabric]}
+    order = "rail-aligned" if fabric == "rail-optimized" and workload == "ring" else "as-listed"
+    return config.parse({
+        "name": f"capacity-{fabric}-{workload}",
+        "topology": {**FABRICS[fabric], "link_gbps": 400},
+        "scale": {"link": link, "bytes": link * DILATION},
+        "controller": {"routing": routing}, "testbed": {"datapath": datapath},
+        "jobs": [{"name": workload, "hosts": "all", "order": order, "workload": wl}]})
+
+
+def dtnet_point(exp, out_dir) -> tuple[float, bool, str]:
+    s = run_experiment(exp, out_dir, log=lambda *_: None)
+    bad = [c["name"] for c in s["fidelity"]["checks"] if not c["ok"]]
+    return s["traffic"]["normalized_throughput"], s["fidelity"]["ok"], ",".join(bad)
+
+
+def iperf3_point(exp, out_dir, duration_s=6.0) -> float:
+    fabric = exp.fabric()
+    hosts = fabric.hosts
+    step = exp.jobs[0].workload["stride"]
+    pairs = [(h, hosts[(i + step) % len(hosts)]) for i, h in enumerate(hosts)]
+    with Testbed(fabric, out_dir, routing="congestion-aware", scale_link=exp.scale.link,
+                 datapath=exp.testbed.datapath, log=lambda *_: None) as tb:
+        got = sum(iperf3_flows(tb, pairs, duration_s))
+    return got / (len(hosts) * exp.emulated_mbps(400))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rates", default="5,10,20,40", help="emulated link rates in Mb/s")
+    ap.add_argument("--datapaths", default="userspace,afxdp")
+    ap.add_argument("--fabrics", default="fat-tree,rail-optimized")
+    args = ap.parse_args(argv)
+    rates = [float(r) for r in args.rates.split(",")]
+    print(f"{'datapath':<10} {'fabric':<15} {'Mb/s':>5} {'ring':>14} {'stride':>14} {'iperf3':>7}   "
+          "(normalized throughput; * = fidelity.ok false, with the failed checks)")
+    best: dict = {}
+    with tempfile.TemporaryDirectory(prefix="dtnet-capacity-") as tmp:
+        for dp in args.datapaths.split(","):
+            for fab in args.fabrics.split(","):
+                for rate in rates:
+                    cells = []
+                    for wl in WORKLOADS:
+                        exp = experiment(fab, wl, rate, dp)
+                        norm, ok, bad = dtnet_point(exp, os.path.join(tmp, f"{dp}-{fab}-{wl}-{rate:g}"))
+                        cells.append(f"{norm:.3f}{'' if ok else '*'}{'(' + bad + ')' if bad else ''}")
+                        hosts = len(exp.fabric().hosts)
+                        if norm >= 0.9 and ok:
+                            key = (dp, fab, wl)
+                            best[key] = max(best.get(key, 0.0), norm * hosts * rate)
+                    ip = iperf3_point(experiment(fab, "stride", rate, dp), os.path.join(tmp, f"ip-{dp}-{fab}-{rate:g}"))
+                    if ip >= 0.9:
+                        best[dp, fab, "iperf3"] = max(best.get((dp, fab, "iperf3"), 0.0), ip * hosts * rate)
+                    print(f"{dp:<10} {fab:<15} {rate:>5g} {cells[0]:>14} {cells[1]:>14} {ip:>7.3f}", flush=True)
+    print("\nhighest faithful aggregate (Mb/s emulated):")
+    for (dp, fab, wl), mbps in sorted(best.items()):
+        print(f"  {dp:<10} {fab:<15} {wl:<7} {mbps:8.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
