@@ -120,6 +120,8 @@ def _list(kind, buf):
             while pos < len(value):
                 if kind in ("double", "fixed64", "sfixed64", "float", "fixed32", "sfixed32"):
                     width = 8 if kind in ("double", "fixed64", "sfixed64") else 4
+                    if pos + width > len(value):
+                        raise WireError(f"a packed {kind} list of {len(value)} bytes")
                     out.append(_scalar(kind, 1 if width == 8 else 5, value[pos:pos + width]))
                     pos += width
                 else:
@@ -255,9 +257,12 @@ def read_nodes(path: str) -> list[dict]:
             if isinstance(first, dict) and ("type" in first or "dataDeps" in first or "data_deps" in first):
                 raise WireError("no GlobalMetadata object first")
             return [_json_node(o) for o in objs[1:]]
-        except (ValueError, WireError, AttributeError, TypeError) as e:
+        except (ValueError, WireError, AttributeError, TypeError, OverflowError) as e:
             raise InputError("chakra trace", "chakra JSON (GlobalMetadata, then Node objects)", str(e)[:80],
                              file=path) from None
+        except RecursionError:
+            raise InputError("chakra trace", "chakra JSON (GlobalMetadata, then Node objects)",
+                             "arrays or objects nested too deep to read", file=path) from None
     try:
         messages = list(read_stream(data))
         if not messages:
