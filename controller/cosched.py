@@ -74,7 +74,8 @@ def parse_announcement(body: bytes | str | dict, fabric: Fabric) -> Announcement
         raise AnnounceError(f"body: expected a JSON object, found {type(body).__name__}")
     for k, v in body.items():
         if k not in _KEYS:
-            raise AnnounceError(f"{k[:60]}: unknown key (expected {', '.join(_KEYS)})")
+            shown = k[:60] if k[:60].isprintable() else repr(k[:60])  # the answer stays one line
+            raise AnnounceError(f"{shown}: unknown key (expected {', '.join(_KEYS)})")
         if isinstance(v, bool) or not isinstance(v, _KEYS[k]):
             raise AnnounceError(f"{k}: expected {_typename(_KEYS[k])}, found {v!r}"[:200])
     for k in _REQUIRED:

@@ -132,6 +132,13 @@ def _list(kind, buf):
     return out
 
 
+def _embedded(what, wire, value) -> bytes:
+    """A sub-message or packed list: only wire type 2 carries one."""
+    if wire != 2:
+        raise WireError(f"{what} with wire type {wire}")
+    return value
+
+
 def decode_attr(buf) -> tuple[str, object]:
     name, val = "", None
     for number, wire, value in fields(buf):
@@ -140,13 +147,14 @@ def decode_attr(buf) -> tuple[str, object]:
         elif number in _SCALARS:
             val = _scalar(_SCALARS[number], wire, value)
         elif number in _LISTS:
-            val = _list(_LISTS[number], value)
+            val = _list(_LISTS[number], _embedded(f"a {_LISTS[number]} list", wire, value))
     return name, val
 
 
 def _uints(wire, value):
     if wire == 0:
         return [value]
+    _embedded("a packed list of ids", wire, value)
     out, pos = [], 0
     while pos < len(value):
         v, pos = _varint(value, pos)
@@ -169,7 +177,7 @@ def decode_node(buf) -> dict:
         elif number == NODE_DURATION_MICROS:
             node["duration_micros"] = _scalar("uint64", wire, value)
         elif number == NODE_ATTR:
-            name, val = decode_attr(value)
+            name, val = decode_attr(_embedded("an attribute", wire, value))
             node["attr"][name] = val
     return node
 
