@@ -42,6 +42,8 @@ from topologies.fabric import Fabric
 VERSION = 1
 MAX_BODY_BYTES = 1 << 20
 MAX_FLOWS = 20000
+MAX_INT64 = (1 << 63) - 1  # sizes and seconds beyond it overflow the float rate arithmetic
+MAX_GPUS = 1 << 20
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
                "send_recv", "other")
 _KEYS = {"version": int, "job": str, "collective": str, "flows": list, "period_s": (int, float),
@@ -75,11 +77,14 @@ def parse_announcement(body: bytes | str | dict, fabric: Fabric) -> Announcement
             body = json.loads(body)
         except ValueError as e:
             raise AnnounceError(f"body: expected JSON, found a parse error ({e})") from None
+        except RecursionError:
+            raise AnnounceError("body: expected JSON, found arrays or objects nested too deep to read") from None
     if not isinstance(body, dict):
         raise AnnounceError(f"body: expected a JSON object, found {type(body).__name__}")
     for k, v in body.items():
         if k not in _KEYS:
-            raise AnnounceError(f"{k}: unknown key (expected {', '.join(_KEYS)})")
+            shown = k[:60] if k[:60].isprintable() else repr(k[:60])  # the answer stays one line
+            raise AnnounceError(f"{shown}: unknown key (expected {', '.join(_KEYS)})")
         if isinstance(v, bool) or not isinstance(v, _KEYS[k]):
             raise AnnounceError(f"{k}: expected {_typename(_KEYS[k])}, found {v!r}"[:200])
     for k in _REQUIRED:
@@ -92,11 +97,11 @@ def parse_announcement(body: bytes | str | dict, fabric: Fabric) -> Announcement
         raise AnnounceError(f"collective: expected one of {', '.join(COLLECTIVES)}, found {coll!r}")
     for k in ("period_s", "compute_s", "overlap_s"):
         v = body.get(k, 0.0)
-        if not math.isfinite(v) or v < 0 or (k == "period_s" and v <= 0):
+        if abs(v) > MAX_INT64 or not math.isfinite(v) or v < 0 or (k == "period_s" and v <= 0):
             raise AnnounceError(f"{k}: expected a {'positive' if k == 'period_s' else 'non-negative'} "
                                 f"number of seconds, found {v!r}")
-    if body.get("gpus", 1) < 1:
-        raise AnnounceError(f"gpus: expected an integer >= 1, found {body['gpus']}")
+    if not 1 <= body.get("gpus", 1) <= MAX_GPUS:
+        raise AnnounceError(f"gpus: expected an integer in 1..{MAX_GPUS}, found {body['gpus']}"[:200])
     if not body["job"] or len(body["job"]) > 128:
         raise AnnounceError("job: expected a name of 1..128 characters")
     flows = body["flows"]
@@ -113,8 +118,8 @@ def parse_announcement(body: bytes | str | dict, fabric: Fabric) -> Announcement
         for k in ("src", "dst"):
             if f[k] not in hosts:
                 raise AnnounceError(f"flows[{i}].{k}: expected a host of the fabric, found {f[k]!r}"[:200])
-        if f["size_bytes"] < 0:
-            raise AnnounceError(f"flows[{i}].size_bytes: expected >= 0, found {f['size_bytes']}")
+        if not 0 <= f["size_bytes"] <= MAX_INT64:
+            raise AnnounceError(f"flows[{i}].size_bytes: expected 0..{MAX_INT64}, found {f['size_bytes']}"[:200])
         out.append((f["src"], f["dst"], f["size_bytes"]))
     return Announcement(body["job"], coll, tuple(out), float(body["period_s"]), float(body.get("compute_s", 0.0)),
                         float(body.get("overlap_s", 0.0)), int(body.get("gpus", 1)))

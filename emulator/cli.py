@@ -8,20 +8,15 @@ import signal
 import sys
 
 from emulator.config import ConfigError
+from traffic.errors import one_line
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
 
 
 def _input_errors():
-    errs = [ConfigError]
     from topologies import InputError as TopoErr
-    errs.append(TopoErr)
-    try:
-        from traffic.errors import InputError as TrafficErr
-        errs.append(TrafficErr)
-    except ImportError:
-        pass
-    return tuple(errs)
+    from traffic.errors import InputError as TrafficErr
+    return ConfigError, TopoErr, TrafficErr
 
 
 def cmd_run(args) -> int:
@@ -179,7 +174,7 @@ def main(argv=None) -> int:
     try:
         return args.func(args)
     except _input_errors() as e:
-        print(f"dtnet: {e}", file=sys.stderr)
+        print(f"dtnet: {one_line(str(e))}", file=sys.stderr)
         return EXIT_INPUT
     except KeyboardInterrupt:
         return 130

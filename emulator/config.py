@@ -8,6 +8,7 @@ ConfigError, whose message is one line naming the file and key.
 from __future__ import annotations
 
 import copy
+import math
 import os
 from dataclasses import asdict, dataclass, field
 
@@ -22,6 +23,7 @@ DATAPATHS = ("auto", "kernel", "userspace", "afxdp")
 # Mininet's TCLink refuses bw above 1000 Mb/s; below 0.1 Mb/s HTB is coarse.
 MAX_EMULATED_MBPS = 1000.0
 MIN_EMULATED_MBPS = 0.1
+MAX_INT = (1 << 63) - 1
 
 
 class ConfigError(InputError):
@@ -93,18 +95,53 @@ class Experiment:
 
 # -- loading ----------------------------------------------------------------
 
+class _DuplicateKey(yaml.constructor.ConstructorError):
+    pass
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses a key written twice in one mapping (plain YAML keeps the last one
+    silently, so a second `scale:` would quietly replace the first)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *base` may be overridden on purpose
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                if key in seen:
+                    raise _DuplicateKey(None, None, key, key_node.start_mark)
+                seen.add(key)
+            except TypeError:
+                pass  # an unhashable key: SafeLoader says so itself
+        return super().construct_mapping(node, deep)
+
+
 def load(path: str, overrides: list[str] | None = None) -> Experiment:
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             text = f.read()
     except OSError as e:
         raise ConfigError("file", "a readable experiment file", e.strerror, path) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError("file", "a UTF-8 text file", f"byte {e.object[e.start]:#04x} at offset {e.start}",
+                          path) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_Loader)
+    except _DuplicateKey as e:
+        raise ConfigError(f"line {e.problem_mark.line + 1}", "each key once in a mapping",
+                          e.problem, path) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "yaml"
-        raise ConfigError(where, "valid YAML", getattr(e, "problem", str(e)), path) from None
+        raise ConfigError(where, "valid YAML", getattr(e, "problem", None) or str(e), path) from None
+    except RecursionError:
+        raise ConfigError("yaml", "a document nested a few levels deep", "nesting too deep to read",
+                          path) from None
+    if data is None:
+        raise ConfigError("top level", "a mapping of experiment keys (name, topology, scale, jobs)",
+                          "an empty document", path)
     data = apply_overrides(data, overrides or [], path)
     return parse(data, path)
 
@@ -197,14 +234,35 @@ def _tname(types) -> str:
 NUM = (int, float)
 
 
+def _check_numbers(data, file) -> None:
+    """Every number is finite and fits 64 bits: sizes, rates and times all meet float arithmetic
+    later, where 1e400 or .inf would overflow or never end."""
+    stack, seen = [("", data)], set()
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, (dict, list)):
+            if id(node) in seen:  # YAML aliases may share or nest a node
+                continue
+            seen.add(id(node))
+            if isinstance(node, dict):
+                children = [(f"{path}.{k}" if path else str(k), v) for k, v in node.items()]
+            else:
+                children = [(f"{path}[{i}]", v) for i, v in enumerate(node)]
+            stack += reversed(children)  # popped in file order
+        elif isinstance(node, float) and not math.isfinite(node) or \
+                isinstance(node, int) and not isinstance(node, bool) and abs(node) > MAX_INT:
+            raise ConfigError(path or "top level", "a finite number within 64 bits", node, file)
+
+
 def parse(data, file: str | None = None) -> Experiment:
+    _check_numbers(data, file)
     top = _Section(data, "", file)
     name = top.get("name", str, check=lambda s: s and "/" not in s, expected="a name without '/'")
     description = top.get("description", str, "")
 
     topo = dict(top.get("topology", dict))
-    if "kind" not in topo:
-        raise ConfigError("topology.kind", "a fabric kind", None, file)
+    if not isinstance(topo.get("kind"), str):
+        raise ConfigError("topology.kind", "a fabric kind", topo.get("kind"), file)
     topo.setdefault("link_gbps", 400)
     try:
         fabric = build_fabric(topo["kind"], {k: v for k, v in topo.items() if k != "kind"}, file=file)
@@ -368,4 +426,4 @@ def resolve_path(exp: Experiment, path: str) -> str:
 def _beside(file: str | None, path: str) -> str:
     if os.path.isabs(path) or not file:
         return path
-    return os.path.join(os.path.dirname(os.path.abspath(file)), path)
+    return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(file)), path))

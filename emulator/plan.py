@@ -61,7 +61,11 @@ def build_plans(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
             trace = build_workload(workload, len(hosts), gpus_per_server=_gps(fabric, hosts),
                                    file=exp.source)
         except TrafficInputError as e:
-            key = e.key if str(e.key).startswith("jobs") else f"jobs[{ji}].workload.{e.key}"
+            if e.file is not None and e.file != exp.source:
+                raise  # a trace file the workload names: the fault and its key are in that file
+            key = str(e.key)
+            if not key.startswith("jobs"):
+                key = f"jobs[{ji}].{key}" if key.startswith("workload") else f"jobs[{ji}].workload.{key}"
             raise ConfigError(key, e.expected, e.found, exp.source) from None
         if trace.nranks != len(hosts):
             raise ConfigError(f"jobs[{ji}].hosts", f"{trace.nranks} hosts (the workload's rank count)",

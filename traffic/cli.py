@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from traffic.collectives import ALGORITHMS
-from traffic.errors import InputError
+from traffic.errors import InputError, one_line
 from traffic.models import DTYPE_BYTES, GPUS, PRESETS
 from traffic.parallel import SCHEDULES
 
@@ -75,9 +75,9 @@ def _positive(name, value):
 
 
 def cmd_generate(args) -> int:
-    from traffic.trace import dump
     from traffic.workload import build_workload
     _positive("--gpus", args.gpus)
+    _positive("--gpus-per-server", args.gpus_per_server)
     spec = {"model": args.model, "tp": args.tp, "pp": args.pp, "ep": args.ep, "zero_stage": args.zero_stage,
             "schedule": args.schedule, "iterations": args.iterations, "gpu": args.gpu,
             "efficiency": args.efficiency, "dtype": args.dtype, "algorithm": args.algorithm,
@@ -90,7 +90,7 @@ def cmd_generate(args) -> int:
         trace = build_workload(spec, args.gpus, gpus_per_server=args.gpus_per_server, validate=args.validate)
     except InputError as e:  # name the flag, not the experiment-file key
         raise InputError("--" + e.key.removeprefix("workload.").replace("_", "-"), e.expected, e.found) from None
-    dump(trace, args.out)
+    _save(trace, args.out)
     n = sum(len(v) for v in trace.ops.values())
     print(f"wrote {args.out}: {trace.nranks} ranks, {n} ops, {len(trace.groups)} groups")
     return 0
@@ -107,28 +107,42 @@ def cmd_show(args) -> int:
 
 def cmd_import(args) -> int:
     from traffic import importers
-    from traffic.trace import dump
+    _positive("--gpus-per-server", args.gpus_per_server)
     if args.comm_groups and args.format != "chakra":
         raise InputError("--comm-groups", "only with chakra", args.format)
     if args.comm_groups:
-        trace = importers.chakra.load(args.paths, comm_groups=_comm_groups(args.comm_groups),
+        trace = importers.chakra.load(args.paths, comm_groups=_comm_groups(args.comm_groups, len(args.paths)),
                                       algorithm=args.algorithm)
     else:
         trace = getattr(importers, args.format).load(args.paths, algorithm=args.algorithm)
     if args.gpus_per_server:
         trace.meta["gpus_per_server"] = args.gpus_per_server
     trace.validate()
-    dump(trace, args.out)
+    _save(trace, args.out)
     n = sum(len(v) for v in trace.ops.values())
     print(f"wrote {args.out}: {trace.nranks} ranks, {n} ops from {len(args.paths)} {args.format} file(s)")
     return 0
 
 
-def _comm_groups(path):
+def _save(trace, out):
+    """The trace goes to --out whole or not at all (see dump); an unwritable path is bad input."""
+    from traffic.trace import dump
+    try:
+        dump(trace, out)
+    except OSError as e:
+        raise InputError("--out", "a trace file path that can be written", e.strerror, file=out) from None
+
+
+def _comm_groups(path, nranks):
+    """Group name -> ranks; each rank has its own file, so ranks lie in 0..nranks-1."""
     from traffic.files import read_json
     d = read_json(path, "--comm-groups")
-    if not isinstance(d, dict) or not all(isinstance(v, list) and all(isinstance(x, int) for x in v) for v in d.values()):
+    if not isinstance(d, dict):
         raise InputError("--comm-groups", "an object of group name -> list of ranks", str(d)[:60], file=path)
+    for name, ranks in d.items():
+        if not isinstance(ranks, list) or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < nranks
+                                                  for x in ranks):
+            raise InputError(name, f"a list of ranks in 0..{nranks - 1} (one trace file per rank)", ranks, file=path)
     return d
 
 
@@ -140,7 +154,7 @@ def main(argv=None) -> int:
     try:
         return args.func(args)
     except InputError as e:
-        print(f"dtnet: {e}", file=sys.stderr)
+        print(f"dtnet: {one_line(str(e))}", file=sys.stderr)
         return 2
 
 

@@ -15,3 +15,5 @@ def read_json(path, key: str):
         raise InputError(key, "a readable file", e.strerror, file=str(path)) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise InputError(key, "JSON", f"invalid JSON ({str(e)[:60]})", file=str(path)) from None
+    except RecursionError:
+        raise InputError(key, "JSON", "arrays or objects nested too deep to read", file=str(path)) from None

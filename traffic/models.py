@@ -1,7 +1,7 @@
 """Model presets from published configs, GPU types, and the per-layer FLOPs, params and bytes."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 
 from traffic.errors import InputError
 from traffic.spec import SpecReader
@@ -87,7 +87,11 @@ def model_from_spec(value, key="workload.model", file=None) -> Model:
             kw[f.name] = v
         else:
             default = getattr(base, f.name) if base else f.default
-            kw[f.name] = r.int(f.name, default, minimum=0 if f.name == "kv_heads" else 1)
+            minimum = 0 if f.name == "kv_heads" else 1
+            if default is MISSING:  # required: "expected a value, found nothing"
+                kw[f.name] = r.int(f.name, minimum=minimum)
+            else:
+                kw[f.name] = r.int(f.name, default, minimum=minimum)
     r.done()
     m = Model(**kw)
     if m.hidden % m.heads:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from traffic.errors import InputError
+from traffic.trace import is_finite_number
 
 _MISSING = object()
 
@@ -46,8 +47,7 @@ class SpecReader:
         v = self.get(name, default)
         if v is None and default is None:
             return None
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < minimum or (strict and v == minimum) \
-                or v != v or v in (float("inf"), float("-inf")):
+        if not is_finite_number(v) or v < minimum or (strict and v == minimum):
             raise self.error(name, f"a number {'>' if strict else '>='} {minimum}", v)
         return float(v)
 

@@ -5,6 +5,7 @@ import contextlib
 import gc
 import json
 import math
+import os
 from dataclasses import dataclass, field, fields
 
 from traffic.collectives import ALGORITHMS, OPS
@@ -14,6 +15,7 @@ from traffic.files import read_json
 FORMAT = "dtnet-trace"
 VERSION = 1
 KINDS = ("compute", "collective", "send", "recv")
+MAX_SIZE_BYTES = (1 << 63) - 1  # int64, as Chakra and SimAI store sizes; larger ones overflow float math
 
 
 @dataclass(slots=True)
@@ -64,12 +66,22 @@ def _is_int(x):
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+def is_finite_number(x) -> bool:
+    """An int or float, not a bool, that is finite and fits float arithmetic (ints within 64 bits)."""
+    if isinstance(x, float):
+        return math.isfinite(x)
+    return _is_int(x) and abs(x) <= MAX_SIZE_BYTES
+
+
 def _validate(t: Trace, file):
     def bad(key, expected, found):
         raise InputError(key, expected, found, file=file)
 
     if not _is_int(t.nranks) or t.nranks < 1:
         bad("nranks", "an integer >= 1", t.nranks)
+    gps = t.meta.get("gpus_per_server")
+    if gps is not None and (not _is_int(gps) or gps < 1):
+        bad("meta.gpus_per_server", "an integer >= 1 or null", gps)
     members: dict[str, set] = {}
     for name, ranks in t.groups.items():
         if not isinstance(ranks, list) or not ranks or not all(_is_int(r) for r in ranks):
@@ -96,9 +108,9 @@ def _validate(t: Trace, file):
             ids.add(o.id)
             if o.kind not in KINDS:
                 bad(f"{where}.kind", "one of " + ", ".join(KINDS), o.kind)
-            if not _is_int(o.size_bytes) or o.size_bytes < 0:
-                bad(f"{where}.size_bytes", "an integer >= 0", o.size_bytes)
-            if not isinstance(o.duration_s, (int, float)) or not math.isfinite(o.duration_s) or o.duration_s < 0:
+            if not _is_int(o.size_bytes) or not 0 <= o.size_bytes <= MAX_SIZE_BYTES:
+                bad(f"{where}.size_bytes", f"an integer in 0..{MAX_SIZE_BYTES}", o.size_bytes)
+            if not is_finite_number(o.duration_s) or o.duration_s < 0:
                 bad(f"{where}.duration_s", "a finite number >= 0", o.duration_s)
             if o.iteration is not None and (not _is_int(o.iteration) or o.iteration < 0):
                 bad(f"{where}.iteration", "an integer >= 0 or null", o.iteration)
@@ -109,7 +121,7 @@ def _validate(t: Trace, file):
                     bad(f"{where}.op", "one of " + ", ".join(OPS), o.op)
                 if o.algorithm is not None and o.algorithm not in ALGORITHMS:
                     bad(f"{where}.algorithm", "one of " + ", ".join(ALGORITHMS), o.algorithm)
-                if o.group not in members:
+                if not isinstance(o.group, str) or o.group not in members:
                     bad(f"{where}.group", "a group named in groups", o.group)
                 if rank not in members[o.group]:
                     bad(f"{where}.group", f"a group that holds rank {rank}", o.group)
@@ -289,8 +301,8 @@ def from_dict(d, file=None) -> Trace:
     table = [op_from_dict(o, f"op_table[{i}]", file) for i, o in enumerate(table_in)]
     ops = {}
     for key, lst in ops_in.items():
-        if not key.isdigit():
-            raise InputError("ops", "rank numbers as keys", repr(key), file=file)
+        if not (key.isascii() and key.isdigit() and str(int(key)) == key):
+            raise InputError("ops", "rank numbers as keys (0, 1, ...)", repr(key), file=file)
         if not isinstance(lst, list):
             raise InputError(f"ops.{key}", "a list of ops", type(lst).__name__, file=file)
         ops[int(key)] = _entries(lst, table, f"ops.{key}", file)
@@ -316,11 +328,19 @@ def _entries(lst, table, where, file):
 
 
 def dump(trace: Trace, path) -> None:
+    """Writes the whole file or nothing: on any failure, what was at `path` stays as it was."""
     with _no_gc():
         text = json.dumps(to_dict(trace), separators=(",", ":"))  # dumps runs the C encoder; dump does not
-    with open(path, "w") as f:
-        f.write(text)
-        f.write("\n")
+    tmp = f"{os.fspath(path)}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 @contextlib.contextmanager

@@ -18,12 +18,14 @@ import itertools
 
 from traffic.errors import InputError
 from traffic.importers.assemble import Assembler
+from traffic.trace import MAX_SIZE_BYTES
 
 KEYWORDS = ("HYBRID_TRANSFORMER_FWD_IN_BCKWD", "HYBRID_TRANSFORMER", "HYBRID_DLRM", "HYBRID_DLRM_ENHANCED",
             "HYBRID_DATA_MODEL", "HYBRID_MODEL_DATA", "HYBRID_CUSTOMIZED", "MODEL", "DATA", "TRANSFORMER",
             "TRANSFORMER_FWD_IN_BCKWD", "DLRM", "MICRO")
 HEADER_INTS = ("model_parallel_NPU_group", "ep", "pp", "vpp", "ga", "all_gpus", "checkpoints",
                "checkpoint_initiates", "pp_comm")
+MAX_GPUS = 1 << 20  # every rank gets its own op list: a typo here must not exhaust memory
 COMM = {"ALLREDUCE": "all_reduce", "ALLGATHER": "all_gather", "REDUCESCATTER": "reduce_scatter",
         "ALLTOALL": "all_to_all", "BROADCAST": "broadcast"}
 
@@ -45,6 +47,8 @@ def _header(line, path):
         except (IndexError, ValueError):
             raise InputError(f"line 1: {tokens[i]}", "an integer after it",
                              repr(tokens[i + 1]) if i + 1 < len(tokens) else "nothing", file=path) from None
+        if count < 0:
+            raise InputError(f"line 1: {tokens[i]}", "an integer >= 0 after it", count, file=path)
         if key in ("checkpoints", "checkpoint_initiates"):
             i += 2 + count  # a count, then that many layer numbers
             continue
@@ -55,6 +59,8 @@ def _header(line, path):
     for k in ("model_parallel_NPU_group", "ep", "pp", "ga", "all_gpus"):
         if vals[k] < 1:
             raise InputError(f"line 1: {k}:", "an integer >= 1", vals[k], file=path)
+    if vals["all_gpus"] > MAX_GPUS:
+        raise InputError("line 1: all_gpus:", f"at most {MAX_GPUS} GPUs", vals["all_gpus"], file=path)
     tp, pp, n = vals["model_parallel_NPU_group"], vals["pp"], vals["all_gpus"]
     if n % (tp * pp):
         raise InputError("line 1: all_gpus:", f"a multiple of model_parallel_NPU_group x pp = {tp * pp}", n, file=path)
@@ -85,8 +91,9 @@ def _rows(lines, path):
         except ValueError:
             raise InputError(f"line {lineno}", "integers in columns 2, 3, 5, 6, 8, 9, 11, 12",
                              " ".join(cols[:12])[:60], file=path) from None
-        if any(v < 0 for v in nums[1:]):
-            raise InputError(f"line {lineno}", "times and sizes >= 0", " ".join(cols[:12])[:60], file=path)
+        if any(not 0 <= v <= MAX_SIZE_BYTES for v in nums[1:]):
+            raise InputError(f"line {lineno}", f"times and sizes >= 0 and <= {MAX_SIZE_BYTES}",
+                             " ".join(cols[:12])[:60], file=path)
         _, fp_c, fp_s, ig_c, ig_s, wg_c, wg_s, wg_u = nums
         rows.append({"name": cols[0], "line": lineno, "fp": (fp_c, cols[3], fp_s), "ig": (ig_c, cols[6], ig_s),
                      "wg": (wg_c, cols[9], wg_s), "update": wg_u})

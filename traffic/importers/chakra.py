@@ -120,6 +120,8 @@ def _list(kind, buf):
             while pos < len(value):
                 if kind in ("double", "fixed64", "sfixed64", "float", "fixed32", "sfixed32"):
                     width = 8 if kind in ("double", "fixed64", "sfixed64") else 4
+                    if pos + width > len(value):
+                        raise WireError(f"a packed {kind} list of {len(value)} bytes")
                     out.append(_scalar(kind, 1 if width == 8 else 5, value[pos:pos + width]))
                     pos += width
                 else:
@@ -130,6 +132,13 @@ def _list(kind, buf):
     return out
 
 
+def _embedded(what, wire, value) -> bytes:
+    """A sub-message or packed list: only wire type 2 carries one."""
+    if wire != 2:
+        raise WireError(f"{what} with wire type {wire}")
+    return value
+
+
 def decode_attr(buf) -> tuple[str, object]:
     name, val = "", None
     for number, wire, value in fields(buf):
@@ -138,13 +147,14 @@ def decode_attr(buf) -> tuple[str, object]:
         elif number in _SCALARS:
             val = _scalar(_SCALARS[number], wire, value)
         elif number in _LISTS:
-            val = _list(_LISTS[number], value)
+            val = _list(_LISTS[number], _embedded(f"a {_LISTS[number]} list", wire, value))
     return name, val
 
 
 def _uints(wire, value):
     if wire == 0:
         return [value]
+    _embedded("a packed list of ids", wire, value)
     out, pos = [], 0
     while pos < len(value):
         v, pos = _varint(value, pos)
@@ -167,7 +177,7 @@ def decode_node(buf) -> dict:
         elif number == NODE_DURATION_MICROS:
             node["duration_micros"] = _scalar("uint64", wire, value)
         elif number == NODE_ATTR:
-            name, val = decode_attr(value)
+            name, val = decode_attr(_embedded("an attribute", wire, value))
             node["attr"][name] = val
     return node
 
@@ -255,9 +265,12 @@ def read_nodes(path: str) -> list[dict]:
             if isinstance(first, dict) and ("type" in first or "dataDeps" in first or "data_deps" in first):
                 raise WireError("no GlobalMetadata object first")
             return [_json_node(o) for o in objs[1:]]
-        except (ValueError, WireError, AttributeError, TypeError) as e:
+        except (ValueError, WireError, AttributeError, TypeError, OverflowError) as e:
             raise InputError("chakra trace", "chakra JSON (GlobalMetadata, then Node objects)", str(e)[:80],
                              file=path) from None
+        except RecursionError:
+            raise InputError("chakra trace", "chakra JSON (GlobalMetadata, then Node objects)",
+                             "arrays or objects nested too deep to read", file=path) from None
     try:
         messages = list(read_stream(data))
         if not messages:

@@ -14,6 +14,7 @@ import json
 from traffic.errors import InputError
 from traffic.files import read_json
 from traffic.importers.assemble import Assembler
+from traffic.trace import is_finite_number
 
 DTYPE_BYTES = {"float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "bfloat16": 2,
                "int": 4, "int32": 4, "long": 8, "int64": 8, "short": 2, "int16": 2, "char": 1, "int8": 1,
@@ -39,7 +40,12 @@ def _events(path):
         raise InputError("traceEvents", "a list of trace events", type(d.get("traceEvents") if isinstance(d, dict)
                                                                           else d).__name__, file=path)
     info = d.get("distributedInfo") or {}
-    return info.get("rank"), d["traceEvents"]
+    if not isinstance(info, dict):
+        raise InputError("distributedInfo", "an object", type(info).__name__, file=path)
+    rank = info.get("rank")
+    if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool)):
+        raise InputError("distributedInfo.rank", "an integer rank", rank, file=path)
+    return rank, d["traceEvents"]
 
 
 def _int(args, key, where, path, default=None):
@@ -51,7 +57,8 @@ def _int(args, key, where, path, default=None):
     return v
 
 
-def _ranks(args, where, path):
+def _ranks(args, where, path, nranks):
+    """The group's global ranks: each must have its own file, so they lie in 0..nranks-1."""
     v = args.get("Process Group Ranks")
     if isinstance(v, str):
         try:
@@ -62,9 +69,15 @@ def _ranks(args, where, path):
         start = _int(args, "Global rank start", where, path, 0)
         stride = _int(args, "Global rank stride", where, path, 1)
         size = _int(args, "Group size", where, path)
-        return [start + i * stride for i in range(size)]
-    if not isinstance(v, list) or not v or not all(isinstance(x, int) and x >= 0 for x in v):
-        raise InputError(f"{where}.args.Process Group Ranks", "a list of ranks", v, file=path)
+        v = [start + i * stride for i in range(min(size, nranks + 1))]
+        if not v or v[-1] >= nranks or size > nranks:
+            raise InputError(f"{where}.args", f"Global rank start, stride and Group size within ranks 0..{nranks - 1} "
+                             "(one file per rank)", f"start {start}, stride {stride}, size {size}", file=path)
+        return v
+    if not isinstance(v, list) or not v or \
+            not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < nranks for x in v):
+        raise InputError(f"{where}.args.Process Group Ranks", f"a list of ranks in 0..{nranks - 1} (one file per rank)",
+                         v, file=path)
     if "Group size" in args and _int(args, "Group size", where, path) != len(v):
         raise InputError(f"{where}.args.Group size", f"the {len(v)} ranks listed", args["Group size"], file=path)
     return v
@@ -92,8 +105,9 @@ def _convert(asm, rank, events, path):
             continue
         where = f"traceEvents[{i}]"
         ts, dur = ev.get("ts"), ev.get("dur", 0)
-        if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or dur < 0:
-            raise InputError(f"{where}", "a kernel with numeric ts and dur >= 0", f"ts={ts!r} dur={dur!r}", file=path)
+        if not (is_finite_number(ts) and is_finite_number(dur)) or dur < 0:
+            raise InputError(f"{where}", "a kernel with numeric ts and dur >= 0, both finite", f"ts={ts!r} dur={dur!r}",
+                             file=path)
         kernels.append((float(ts), float(dur), i, ev))
     kernels.sort(key=lambda k: (k[0], k[2]))
     last, busy = [], []  # busy: compute intervals waiting to become one op
@@ -115,6 +129,8 @@ def _convert(asm, rank, events, path):
 
     for ts, dur, i, ev in kernels:
         name, args = str(ev.get("name", "")), ev.get("args") or {}
+        if not isinstance(args, dict):
+            raise InputError(f"traceEvents[{i}].args", "an object", type(args).__name__, file=path)
         if not (name.startswith("nccl") and "Collective name" in args):
             busy.append((ts, ts + dur))
             continue
@@ -136,7 +152,7 @@ def _convert(asm, rank, events, path):
             peer = _int(args, peer_key, where, path)
             asm.p2p(rank, i, op, peer, size, last[:], name, where)
         else:
-            members = _ranks(args, where, path)
+            members = _ranks(args, where, path, asm.nranks)
             pg = args.get("Process Group Name")
             group = asm.group(sorted(members), f"pg{pg}" if pg not in (None, "") else None)
             asm.collective(rank, i, op, group, size, last[:], name, where)
