@@ -10,6 +10,8 @@ touched, and only then sends the next stage: that is what makes an install
 """
 from __future__ import annotations
 
+from collections import deque
+
 from dataclasses import dataclass
 
 from controller.cosched import AnnounceError, CoScheduler, parse_announcement
@@ -68,6 +70,8 @@ class FabricController:
         # controller never sees.
         self.ip_to_mac = {fabric.node(h)["ip"]: fabric.node(h)["mac"] for h in fabric.hosts}
         self.counters = {"arp_replies": 0, "arp_ignored": 0, "switch_connects": 0, "switch_errors": 0}
+        self.last_stats_s = 0.0  # newest port-statistics reply
+        self.reroutes: deque = deque(maxlen=200)  # rebalances: observed, decided, installed
 
     # -- switch lifecycle ---------------------------------------------------
     def switch_name(self, dpid: int) -> str | None:
@@ -170,6 +174,7 @@ class FabricController:
     def port_stats(self, dpid: int, stats, now: float) -> None:
         """stats: (port, tx_bytes, rx_bytes) of one switch."""
         st = self.by_dpid.get(dpid)
+        self.last_stats_s = max(self.last_stats_s, now)
         if st is not None:
             for port, tx, rx in stats:
                 self.load.observe(st.name, port, tx, rx, now)
@@ -186,6 +191,17 @@ class FabricController:
     def poll_done(self, now: float) -> Plan:
         """A round of statistics is in: re-place elephants."""
         return self.sched.rebalance(now) if self.sched is not None else []
+
+    def reroute_record(self, plan: Plan, now: float) -> dict:
+        """A rebalance about to be installed: when its evidence arrived and when it was decided."""
+        rec = {"observed_s": self.last_stats_s or None, "decided_s": now, "installed_s": None,
+               "operations": sum(len(st) for st in plan)}
+        self.reroutes.append(rec)
+        return rec
+
+    def reroute_installed(self, rec: dict, now: float) -> None:
+        """Every stage of the rebalance is confirmed by the switches' barrier replies."""
+        rec["installed_s"] = now
 
     def announce(self, body, now: float) -> tuple[int, dict]:
         """(HTTP status, answer). Policies without co-scheduling answer 'go now'."""
@@ -211,6 +227,7 @@ class FabricController:
             "decisions": list(self.sched.decisions) if self.sched else [],
             "jobs": self.cosched.snapshot() if self.cosched else [],
             "counters": {**self.counters, **(self.sched.counters if self.sched else {})},
+            "reroutes": list(self.reroutes),
         }
 
     def status(self) -> dict:

@@ -120,7 +120,8 @@ class DtnetApp(app_manager.RyuApp):
             plan = self.ctl.poll_done(time.time())
             if plan:
                 self.logger.info("dtnet: rebalance: %d operations", sum(len(st) for st in plan))
-                self._submit(plan)
+                rec = self.ctl.reroute_record(plan, time.time())
+                self._submit(plan, done=lambda rec=rec: self.ctl.reroute_installed(rec, time.time()))
             hub.sleep(period / 2)
 
     @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)

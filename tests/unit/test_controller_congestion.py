@@ -435,3 +435,15 @@ def test_ack_streams_do_not_hide_a_collision_of_symmetric_elephants():
         for ln in sim.path(k).links:
             per_link[ln] += 1
     assert max(per_link.values()) == 1, "two data elephants still share a link"
+
+
+def test_a_rebalance_records_when_it_was_observed_decided_and_installed():
+    sim, a, b = colliding_sim(hold_s=2.0)
+    sim.step()
+    plan = sim.step()
+    assert plan
+    rec = sim.ctl.reroute_record(plan, sim.now + 0.01)
+    assert rec["observed_s"] == sim.now and rec["installed_s"] is None and rec["operations"] >= 1
+    sim.ctl.reroute_installed(rec, sim.now + 0.02)
+    (got,) = sim.ctl.state(sim.now)["reroutes"]
+    assert got["installed_s"] - got["observed_s"] == pytest.approx(0.02)
