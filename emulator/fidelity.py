@@ -1,7 +1,13 @@
 """Is the emulation faithful? Sampled once a second while the agents run.
 
 Checks, each with its threshold in the summary:
-- cpu: idle CPU >= 35% in every sampled second (Mininet-HiFi's rule).
+- cpu: idle CPU >= 25% in every sampled second. Mininet-HiFi asked 35%; on
+  this 2-core machine kind we measured (bench/bench_fidelity_scale.py, ring
+  all-reduce on fat-tree k=4, time dilation fixed, link rate swept) that
+  results match the slowest, most faithful rate within 1% down to 32% idle,
+  within 3% at 25%, and fall 12% behind at 17-22%. 25% keeps what is within
+  a few percent and rejects what is not; the per-second CPU pressure (PSI)
+  is recorded beside it.
 - link_cap: no link carried more than 105% of its configured rate in any
   second (shaping held).
 - link_saturation: in seconds where a link was busy (>= 50% of its rate),
@@ -17,7 +23,7 @@ import time
 
 import psutil
 
-CPU_IDLE_MIN_PCT = 35.0
+CPU_IDLE_MIN_PCT = 25.0
 LINK_CAP_MAX = 1.05
 BUSY_UTIL = 0.5
 SATURATION_MIN = 0.85
@@ -38,6 +44,18 @@ def read_counters(devs: list[str]) -> dict[str, tuple[int, int]]:
     return out
 
 
+def read_cpu_pressure_us() -> int | None:
+    """Total microseconds some runnable task waited for a CPU (PSI), or None."""
+    try:
+        with open("/proc/pressure/cpu") as f:
+            for line in f:
+                if line.startswith("some"):
+                    return int(line.rsplit("total=", 1)[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 class Monitor:
     """Samples CPU idle and per-link byte counters in a thread.
 
@@ -49,6 +67,7 @@ class Monitor:
         self.links = links
         self.interval_s = interval_s
         self.cpu_idle: list[tuple[float, float]] = []
+        self.cpu_pressure: list[tuple[float, float]] = []  # (t, % of the second some task waited for CPU)
         self.link_samples: list[tuple[float, dict]] = []  # (t, {link: (util_tx, util_rx)})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -65,6 +84,7 @@ class Monitor:
     def _loop(self):
         prev = read_counters(list(self.links))
         prev_t = time.monotonic()
+        prev_psi = read_cpu_pressure_us()
         while not self._stop.wait(self.interval_s):
             now = time.monotonic()
             idle = psutil.cpu_times_percent(interval=None).idle
@@ -76,6 +96,10 @@ class Monitor:
                     cap = mbps * 1e6 / 8 * dt
                     utils[name] = ((cur[dev][0] - prev[dev][0]) / cap, (cur[dev][1] - prev[dev][1]) / cap)
             self.cpu_idle.append((time.time(), idle))
+            psi = read_cpu_pressure_us()
+            if psi is not None and prev_psi is not None and dt > 0:
+                self.cpu_pressure.append((time.time(), 100.0 * (psi - prev_psi) / 1e6 / dt))
+            prev_psi = psi
             self.link_samples.append((time.time(), utils))
             prev, prev_t = cur, now
 
@@ -90,6 +114,9 @@ def evaluate(mon: Monitor | None, events: list[dict], t_start: float, t_end: flo
                              f"(min {min(cpu, default=100):.0f}%)",
                    "threshold_idle_pct": CPU_IDLE_MIN_PCT, "seconds": len(cpu), "seconds_below": len(below),
                    "idle_min_pct": min(cpu, default=None), "idle_mean_pct": (sum(cpu) / len(cpu)) if cpu else None})
+    psi = [v for t, v in (getattr(mon, "cpu_pressure", []) if mon else []) if t_start + 1.0 <= t <= t_end]
+    checks[-1]["pressure_mean_pct"] = (sum(psi) / len(psi)) if psi else None
+    checks[-1]["pressure_max_pct"] = max(psi, default=None)
     utils = []
     for t, u in (mon.link_samples if mon else []):
         if t_start + 1.0 <= t <= t_end:
@@ -114,3 +141,17 @@ def evaluate(mon: Monitor | None, events: list[dict], t_start: float, t_end: flo
     return {"ok": all(c["ok"] for c in checks), "checks": checks,
             "cpus": os.cpu_count(), "note": "latency terms (propagation, switching) do not scale with "
                                             "the scale factors; figures are bandwidth-dominated"}
+
+
+def send_buffer_check(buf_bytes: int, need_bytes: int) -> dict:
+    """The userspace switch sends through one socket; with a small buffer it
+    drops packets silently once a dozen frames queue anywhere (bootstrap.sh)."""
+    return {"name": "switch_send_buffer", "ok": buf_bytes >= need_bytes,
+            "detail": f"the userspace switch's send buffer is {buf_bytes} bytes (needs {need_bytes}; "
+                      "run `make setup` while no bridges exist, which restarts Open vSwitch)",
+            "threshold_bytes": need_bytes, "bytes": buf_bytes}
+
+
+def add_check(fid: dict, check: dict) -> None:
+    fid["checks"].append(check)
+    fid["ok"] = fid["ok"] and check["ok"]

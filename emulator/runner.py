@@ -18,7 +18,7 @@ from emulator.config import Experiment
 from emulator.faults import FaultInjector
 from emulator.outputs import links
 from emulator.plan import build_plans
-from emulator.testbed import Testbed, TestbedError, stop_process
+from emulator.testbed import OVS_SEND_BUFFER_BYTES, Testbed, TestbedError, ovs_send_buffer, stop_process
 
 
 class RunFailure(RuntimeError):
@@ -45,6 +45,8 @@ def run_experiment(exp: Experiment, out_dir: str, log=print) -> dict:
             ctx["datapath"] = tb.datapath
             _replay(exp, tb, jobs, out_dir, events_path, ctx, log)
             ctx["controller"] = tb.controller_status()
+            if tb.datapath == "userspace":
+                ctx["ovs_send_buffer"] = ovs_send_buffer()
             # Link loads, flows and every placement decision, for `dtnet report` and people.
             state = tb.controller_get("state")
             if state is not None:
@@ -200,7 +202,9 @@ def parse_snmp_tcp(text: str, prefix: str = "Tcp:") -> dict:
 # TcpExt counters that tell a real drop (fast retransmit) from a timer firing
 # on a merely late packet (timeouts, spurious RTOs).
 TCPEXT_KEYS = {"TCPTimeouts": "timeouts", "TCPSpuriousRTOs": "spurious_rtos", "TCPFastRetrans": "fast_retrans",
-               "TCPLossProbes": "loss_probes", "TCPSackRecovery": "sack_recoveries"}
+               "TCPLossProbes": "loss_probes", "TCPSackRecovery": "sack_recoveries",
+               # Reordering, not loss: out-of-order arrivals and duplicates the receiver reported.
+               "TCPOFOQueue": "out_of_order", "TCPDSACKRecv": "dsacks_received"}
 
 
 def _tcp_counters(tb: Testbed, jobs) -> dict:
@@ -235,6 +239,8 @@ def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
     received = totals.get("bytes_received") or sum(e.get("size_bytes", 0) for e in events if e["kind"] == "transfer")
     t_start, t_end = ctx["t_start"] or 0, ctx["t_end"] or time.time()
     fid = fidelity.evaluate(ctx["monitor"], events, t_start, t_end)
+    if ctx.get("ovs_send_buffer") is not None:
+        fidelity.add_check(fid, fidelity.send_buffer_check(ctx["ovs_send_buffer"], OVS_SEND_BUFFER_BYTES))
     if not fid["ok"]:
         fid["suggested_scale"] = {"link": exp.scale.link / 2, "bytes": exp.scale.bytes / 2}
     if totals and totals["bytes_sent"] != totals["bytes_received"]:

@@ -51,6 +51,14 @@ def ensure_ovs() -> None:
         return
     if not os.path.exists(OVS_CTL):
         raise TestbedError("Open vSwitch is not installed: run `make setup`")
+    # The switch's shared send socket takes its buffer from this at start.
+    try:
+        with open("/proc/sys/net/core/wmem_default", "r+") as f:
+            if int(f.read()) < OVS_SEND_BUFFER_BYTES:
+                f.seek(0)
+                f.write(str(OVS_SEND_BUFFER_BYTES))
+    except (OSError, ValueError):
+        pass
     subprocess.run([OVS_CTL, "start", "--system-id=random"], capture_output=True)
     if not ovs_running():
         raise TestbedError("Open vSwitch did not start (see `ovs-ctl start`)")
@@ -93,6 +101,28 @@ def detect_datapath(requested: str = "auto", iface_types: set[str] | None = None
     if requested == "auto":
         return "kernel" if kernel_datapath_available() else "userspace"
     return requested
+
+
+# What the userspace switch's one shared send socket needs: see bootstrap.sh.
+OVS_SEND_BUFFER_BYTES = 4194304
+
+
+def parse_ovs_send_buffer(ss_text: str) -> int | None:
+    """The send buffer (skmem tb) of ovs-vswitchd's unbound AF_PACKET socket,
+    the one it transmits every system port's packets through, from
+    `ss -0 -a -m -p -H`; None when there is none (yet)."""
+    for line in ss_text.splitlines():
+        if '"ovs-vswitchd"' in line and "[0]:*" in line and "skmem:(" in line:
+            fields = dict((f[:2].rstrip("0123456789"), f) for f in line.split("skmem:(")[1].split(")")[0].split(","))
+            tb = fields.get("tb")
+            if tb and tb[2:].isdigit():
+                return int(tb[2:])
+    return None
+
+
+def ovs_send_buffer() -> int | None:
+    r = subprocess.run(["ss", "-0", "-a", "-m", "-p", "-H"], capture_output=True, text=True)
+    return parse_ovs_send_buffer(r.stdout)
 
 
 def free_port() -> int:

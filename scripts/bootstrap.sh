@@ -29,6 +29,28 @@ if ((${#missing[@]})); then
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# The userspace switch sends every port's packets through ONE AF_PACKET
+# socket, made once with the default send buffer (net.core.wmem_default,
+# 208 KiB): about a dozen jumbo frames queued in all link queues together,
+# beyond which OVS drops packets without counting them. 4 MiB moves drops
+# into the link queues, where they are counted. OVS must start after this.
+WMEM_BYTES=4194304
+restart_ovs=0
+if (( $(sysctl -n net.core.wmem_default) < WMEM_BYTES )); then
+    log "net.core.wmem_default = $WMEM_BYTES (the switch's send buffer)"
+    echo "net.core.wmem_default = $WMEM_BYTES" > /etc/sysctl.d/60-dtnet.conf
+    sysctl -q -w net.core.wmem_default=$WMEM_BYTES
+    restart_ovs=1
+fi
+if (( restart_ovs )) && ovs-vsctl --timeout=5 show >/dev/null 2>&1; then
+    if [[ -z "$(ovs-vsctl --timeout=5 list-br)" ]]; then
+        log "restarting Open vSwitch so that it takes the new send buffer"
+        /usr/share/openvswitch/scripts/ovs-ctl restart --system-id=random >/dev/null 2>&1 || true
+    else
+        log "warning: Open vSwitch has bridges, so it was not restarted; it keeps its small send buffer"
+    fi
+fi
+
 # Open vSwitch: start it when ovsdb/vswitchd are not answering.
 if ! ovs-vsctl --timeout=5 show >/dev/null 2>&1; then
     log "starting Open vSwitch"

@@ -139,7 +139,8 @@ def test_control_packets_get_their_own_leaf_within_the_link_rate():
     assert rates["5:10"][0] + rates["5:20"][0] == pytest.approx(10.0)
     assert rates["5:10"][1] == rates["5:20"][1] == pytest.approx(10.0)
     (flt,) = [c for c in cmds if c.startswith("filter")]
-    assert "flowid 5:10" in flt and "match u16 0x0000 0xff00 at 2" in flt
+    # IPv4 total length < 128: pure ACKs (<= 80 B), never a data segment's tail worth reordering.
+    assert "flowid 5:10" in flt and "match u16 0x0000 0xff80 at 2" in flt
     assert "default 20" in cmds[0]
 
 

@@ -47,3 +47,12 @@ def test_afxdp_never_relies_on_an_ovs_ports_egress_qdisc(tmp_path):
     assert sum(s.netns == "xqlinks" for s in shapes) == 2 * 32  # k=4: 32 switch links, both ways
     _, sys_shapes = planned(fabric, "userspace", tmp_path)
     assert not [s for s in sys_shapes if s.ingress or s.netns]
+
+
+def test_the_switchs_shared_send_buffer_is_read_from_ss():
+    text = ('p_raw UNCONN 0 0 [3]:xa-eth1 * users:(("ovs-vswitchd",pid=9,fd=70)) '
+            "skmem:(r0,rb212992,t0,tb4194304,f0,w0,o176,bl0,d0)\n"
+            'p_raw UNCONN 0 0 [0]:* * users:(("ovs-vswitchd",pid=9,fd=64)) '
+            "skmem:(r0,rb212992,t196800,tb212992,f0,w0,o0,bl0,d0)\n")
+    assert tbm.parse_ovs_send_buffer(text) == 212992
+    assert tbm.parse_ovs_send_buffer(text.splitlines()[0]) is None
