@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 import yaml
 
+from emulator import placement
 from topologies import InputError as TopoInputError
 from topologies import build as build_fabric
 from topologies.errors import InputError
@@ -42,7 +43,7 @@ class Scale:
 @dataclass(frozen=True)
 class Job:
     name: str
-    hosts: object  # "all", list of host names, or {"count": N}
+    hosts: object  # "all", host names, {"count", "placement"[, "seed"]} or {"servers": N or [ids]}
     workload: dict
     start_ms: float = 0.0
     order: str = "as-listed"
@@ -254,8 +255,7 @@ def parse(data, file: str | None = None) -> Experiment:
         if jname in names:
             raise ConfigError(f"jobs[{i}].name", "a unique job name", jname, file)
         names.add(jname)
-        hosts = js.get("hosts", (str, list, dict), "all")
-        _check_hosts(hosts, fabric, f"jobs[{i}].hosts", file)
+        hosts = _hosts(js.get("hosts", (str, list, dict), "all"), fabric, f"jobs[{i}].hosts", file)
         workload = js.get("workload", dict)
         if isinstance(workload.get("trace"), str):
             # Absolute, so that config.yaml in the run folder still finds the file.
@@ -268,6 +268,10 @@ def parse(data, file: str | None = None) -> Experiment:
                               order, file)
         js.done()
         jobs.append(Job(jname, hosts, workload, start_ms, order))
+    try:
+        placement.place([(j.name, j.hosts) for j in jobs], fabric)
+    except InputError as e:
+        raise ConfigError(e.key, e.expected, e.found, file) from None
     faults = _faults(top.get("faults", list, []), fabric, file)
     top.done()
     return Experiment(name=name, topology=topo, scale=scale, routing=routing, jobs=tuple(jobs),
@@ -316,12 +320,14 @@ def write_resolved(exp: Experiment, path: str) -> None:
         yaml.safe_dump(to_dict(exp), f, sort_keys=False)
 
 
-def _check_hosts(hosts, fabric, key, file):
+def _hosts(hosts, fabric, key, file):
+    """A job's hosts, checked and with placement defaults filled in (see emulator.placement)."""
     all_hosts = fabric.hosts
     if isinstance(hosts, str):
         if hosts != "all":
-            raise ConfigError(key, "'all', a list of host names, or {count: N}", hosts, file)
-    elif isinstance(hosts, list):
+            raise ConfigError(key, "'all', a list of host names, {count: N} or {servers: ...}", hosts, file)
+        return hosts
+    if isinstance(hosts, list):
         if not hosts:
             raise ConfigError(key, "at least one host", hosts, file)
         for h in hosts:
@@ -329,22 +335,43 @@ def _check_hosts(hosts, fabric, key, file):
                 raise ConfigError(key, f"host names of this fabric (h0..h{len(all_hosts) - 1})", h, file)
         if len(set(hosts)) != len(hosts):
             raise ConfigError(key, "distinct host names", hosts, file)
-    else:
-        sec = _Section(hosts, key, file)
-        sec.get("count", int, check=lambda v: 1 <= v <= len(all_hosts),
-                expected=f"an integer in 1..{len(all_hosts)}")
+        return hosts
+    sec = _Section(hosts, key, file)
+    if "servers" in hosts:
+        if fabric.kind != "rail-optimized":
+            raise ConfigError(f"{key}.servers", "a rail-optimized fabric (servers exist only there)",
+                              fabric.kind, file)
+        n = fabric.params["servers"]
+        servers = sec.get("servers", (int, list), expected=f"a count in 1..{n} or a list of server ids")
+        if isinstance(servers, int) and not 1 <= servers <= n:
+            raise ConfigError(f"{key}.servers", f"a count in 1..{n}", servers, file)
+        if isinstance(servers, list) and (not servers or len(set(servers)) != len(servers) or not all(
+                isinstance(s, int) and not isinstance(s, bool) and 0 <= s < n for s in servers)):
+            raise ConfigError(f"{key}.servers", f"distinct server ids in 0..{n - 1}", servers, file)
         sec.done()
+        return {"servers": servers}
+    count = sec.get("count", int, check=lambda v: 1 <= v <= len(all_hosts),
+                    expected=f"an integer in 1..{len(all_hosts)}")
+    how = sec.get("placement", str, "packed", check=lambda v: v in placement.PLACEMENTS,
+                  expected="one of " + ", ".join(placement.PLACEMENTS))
+    out = {"count": count, "placement": how}
+    if how == "random":
+        out["seed"] = sec.get("seed", int, 0)
+    elif "seed" in hosts:
+        raise ConfigError(f"{key}.seed", "no seed unless placement is random", hosts["seed"], file)
+    sec.done()
+    return out
 
 
 def job_hosts(job: Job, fabric) -> list[str]:
-    """The fabric hosts a job runs on, in rank order."""
-    if job.hosts == "all":
-        hosts = list(fabric.hosts)
-    elif isinstance(job.hosts, list):
-        hosts = list(job.hosts)
-    else:
-        hosts = list(fabric.hosts)[: job.hosts["count"]]
-    return rail_aligned(hosts, fabric) if job.order == "rail-aligned" else hosts
+    """The hosts of one job placed alone, in rank order; see jobs_hosts for several jobs."""
+    return jobs_hosts((job,), fabric)[0]
+
+
+def jobs_hosts(jobs, fabric) -> list[list[str]]:
+    """The fabric hosts of each job, in rank order; no two jobs share a host."""
+    placed = placement.place([(j.name, j.hosts) for j in jobs], fabric)
+    return [rail_aligned(h, fabric) if j.order == "rail-aligned" else h for j, h in zip(jobs, placed)]
 
 
 def rail_aligned(hosts: list[str], fabric) -> list[str]:

@@ -230,6 +230,7 @@ def _monitored_links(tb: Testbed) -> dict:
 def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
     events = results.read_events(events_path)
     dil = exp.scale.dilation
+    per_job = [results.job_results(j.name, events, dil) for j in jobs]
     host_total = sum(fabric.host_link_gbps(h) for j in jobs for h in j.hosts)
     totals = ctx["totals"]
     received = totals.get("bytes_received") or sum(e.get("size_bytes", 0) for e in events if e["kind"] == "transfer")
@@ -249,7 +250,8 @@ def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
         "scale": {"link": exp.scale.link, "bytes": exp.scale.bytes, "dilation": dil},
         "routing": exp.routing,
         "datapath": ctx["datapath"],
-        "jobs": [results.job_results(j.name, events, dil) for j in jobs],
+        "jobs": per_job,
+        "aggregate": results.aggregate(per_job, events, dil),
         "traffic": results.traffic_results(events, received, exp.scale.link, exp.scale.bytes, host_total),
         "tcp": ctx.get("tcp", {}),
         "integrity": {"bytes_sent_emulated": totals.get("bytes_sent"),
