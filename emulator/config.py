@@ -8,6 +8,7 @@ ConfigError, whose message is one line naming the file and key.
 from __future__ import annotations
 
 import copy
+import itertools
 import os
 from dataclasses import asdict, dataclass, field
 
@@ -80,6 +81,7 @@ class Experiment:
     testbed: Testbed
     description: str = ""
     faults: tuple = ()
+    sweep: tuple = ()  # points, each a tuple of (key.path, value) overrides
     source: str | None = None
     raw: dict = field(default_factory=dict, compare=False)
 
@@ -117,39 +119,47 @@ def apply_overrides(data, overrides: list[str], file: str | None = None):
         keypath, eq, value = item.partition("=")
         if not eq or not keypath:
             raise ConfigError("--set", "key.path=value", item, file)
-        node = data
-        parts = keypath.split(".")
-        for i, part in enumerate(parts[:-1]):
-            if isinstance(node, list):
-                try:
-                    node = node[int(part)]
-                except (ValueError, IndexError):
-                    raise ConfigError("--set " + ".".join(parts[:i + 1]), "a list index", part, file) from None
-                continue
-            if not isinstance(node, dict):
-                raise ConfigError("--set " + ".".join(parts[:i + 1]), "a mapping", node, file)
-            node = node.setdefault(part, {})
         try:
             parsed = yaml.safe_load(value)
         except yaml.YAMLError:
             parsed = value
-        if isinstance(parsed, str):
-            # YAML 1.1 reads '5e-4' (no dot) as a string; users mean a number.
-            try:
-                parsed = float(parsed)
-            except ValueError:
-                pass
-        last = parts[-1]
+        set_path(data, keypath, parsed, file)
+    return data
+
+
+def set_path(data, keypath: str, value, file: str | None = None, label: str = "--set") -> None:
+    """Set data[a][b][c] = value for keypath 'a.b.c' in place; list items by index.
+
+    A string that reads as a number becomes one: YAML 1.1 reads '5e-4' (no
+    dot) as a string, and users mean a number.
+    """
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    node = data
+    parts = keypath.split(".")
+    for i, part in enumerate(parts[:-1]):
         if isinstance(node, list):
             try:
-                node[int(last)] = parsed
+                node = node[int(part)]
             except (ValueError, IndexError):
-                raise ConfigError("--set " + keypath, "a list index", last, file) from None
-        elif isinstance(node, dict):
-            node[last] = parsed
-        else:
-            raise ConfigError("--set " + keypath, "a mapping", node, file)
-    return data
+                raise ConfigError(f"{label} " + ".".join(parts[:i + 1]), "a list index", part, file) from None
+            continue
+        if not isinstance(node, dict):
+            raise ConfigError(f"{label} " + ".".join(parts[:i + 1]), "a mapping", node, file)
+        node = node.setdefault(part, {})
+    last = parts[-1]
+    if isinstance(node, list):
+        try:
+            node[int(last)] = value
+        except (ValueError, IndexError):
+            raise ConfigError(f"{label} {keypath}", "a list index", last, file) from None
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
+        raise ConfigError(f"{label} {keypath}", "a mapping", node, file)
 
 
 class _Section:
@@ -273,9 +283,11 @@ def parse(data, file: str | None = None) -> Experiment:
     except InputError as e:
         raise ConfigError(e.key, e.expected, e.found, file) from None
     faults = _faults(top.get("faults", list, []), fabric, file)
+    sweep = _sweep(top.get("sweep", dict, {}), file)
     top.done()
     return Experiment(name=name, topology=topo, scale=scale, routing=routing, jobs=tuple(jobs),
-                      testbed=testbed, description=description, faults=faults, source=file, raw=data)
+                      testbed=testbed, description=description, faults=faults, sweep=sweep,
+                      source=file, raw=data)
 
 
 def _faults(items, fabric, file) -> tuple:
@@ -291,6 +303,46 @@ def _faults(items, fabric, file) -> tuple:
         fs.done()
         out.append(Fault(at_ms, tuple(link), state))
     return tuple(sorted(out, key=lambda f: f.at_ms))
+
+
+def _sweep(data, file) -> tuple:
+    """The points of a sweep: grid (every combination) or list, as tuples of (key.path, value)."""
+    if not data:
+        return ()
+    ss = _Section(data, "sweep", file)
+    grid = ss.get("grid", dict, None)
+    items = ss.get("list", list, None)
+    ss.done()
+    if (grid is None) == (items is None):
+        raise ConfigError("sweep", "either grid: {key.path: [values]} or list: [{key.path: value}, ...]",
+                          data, file)
+
+    def key_ok(key, where):
+        if not isinstance(key, str) or not key or key.split(".")[0] == "sweep" or "" in key.split("."):
+            raise ConfigError(where, "a dotted key path outside sweep, e.g. controller.routing", key, file)
+
+    if grid is not None:
+        if not grid:
+            raise ConfigError("sweep.grid", "at least one key.path: [values]", grid, file)
+        for k, values in grid.items():
+            key_ok(k, f"sweep.grid.{k}")
+            if not isinstance(values, list) or not values:
+                raise ConfigError(f"sweep.grid.{k}", "a non-empty list of values", values, file)
+        points = [tuple(zip(grid, combo)) for combo in itertools.product(*grid.values())]
+    else:
+        if not items:
+            raise ConfigError("sweep.list", "at least one point", items, file)
+        points = []
+        for i, item in enumerate(items):
+            if not isinstance(item, dict) or not item:
+                raise ConfigError(f"sweep.list[{i}]", "a mapping of key.path: value", item, file)
+            for k in item:
+                key_ok(k, f"sweep.list[{i}].{k}")
+            points.append(tuple(item.items()))
+    for i, p in enumerate(points):
+        if p in points[:i]:
+            raise ConfigError("sweep", "distinct points", dict(p), file)
+    return tuple(points)
 
 
 def to_dict(exp: Experiment) -> dict:
@@ -309,6 +361,7 @@ def to_dict(exp: Experiment) -> dict:
         "jobs": [{"name": j.name, "hosts": copy.deepcopy(j.hosts), "order": j.order, "start_ms": j.start_ms,
                   "workload": copy.deepcopy(j.workload)} for j in exp.jobs],
         "faults": [{"at_ms": f.at_ms, "link": list(f.link), "state": f.state} for f in exp.faults],
+        **({"sweep": {"list": [dict(copy.deepcopy(p)) for p in exp.sweep]}} if exp.sweep else {}),
     }
 
 
