@@ -127,6 +127,12 @@ def cmd_compare(args) -> int:
     return report.compare(args.dirs, sys.stdout, plot=args.plot)
 
 
+def cmd_pcap_stats(args) -> int:
+    from emulator import pcapstats
+
+    return pcapstats.main(args.file, args.json, sys.stdout)
+
+
 def cmd_topo_show(args) -> int:
     from topologies import from_spec
 
@@ -192,6 +198,15 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("dirs", nargs="+", metavar="DIR", help="run folders written by `dtnet run` (two or more)")
     cp.add_argument("--plot", metavar="PNG", help="also draw the comparison chart into this PNG file")
     cp.set_defaults(func=cmd_compare)
+
+    ps = sub.add_parser("pcap-stats", help="the flows in a capture: per five-tuple packets, bytes and rate",
+                        description="Reads a pcap (for example DIR/pcap/<a>-<b>.pcap of a run with capture:) with "
+                                    "scapy and prints, per flow (protocol, source and destination address and "
+                                    "port): packets, bytes on the wire, TCP/UDP payload bytes, first and last "
+                                    "time and rate, plus the total. Times and rates are the emulation's own.")
+    ps.add_argument("file", metavar="FILE", help="a pcap or pcapng file")
+    ps.add_argument("--json", action="store_true", help="print JSON (times as Unix seconds)")
+    ps.set_defaults(func=cmd_pcap_stats)
 
     t = sub.add_parser("topo", help="describe fabrics (no root needed)")
     tsub = t.add_subparsers(dest="topo_command", required=True)

@@ -63,6 +63,14 @@ class Fault:
 
 
 @dataclass(frozen=True)
+class Capture:
+    """tcpdump on the switch side of these fabric links during the replay."""
+    links: tuple = ()  # ((a, b), ...)
+    max_packets: int = 2000
+    snaplen: int = 128
+
+
+@dataclass(frozen=True)
 class Testbed:
     datapath: str = "auto"
     slice_bytes: int = 16384
@@ -81,6 +89,7 @@ class Experiment:
     testbed: Testbed
     description: str = ""
     faults: tuple = ()
+    capture: Capture = Capture()
     sweep: tuple = ()  # points, each a tuple of (key.path, value) overrides
     source: str | None = None
     raw: dict = field(default_factory=dict, compare=False)
@@ -283,10 +292,11 @@ def parse(data, file: str | None = None) -> Experiment:
     except InputError as e:
         raise ConfigError(e.key, e.expected, e.found, file) from None
     faults = _faults(top.get("faults", list, []), fabric, file)
+    capture = _capture(top.get("capture", dict, {}), fabric, file)
     sweep = _sweep(top.get("sweep", dict, {}), file)
     top.done()
     return Experiment(name=name, topology=topo, scale=scale, routing=routing, jobs=tuple(jobs),
-                      testbed=testbed, description=description, faults=faults, sweep=sweep,
+                      testbed=testbed, description=description, faults=faults, capture=capture, sweep=sweep,
                       source=file, raw=data)
 
 
@@ -303,6 +313,26 @@ def _faults(items, fabric, file) -> tuple:
         fs.done()
         out.append(Fault(at_ms, tuple(link), state))
     return tuple(sorted(out, key=lambda f: f.at_ms))
+
+
+def _capture(data, fabric, file) -> Capture:
+    cs = _Section(data, "capture", file)
+    links = cs.get("links", list, [])
+    for j, link in enumerate(links):
+        if not (isinstance(link, list) and len(link) == 2 and all(isinstance(n, str) for n in link)):
+            raise ConfigError(f"capture.links[{j}]", "two node names, [a, b]", link, file)
+        if not fabric.graph.has_edge(*link):
+            raise ConfigError(f"capture.links[{j}]", "two nodes joined by a link of this fabric", link, file)
+    if len({frozenset(ln) for ln in links}) != len(links):
+        raise ConfigError("capture.links", "each link once", links, file)
+    cap = Capture(
+        links=tuple(tuple(ln) for ln in links),
+        max_packets=cs.get("max_packets", int, 2000, check=lambda v: 1 <= v <= 10_000_000,
+                           expected="an integer in 1..10000000"),
+        snaplen=cs.get("snaplen", int, 128, check=lambda v: 68 <= v <= 262144, expected="bytes in 68..262144"),
+    )
+    cs.done()
+    return cap
 
 
 def _sweep(data, file) -> tuple:
@@ -361,6 +391,8 @@ def to_dict(exp: Experiment) -> dict:
         "jobs": [{"name": j.name, "hosts": copy.deepcopy(j.hosts), "order": j.order, "start_ms": j.start_ms,
                   "workload": copy.deepcopy(j.workload)} for j in exp.jobs],
         "faults": [{"at_ms": f.at_ms, "link": list(f.link), "state": f.state} for f in exp.faults],
+        **({"capture": {"links": [list(ln) for ln in exp.capture.links], "max_packets": exp.capture.max_packets,
+                        "snaplen": exp.capture.snaplen}} if exp.capture.links else {}),
         **({"sweep": {"list": [dict(copy.deepcopy(p)) for p in exp.sweep]}} if exp.sweep else {}),
     }
 
