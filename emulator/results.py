@@ -132,7 +132,7 @@ def print_table(summary: dict, out) -> None:
                       f"{c['count']:>7}{_fmt_s(c['cct_s']):>11}{c['algbw_gbps']:>12.1f}{c['busbw_gbps']:>12.1f}\n")
     agg = summary.get("aggregate")
     if agg and agg["jobs"] > 1:
-        out.write(f"\nall {agg['jobs']} jobs: iteration time mean {_fmt_s(agg['iteration_time_s_mean'])} "
+        out.write(f"\nacross {agg['jobs']} jobs: iteration time mean {_fmt_s(agg['iteration_time_s_mean'])} "
                   f"(slowest job {_fmt_s(agg['iteration_time_s_max'])}, p99 {_fmt_s(agg['iteration_time_s_p99'])}), "
                   f"busbw mean {agg['busbw_gbps_mean']:.1f} Gb/s, makespan {_fmt_s(agg['makespan_s'])}\n")
     t = summary["traffic"]
