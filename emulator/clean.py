@@ -49,7 +49,8 @@ def clean_run(run_dir: str, log=print) -> int:
     for role, pid in pids.items():
         cmd = _cmdline(pid)
         ours = ("emulator.agent" in cmd or "controller.run" in cmd or
-                (role.startswith("host/") and "mininet:" in cmd))
+                (role.startswith("host/") and "mininet:" in cmd) or
+                (role.startswith("capture/") and cmd.startswith("tcpdump")))
         if cmd and ours:
             try:
                 os.kill(pid, signal.SIGKILL)

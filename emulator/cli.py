@@ -34,6 +34,8 @@ def cmd_run(args) -> int:
     def on_signal(signum, _frame):
         raise Interrupted(signal.Signals(signum).name)
 
+    if exp.sweep:
+        return _run_sweep(args, exp, out, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     print(f"dtnet: running {exp.name} -> {out}")
@@ -53,11 +55,44 @@ def cmd_run(args) -> int:
     return EXIT_OK
 
 
+def _run_sweep(args, exp, out, on_signal) -> int:
+    from emulator import sweep
+    from emulator.runner import Interrupted, run_experiment
+
+    points = sweep.expand(exp)
+    sweep.check(points)  # every point valid before the first one starts
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    print(f"dtnet: sweep {exp.name}: {len(points)} points -> {out}")
+    try:
+        done = sweep.run(exp, out, run_experiment, points)
+    except Interrupted as e:
+        print(f"dtnet: sweep interrupted by {e}; {out}/{sweep.CSV_NAME} has the points done; "
+              f"run the same command again to resume", file=sys.stderr)
+        return 130
+    sweep.print_table(done["rows"], sys.stdout)
+    print(f"\nresults: {out}/{sweep.CSV_NAME}, {out}/{sweep.PLOT_NAME}, {out}/{sweep.POINTS_DIR}/")
+    if done["failed"]:
+        print(f"dtnet: {len(done['failed'])} of {done['points']} points did not complete: "
+              + ", ".join(done["failed"]), file=sys.stderr)
+        return EXIT_FAIL
+    return EXIT_OK
+
+
 def cmd_check(args) -> int:
     from emulator import config
     from emulator.plan import build_plans
 
     exp = config.load(args.experiment, args.set)
+    if exp.sweep:
+        from emulator import sweep
+
+        points = sweep.expand(exp)
+        sweep.check(points)
+        for p in points:
+            print(f"  point {p.index}: {p.slug}")
+        print(f"{args.experiment}: ok: {exp.name}: a sweep of {len(points)} points, each valid")
+        return EXIT_OK
     fabric = exp.fabric()
     jobs = build_plans(exp, fabric)
     c = fabric.counts()
@@ -85,6 +120,12 @@ def cmd_compare(args) -> int:
     if len(args.dirs) < 2:
         raise ConfigError("DIR", "at least two run folders to compare", len(args.dirs))
     return report.compare(args.dirs, sys.stdout, plot=args.plot)
+
+
+def cmd_pcap_stats(args) -> int:
+    from emulator import pcapstats
+
+    return pcapstats.main(args.file, args.json, sys.stdout)
 
 
 def cmd_topo_show(args) -> int:
@@ -116,16 +157,20 @@ def build_parser() -> argparse.ArgumentParser:
                                 "traffic on Mininet, Open vSwitch and a Ryu controller.")
     sub = p.add_subparsers(dest="command", required=True)
 
-    r = sub.add_parser("run", help="run an experiment file (needs root)",
+    r = sub.add_parser("run", help="run an experiment file, or every point of a sweep (needs root)",
                        description="Run an experiment and write DIR: summary.json, events.jsonl, config.yaml "
-                                   "(the resolved experiment), trace.json (Perfetto), links.csv and plots/.")
+                                   "(the resolved experiment), trace.json (Perfetto), links.csv, plots/, and "
+                                   "pcap/ when the file asks for a capture. A file with a sweep: section runs "
+                                   "each point into DIR/points/<point>/ and writes DIR/sweep.csv and "
+                                   "DIR/sweep.png; running it again into the same DIR skips the points "
+                                   "already complete.")
     r.add_argument("experiment", help="experiment YAML file")
     r.add_argument("--out", help="output folder (default results/<name>/)")
     r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a value, e.g. --set scale.link=1e-5 --set jobs.0.workload.size_bytes=1e9")
     r.set_defaults(func=cmd_run)
 
-    c = sub.add_parser("check", help="validate an experiment file without running it")
+    c = sub.add_parser("check", help="validate an experiment file (every point of a sweep) without running it")
     c.add_argument("experiment")
     c.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
     c.set_defaults(func=cmd_check)
@@ -148,6 +193,15 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("dirs", nargs="+", metavar="DIR", help="run folders written by `dtnet run` (two or more)")
     cp.add_argument("--plot", metavar="PNG", help="also draw the comparison chart into this PNG file")
     cp.set_defaults(func=cmd_compare)
+
+    ps = sub.add_parser("pcap-stats", help="the flows in a capture: per five-tuple packets, bytes and rate",
+                        description="Reads a pcap (for example DIR/pcap/<a>-<b>.pcap of a run with capture:) with "
+                                    "scapy and prints, per flow (protocol, source and destination address and "
+                                    "port): packets, bytes on the wire, TCP/UDP payload bytes, first and last "
+                                    "time and rate, plus the total. Times and rates are the emulation's own.")
+    ps.add_argument("file", metavar="FILE", help="a pcap or pcapng file")
+    ps.add_argument("--json", action="store_true", help="print JSON (times as Unix seconds)")
+    ps.set_defaults(func=cmd_pcap_stats)
 
     t = sub.add_parser("topo", help="describe fabrics (no root needed)")
     tsub = t.add_subparsers(dest="topo_command", required=True)

@@ -8,12 +8,14 @@ ConfigError, whose message is one line naming the file and key.
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import os
 from dataclasses import asdict, dataclass, field
 
 import yaml
 
+from emulator import placement
 from topologies import InputError as TopoInputError
 from topologies import build as build_fabric
 from topologies.errors import InputError
@@ -44,7 +46,7 @@ class Scale:
 @dataclass(frozen=True)
 class Job:
     name: str
-    hosts: object  # "all", list of host names, or {"count": N}
+    hosts: object  # "all", host names, {"count", "placement"[, "seed"]} or {"servers": N or [ids]}
     workload: dict
     start_ms: float = 0.0
     order: str = "as-listed"
@@ -60,6 +62,14 @@ class Fault:
     at_ms: float
     link: tuple  # the two nodes of a fabric link
     state: str
+
+
+@dataclass(frozen=True)
+class Capture:
+    """tcpdump on the switch side of these fabric links during the replay."""
+    links: tuple = ()  # ((a, b), ...)
+    max_packets: int = 2000
+    snaplen: int = 128
 
 
 @dataclass(frozen=True)
@@ -81,6 +91,8 @@ class Experiment:
     testbed: Testbed
     description: str = ""
     faults: tuple = ()
+    capture: Capture = Capture()
+    sweep: tuple = ()  # points, each a tuple of (key.path, value) overrides
     source: str | None = None
     raw: dict = field(default_factory=dict, compare=False)
 
@@ -153,39 +165,47 @@ def apply_overrides(data, overrides: list[str], file: str | None = None):
         keypath, eq, value = item.partition("=")
         if not eq or not keypath:
             raise ConfigError("--set", "key.path=value", item, file)
-        node = data
-        parts = keypath.split(".")
-        for i, part in enumerate(parts[:-1]):
-            if isinstance(node, list):
-                try:
-                    node = node[int(part)]
-                except (ValueError, IndexError):
-                    raise ConfigError("--set " + ".".join(parts[:i + 1]), "a list index", part, file) from None
-                continue
-            if not isinstance(node, dict):
-                raise ConfigError("--set " + ".".join(parts[:i + 1]), "a mapping", node, file)
-            node = node.setdefault(part, {})
         try:
             parsed = yaml.safe_load(value)
         except yaml.YAMLError:
             parsed = value
-        if isinstance(parsed, str):
-            # YAML 1.1 reads '5e-4' (no dot) as a string; users mean a number.
-            try:
-                parsed = float(parsed)
-            except ValueError:
-                pass
-        last = parts[-1]
+        set_path(data, keypath, parsed, file)
+    return data
+
+
+def set_path(data, keypath: str, value, file: str | None = None, label: str = "--set") -> None:
+    """Set data[a][b][c] = value for keypath 'a.b.c' in place; list items by index.
+
+    A string that reads as a number becomes one: YAML 1.1 reads '5e-4' (no
+    dot) as a string, and users mean a number.
+    """
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    node = data
+    parts = keypath.split(".")
+    for i, part in enumerate(parts[:-1]):
         if isinstance(node, list):
             try:
-                node[int(last)] = parsed
+                node = node[int(part)]
             except (ValueError, IndexError):
-                raise ConfigError("--set " + keypath, "a list index", last, file) from None
-        elif isinstance(node, dict):
-            node[last] = parsed
-        else:
-            raise ConfigError("--set " + keypath, "a mapping", node, file)
-    return data
+                raise ConfigError(f"{label} " + ".".join(parts[:i + 1]), "a list index", part, file) from None
+            continue
+        if not isinstance(node, dict):
+            raise ConfigError(f"{label} " + ".".join(parts[:i + 1]), "a mapping", node, file)
+        node = node.setdefault(part, {})
+    last = parts[-1]
+    if isinstance(node, list):
+        try:
+            node[int(last)] = value
+        except (ValueError, IndexError):
+            raise ConfigError(f"{label} {keypath}", "a list index", last, file) from None
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
+        raise ConfigError(f"{label} {keypath}", "a mapping", node, file)
 
 
 class _Section:
@@ -312,8 +332,7 @@ def parse(data, file: str | None = None) -> Experiment:
         if jname in names:
             raise ConfigError(f"jobs[{i}].name", "a unique job name", jname, file)
         names.add(jname)
-        hosts = js.get("hosts", (str, list, dict), "all")
-        _check_hosts(hosts, fabric, f"jobs[{i}].hosts", file)
+        hosts = _hosts(js.get("hosts", (str, list, dict), "all"), fabric, f"jobs[{i}].hosts", file)
         workload = js.get("workload", dict)
         if isinstance(workload.get("trace"), str):
             # Absolute, so that config.yaml in the run folder still finds the file.
@@ -326,10 +345,17 @@ def parse(data, file: str | None = None) -> Experiment:
                               order, file)
         js.done()
         jobs.append(Job(jname, hosts, workload, start_ms, order))
+    try:
+        placement.place([(j.name, j.hosts) for j in jobs], fabric)
+    except InputError as e:
+        raise ConfigError(e.key, e.expected, e.found, file) from None
     faults = _faults(top.get("faults", list, []), fabric, file)
+    capture = _capture(top.get("capture", dict, {}), fabric, file)
+    sweep = _sweep(top.get("sweep", dict, {}), file)
     top.done()
     return Experiment(name=name, topology=topo, scale=scale, routing=routing, jobs=tuple(jobs),
-                      testbed=testbed, description=description, faults=faults, source=file, raw=data)
+                      testbed=testbed, description=description, faults=faults, capture=capture, sweep=sweep,
+                      source=file, raw=data)
 
 
 def _faults(items, fabric, file) -> tuple:
@@ -345,6 +371,66 @@ def _faults(items, fabric, file) -> tuple:
         fs.done()
         out.append(Fault(at_ms, tuple(link), state))
     return tuple(sorted(out, key=lambda f: f.at_ms))
+
+
+def _capture(data, fabric, file) -> Capture:
+    cs = _Section(data, "capture", file)
+    links = cs.get("links", list, [])
+    for j, link in enumerate(links):
+        if not (isinstance(link, list) and len(link) == 2 and all(isinstance(n, str) for n in link)):
+            raise ConfigError(f"capture.links[{j}]", "two node names, [a, b]", link, file)
+        if not fabric.graph.has_edge(*link):
+            raise ConfigError(f"capture.links[{j}]", "two nodes joined by a link of this fabric", link, file)
+    if len({frozenset(ln) for ln in links}) != len(links):
+        raise ConfigError("capture.links", "each link once", links, file)
+    cap = Capture(
+        links=tuple(tuple(ln) for ln in links),
+        max_packets=cs.get("max_packets", int, 2000, check=lambda v: 1 <= v <= 10_000_000,
+                           expected="an integer in 1..10000000"),
+        snaplen=cs.get("snaplen", int, 128, check=lambda v: 68 <= v <= 262144, expected="bytes in 68..262144"),
+    )
+    cs.done()
+    return cap
+
+
+def _sweep(data, file) -> tuple:
+    """The points of a sweep: grid (every combination) or list, as tuples of (key.path, value)."""
+    if not data:
+        return ()
+    ss = _Section(data, "sweep", file)
+    grid = ss.get("grid", dict, None)
+    items = ss.get("list", list, None)
+    ss.done()
+    if (grid is None) == (items is None):
+        raise ConfigError("sweep", "either grid: {key.path: [values]} or list: [{key.path: value}, ...]",
+                          data, file)
+
+    def key_ok(key, where):
+        if not isinstance(key, str) or not key or key.split(".")[0] == "sweep" or "" in key.split("."):
+            raise ConfigError(where, "a dotted key path outside sweep, e.g. controller.routing", key, file)
+
+    if grid is not None:
+        if not grid:
+            raise ConfigError("sweep.grid", "at least one key.path: [values]", grid, file)
+        for k, values in grid.items():
+            key_ok(k, f"sweep.grid.{k}")
+            if not isinstance(values, list) or not values:
+                raise ConfigError(f"sweep.grid.{k}", "a non-empty list of values", values, file)
+        points = [tuple(zip(grid, combo)) for combo in itertools.product(*grid.values())]
+    else:
+        if not items:
+            raise ConfigError("sweep.list", "at least one point", items, file)
+        points = []
+        for i, item in enumerate(items):
+            if not isinstance(item, dict) or not item:
+                raise ConfigError(f"sweep.list[{i}]", "a mapping of key.path: value", item, file)
+            for k in item:
+                key_ok(k, f"sweep.list[{i}].{k}")
+            points.append(tuple(item.items()))
+    for i, p in enumerate(points):
+        if p in points[:i]:
+            raise ConfigError("sweep", "distinct points", dict(p), file)
+    return tuple(points)
 
 
 def to_dict(exp: Experiment) -> dict:
@@ -363,6 +449,9 @@ def to_dict(exp: Experiment) -> dict:
         "jobs": [{"name": j.name, "hosts": copy.deepcopy(j.hosts), "order": j.order, "start_ms": j.start_ms,
                   "workload": copy.deepcopy(j.workload)} for j in exp.jobs],
         "faults": [{"at_ms": f.at_ms, "link": list(f.link), "state": f.state} for f in exp.faults],
+        **({"capture": {"links": [list(ln) for ln in exp.capture.links], "max_packets": exp.capture.max_packets,
+                        "snaplen": exp.capture.snaplen}} if exp.capture.links else {}),
+        **({"sweep": {"list": [dict(copy.deepcopy(p)) for p in exp.sweep]}} if exp.sweep else {}),
     }
 
 
@@ -374,12 +463,14 @@ def write_resolved(exp: Experiment, path: str) -> None:
         yaml.safe_dump(to_dict(exp), f, sort_keys=False)
 
 
-def _check_hosts(hosts, fabric, key, file):
+def _hosts(hosts, fabric, key, file):
+    """A job's hosts, checked and with placement defaults filled in (see emulator.placement)."""
     all_hosts = fabric.hosts
     if isinstance(hosts, str):
         if hosts != "all":
-            raise ConfigError(key, "'all', a list of host names, or {count: N}", hosts, file)
-    elif isinstance(hosts, list):
+            raise ConfigError(key, "'all', a list of host names, {count: N} or {servers: ...}", hosts, file)
+        return hosts
+    if isinstance(hosts, list):
         if not hosts:
             raise ConfigError(key, "at least one host", hosts, file)
         for h in hosts:
@@ -387,22 +478,43 @@ def _check_hosts(hosts, fabric, key, file):
                 raise ConfigError(key, f"host names of this fabric (h0..h{len(all_hosts) - 1})", h, file)
         if len(set(hosts)) != len(hosts):
             raise ConfigError(key, "distinct host names", hosts, file)
-    else:
-        sec = _Section(hosts, key, file)
-        sec.get("count", int, check=lambda v: 1 <= v <= len(all_hosts),
-                expected=f"an integer in 1..{len(all_hosts)}")
+        return hosts
+    sec = _Section(hosts, key, file)
+    if "servers" in hosts:
+        if fabric.kind != "rail-optimized":
+            raise ConfigError(f"{key}.servers", "a rail-optimized fabric (servers exist only there)",
+                              fabric.kind, file)
+        n = fabric.params["servers"]
+        servers = sec.get("servers", (int, list), expected=f"a count in 1..{n} or a list of server ids")
+        if isinstance(servers, int) and not 1 <= servers <= n:
+            raise ConfigError(f"{key}.servers", f"a count in 1..{n}", servers, file)
+        if isinstance(servers, list) and (not servers or len(set(servers)) != len(servers) or not all(
+                isinstance(s, int) and not isinstance(s, bool) and 0 <= s < n for s in servers)):
+            raise ConfigError(f"{key}.servers", f"distinct server ids in 0..{n - 1}", servers, file)
         sec.done()
+        return {"servers": servers}
+    count = sec.get("count", int, check=lambda v: 1 <= v <= len(all_hosts),
+                    expected=f"an integer in 1..{len(all_hosts)}")
+    how = sec.get("placement", str, "packed", check=lambda v: v in placement.PLACEMENTS,
+                  expected="one of " + ", ".join(placement.PLACEMENTS))
+    out = {"count": count, "placement": how}
+    if how == "random":
+        out["seed"] = sec.get("seed", int, 0)
+    elif "seed" in hosts:
+        raise ConfigError(f"{key}.seed", "no seed unless placement is random", hosts["seed"], file)
+    sec.done()
+    return out
 
 
 def job_hosts(job: Job, fabric) -> list[str]:
-    """The fabric hosts a job runs on, in rank order."""
-    if job.hosts == "all":
-        hosts = list(fabric.hosts)
-    elif isinstance(job.hosts, list):
-        hosts = list(job.hosts)
-    else:
-        hosts = list(fabric.hosts)[: job.hosts["count"]]
-    return rail_aligned(hosts, fabric) if job.order == "rail-aligned" else hosts
+    """The hosts of one job placed alone, in rank order; see jobs_hosts for several jobs."""
+    return jobs_hosts((job,), fabric)[0]
+
+
+def jobs_hosts(jobs, fabric) -> list[list[str]]:
+    """The fabric hosts of each job, in rank order; no two jobs share a host."""
+    placed = placement.place([(j.name, j.hosts) for j in jobs], fabric)
+    return [rail_aligned(h, fabric) if j.order == "rail-aligned" else h for j, h in zip(jobs, placed)]
 
 
 def rail_aligned(hosts: list[str], fabric) -> list[str]:

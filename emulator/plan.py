@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from emulator.config import ConfigError, Experiment, job_hosts, resolve_path
+from emulator.config import ConfigError, Experiment, jobs_hosts, resolve_path
 from topologies import Fabric
+from topologies.errors import InputError
 from traffic.collectives import build_schedule
 from traffic.collectives.algorithms import effective_gpus_per_server
 from traffic.errors import InputError as TrafficInputError
@@ -45,15 +46,12 @@ def emulated_bytes(size_bytes: int, scale_bytes: float) -> int:
 
 def build_plans(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
     dilation = exp.scale.dilation
-    used: dict[str, str] = {}
+    try:
+        placed = jobs_hosts(exp.jobs, fabric)
+    except InputError as e:
+        raise ConfigError(e.key, e.expected, e.found, exp.source) from None
     jobs = []
-    for ji, job in enumerate(exp.jobs):
-        hosts = job_hosts(job, fabric)
-        for h in hosts:
-            if h in used:
-                raise ConfigError(f"jobs[{ji}].hosts", f"hosts not used by another job ({used[h]} has {h})",
-                                  h, exp.source)
-            used[h] = job.name
+    for ji, (job, hosts) in enumerate(zip(exp.jobs, placed)):
         workload = dict(job.workload)
         if "trace" in workload and isinstance(workload["trace"], str):
             workload["trace"] = resolve_path(exp, workload["trace"])

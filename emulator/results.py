@@ -84,6 +84,25 @@ def job_results(job: str, events: list[dict], dilation: float) -> dict:
             "iteration_time_s": _stats(iteration_times), "collectives": collectives}
 
 
+def aggregate(jobs: list[dict], events: list[dict], dilation: float) -> dict:
+    """Figures across all jobs: means of the jobs' mean iteration times (and the slowest job's),
+    the p99 over every iteration of every job, count-weighted busbw over every collective, and the
+    makespan from the first op of any job to the last."""
+    means = [j["iteration_time_s"]["mean"] for j in jobs if j["iterations"]]
+    pooled = [t for j in jobs for t in j["iteration_time_s"]["all"]]
+    weighted = [(c["busbw_gbps"], c["count"]) for j in jobs for c in j["collectives"]]
+    count = sum(n for _, n in weighted)
+    ops = [e for e in events if e.get("kind") in ("compute", "collective", "send", "recv") and "start" in e]
+    return {
+        "jobs": len(jobs), "ranks": sum(j["ranks"] for j in jobs),
+        "iteration_time_s_mean": statistics.fmean(means) if means else 0.0,
+        "iteration_time_s_max": max(means, default=0.0),
+        "iteration_time_s_p99": _pct(pooled, 0.99),
+        "busbw_gbps_mean": sum(b * n for b, n in weighted) / count if count else 0.0,
+        "makespan_s": (max(e["end"] for e in ops) - min(e["start"] for e in ops)) / dilation if ops else 0.0,
+    }
+
+
 def traffic_results(events: list[dict], bytes_received_emu: int, scale_link: float, scale_bytes: float,
                     host_link_gbps_total: float) -> dict:
     ops = [e for e in events if "start" in e and e.get("kind") in ("collective", "send", "recv")]
@@ -111,6 +130,11 @@ def print_table(summary: dict, out) -> None:
         for c in job["collectives"]:
             out.write(f"  {c['op']:<15}{c['algorithm']:<18}{c['ranks']:>6}{_fmt_b(c['size_bytes']):>11}"
                       f"{c['count']:>7}{_fmt_s(c['cct_s']):>11}{c['algbw_gbps']:>12.1f}{c['busbw_gbps']:>12.1f}\n")
+    agg = summary.get("aggregate")
+    if agg and agg["jobs"] > 1:
+        out.write(f"\nacross {agg['jobs']} jobs: iteration time mean {_fmt_s(agg['iteration_time_s_mean'])} "
+                  f"(slowest job {_fmt_s(agg['iteration_time_s_max'])}, p99 {_fmt_s(agg['iteration_time_s_p99'])}), "
+                  f"busbw mean {agg['busbw_gbps_mean']:.1f} Gb/s, makespan {_fmt_s(agg['makespan_s'])}\n")
     t = summary["traffic"]
     out.write(f"\ntraffic: aggregate {t['aggregate_gbps']:.1f} Gb/s, normalized throughput "
               f"{t['normalized_throughput']:.3f} of the host links\n")

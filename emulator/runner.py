@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from emulator import announce, config, fidelity, outputs, results
+from emulator import announce, capture, config, fidelity, outputs, results
 from emulator.config import Experiment
 from emulator.faults import FaultInjector
 from emulator.outputs import links
@@ -130,6 +130,7 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
                     missing = sorted(set((j, r) for j, r, _ in agents) - ready)[:5]
                     raise RunFailure(f"agents not ready after {exp.testbed.ready_timeout_s:.0f}s: {missing}")
                 pump(0.5)
+            ctx["capture"] = capture.start(exp, tb, out_dir, log)  # pcap/, listening before the go
             t0 = time.time() + 0.5
             mon = fidelity.Monitor(_monitored_links(tb)).start()
             ctx["monitor"] = mon
@@ -154,6 +155,8 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
                              "bytes_received": sum(m["bytes_received"] for m in done.values()),
                              "checksum_errors": sum(m["checksum_errors"] for m in done.values())}
     finally:
+        if ctx.get("capture"):
+            ctx["capture"].stop()
         if ctx.get("faults"):
             ctx["faults"].stop()
         if ctx.get("monitor"):
@@ -234,6 +237,7 @@ def _monitored_links(tb: Testbed) -> dict:
 def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
     events = results.read_events(events_path)
     dil = exp.scale.dilation
+    per_job = [results.job_results(j.name, events, dil) for j in jobs]
     host_total = sum(fabric.host_link_gbps(h) for j in jobs for h in j.hosts)
     totals = ctx["totals"]
     received = totals.get("bytes_received") or sum(e.get("size_bytes", 0) for e in events if e["kind"] == "transfer")
@@ -255,7 +259,8 @@ def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
         "scale": {"link": exp.scale.link, "bytes": exp.scale.bytes, "dilation": dil},
         "routing": exp.routing,
         "datapath": ctx["datapath"],
-        "jobs": [results.job_results(j.name, events, dil) for j in jobs],
+        "jobs": per_job,
+        "aggregate": results.aggregate(per_job, events, dil),
         "traffic": results.traffic_results(events, received, exp.scale.link, exp.scale.bytes, host_total),
         "tcp": ctx.get("tcp", {}),
         "integrity": {"bytes_sent_emulated": totals.get("bytes_sent"),
@@ -264,6 +269,7 @@ def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
         "fidelity": fid,
         "controller": ctx["controller"] or {},
         "faults": ctx["faults"].applied if ctx.get("faults") else [],
+        "capture": ctx["capture"].results if ctx.get("capture") else [],
         "announcements": announce.summarize(events, dil),
         "duration_s_wall": (t_end - t_start) if ctx["t_start"] else None,
     }
