@@ -195,3 +195,22 @@ def test_fault_injector_cuts_the_switch_side_and_logs_an_event(tmp_path):
     assert calls == [["ip", "link", "set", "dev", f"edge0_0-eth{TB.fabric.port('edge0_0', 'h0')}", "down"]]
     import json
     assert ev["ok"] and json.loads(ev_path.read_text())["link"] == "h0-edge0_0"
+
+
+def test_fidelity_reads_on_off_links_finely_and_caps_per_second():
+    from emulator import fidelity
+
+    class Mon:
+        per_cpu_sample = 4
+        cpu_idle = [(10.0 + i, 60.0) for i in range(8)]
+        cpu_pressure = []
+        # A periodic job's link: on (at rate, one quarter a touch above) for half of every second.
+        link_samples = [(10.0 + i * 0.25, {"h0-s0": ((1.08, 1.0) if i % 4 == 0 else (0.92, 1.0)) if i % 4 < 2
+                                           else (0.0, 0.0)}) for i in range(32)]
+    fid = fidelity.evaluate(Mon(), [], 10.0, 18.0)
+    checks = {c["name"]: c for c in fid["checks"]}
+    assert checks["link_saturation"]["ok"] and checks["link_saturation"]["busy_utilization_p50"] >= 0.92
+    assert checks["link_cap"]["ok"] and checks["link_cap"]["peak_utilization"] == pytest.approx(0.5)
+    # A link over its rate for whole seconds fails, however it is sampled.
+    Mon.link_samples = [(10.0 + i * 0.25, {"h0-s0": (1.2, 1.0)}) for i in range(32)]
+    assert not {c["name"]: c for c in fidelity.evaluate(Mon(), [], 10.0, 18.0)["checks"]}["link_cap"]["ok"]
