@@ -53,22 +53,23 @@ def test_link_down_mid_run_is_rerouted_and_every_transfer_completes(tmp_path):
     assert_nothing_left(out)
 
 
-def test_coscheduled_jobs_interleave_their_collectives(tmp_path):
+def test_coscheduled_jobs_interleave_and_iterate_faster(tmp_path):
     """With coschedule the two jobs' all-reduces stop colliding on the spine,
-    so each one runs faster than under uncoordinated congestion-aware routing.
-    (Iteration time also counts the offsets waited out; on this tight
-    experiment it does not reliably beat congestion-aware yet, see README.)"""
-    cct = {}
+    so each collective and each iteration is faster than under uncoordinated
+    congestion-aware routing (measured 18.0-18.8 ms against 23.4-23.5 ms)."""
+    cct, it = {}, {}
     for routing in ("congestion-aware", "coschedule"):
         out = tmp_path / routing
         summary, _ = run_experiment("two-jobs-coschedule.yaml", out, f"controller.routing={routing}")
         assert summary["status"] == "complete", summary["error"]
         ccts = [c["cct_s"] for j in summary["jobs"] for c in j["collectives"]]
         cct[routing] = sum(ccts) / len(ccts)
+        it[routing] = sum(j["iteration_time_s"]["mean"] for j in summary["jobs"]) / len(summary["jobs"])
         assert_nothing_left(out)
         if routing == "coschedule":
             events = [json.loads(line) for line in open(out / "events.jsonl")]
             ann = [e for e in events if e["kind"] == "announce"]
             assert len(ann) == 20 and all(e["status"] == "answered" for e in ann), ann[:3]
             assert {a["job"] for a in summary["announcements"]} == {"a", "b"}
-    assert cct["coschedule"] < cct["congestion-aware"], cct
+    assert cct["coschedule"] < 0.8 * cct["congestion-aware"], cct
+    assert it["coschedule"] < it["congestion-aware"], it
