@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from emulator import announce, config, fidelity, outputs, results
+from emulator import announce, config, fidelity, outputs, results, runstate
 from emulator.config import Experiment
 from emulator.faults import FaultInjector
 from emulator.outputs import links
@@ -30,7 +30,16 @@ class Interrupted(BaseException):
 
 
 def run_experiment(exp: Experiment, out_dir: str, log=print) -> dict:
+    """Raises runstate.LeaseError at once when out_dir is another live run's folder."""
     os.makedirs(out_dir, exist_ok=True)
+    lock = runstate.lock_run_dir(out_dir)
+    try:
+        return _run(exp, out_dir, log)
+    finally:
+        os.close(lock)
+
+
+def _run(exp: Experiment, out_dir: str, log) -> dict:
     fabric = exp.fabric()
     jobs = build_plans(exp, fabric)  # bad workloads fail here, before anything starts
     config.write_resolved(exp, os.path.join(out_dir, "config.yaml"))
@@ -50,6 +59,9 @@ def run_experiment(exp: Experiment, out_dir: str, log=print) -> dict:
             if state is not None:
                 _write_json(os.path.join(out_dir, "controller-state.json"), state)
         ctx["status"] = "complete"
+    except runstate.LeaseError as e:  # no free tag: nothing of this run started
+        ctx["error"] = str(e)
+        raise RunFailure(str(e)) from None
     except (RunFailure, TestbedError) as e:
         ctx["error"] = str(e)
         raise
