@@ -270,7 +270,8 @@ class DtnetApp(app_manager.RyuApp):
 
     # -- plans --------------------------------------------------------------
     def _run_plan(self, plan, done=None) -> bool:
-        """Send stage by stage; each waits for every touched switch's barrier reply."""
+        """Send stage by stage; each waits for every touched switch's barrier reply
+        (a switch that is not connected is skipped)."""
         for stage in plan:
             per_switch = OrderedDict()
             for op in stage:
@@ -279,8 +280,10 @@ class DtnetApp(app_manager.RyuApp):
             for name, ops in per_switch.items():
                 dp = self.datapaths.get(self.ctl.switches[name].dpid)
                 if dp is None:
-                    self.logger.warning("dtnet: %s is gone; plan abandoned", name)
-                    return False
+                    # A switch that went away loses nothing by it: it is read back
+                    # and resynchronized when it reconnects. The others go on.
+                    self.logger.warning("dtnet: %s is gone; its %d operations skipped", name, len(ops))
+                    continue
                 for op in ops:
                     dp.send_msg(self._to_ofp(dp, op))
                 barrier = dp.ofproto_parser.OFPBarrierRequest(dp)

@@ -6,8 +6,9 @@
 - switch down/up: what a crashed switch looks like to the rest of the
   fabric. Its OpenFlow session ends, every one of its links goes dark (each
   neighbour sees its port lose carrier) and its tables are lost; when it
-  comes back its links come up and it reconnects empty, so the controller
-  installs it from scratch.
+  comes back it reconnects empty, so the controller
+  installs it from scratch; only then do its links come up (it boots
+  before it forwards), so no neighbour hashes traffic into empty tables.
 - straggler: nothing to do here; the rank's plan carries the factor and the
   agent stretches every compute op that starts after the fault's time.
 - controller restart: the controller process stops, stays away down_ms, and
@@ -22,6 +23,8 @@ import json
 import subprocess
 import threading
 import time
+
+from emulator.testbed import TestbedError, wait_for
 
 
 def root_side(fabric, link: tuple) -> tuple[str, str]:
@@ -98,13 +101,36 @@ class FaultInjector:
             errors.append(self._cmd(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", br]))
             errors.append(self._cmd(["ovs-ofctl", "-O", "OpenFlow13", "del-groups", br]))
         else:
-            errors.append(self._cmd(["ip", "-batch", "-"], input=links))
+            # It boots before it forwards: its session first, and only once the
+            # controller has installed it do its links come up, so no neighbour
+            # sends into an empty table.
             target = self._controller_targets.pop(sw, None)
             if target:
                 errors.append(self._cmd(["ovs-vsctl", "set-controller", br, *target.split()]))
-        out = {"switch": sw, "links": len(devs)}
+                errors.append(self._wait_ready(sw))
+            errors.append(self._cmd(["ip", "-batch", "-"], input=links))
+        out = {"switch": sw, "links": len(devs), "peers_down": self._peers_down(sw)}
         errors = [e for e in errors if e]
         return {**out, "error": "; ".join(errors)} if errors else out
+
+    def _wait_ready(self, sw: str) -> str | None:
+        try:
+            wait_for(lambda: sw in ((self.tb.controller_status() or {}).get("switches_ready") or ()),
+                     self.tb.ready_timeout_s, f"the controller to install {sw} again")
+        except TestbedError as e:
+            return str(e)
+        return None
+
+    def _peers_down(self, sw: str) -> list[str]:
+        """The neighbours whose interface toward sw has no carrier now."""
+        out = []
+        for nbr in sorted(self.tb.fabric.graph.neighbors(sw)):
+            if self.tb.fabric.node(nbr)["role"] != "switch":
+                continue
+            r = self.run(["cat", f"/sys/class/net/{self.tb.intf(nbr, sw)}/carrier"], capture_output=True, text=True)
+            if (r.stdout or "").strip() != "1":
+                out.append(nbr)
+        return out
 
     def _straggler(self, f) -> dict:
         # Applied by the agent (its plan has the factor); recorded when it takes effect.
