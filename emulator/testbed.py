@@ -326,6 +326,10 @@ class Testbed:
         if self.net is not None:
             try:
                 self.net.stop()
+                # Mininet's RemoteController.stop() does nothing: its shell (and
+                # pty) would outlive the run in a long-lived process.
+                for c in self.net.controllers:
+                    c.terminate()
             except Exception as e:  # keep tearing down the rest
                 errors.append(f"mininet stop: {e}")
             self.net = None
