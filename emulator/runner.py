@@ -254,7 +254,7 @@ class Watchdog:
         how = "status unknown" if rc is None else \
             f"killed by {_signame(-rc)}" if rc < 0 else f"exit status {rc}"
         hint = f" (see {self.errors_in}/{key[0]}/rank{key[1]}.err)" if self.errors_in else ""
-        self._fail(key, self.DIED, f"agent {_name(key)} died ({how}){self._last(key)}{hint}", now)
+        self._fail(key, self.DIED, f"agent {_name(key)} died ({how}){self._last(key, now)}{hint}", now)
 
     def error(self, key, msg, now: float) -> None:
         self._fail(key, self.ERROR, f"agent {_name(key)}: {msg}", now)
@@ -266,7 +266,7 @@ class Watchdog:
         for k in live:
             if k not in self.failed_ranks and now - self.last_beat[k] > self.stall_s:
                 self._fail(k, self.HUNG, f"agent {_name(k)} stopped responding: no heartbeat for "
-                                         f"{now - self.last_beat[k]:.0f} s{self._last(k)}", now)
+                                         f"{now - self.last_beat[k]:.0f} s{self._last(k, now)}", now)
         for job in dict.fromkeys(k[0] for k in live):
             waiting = [k for k in live if k[0] == job]
             if now - self.moved[job] > self.stall_s and job not in self.stalled_jobs:
@@ -293,9 +293,11 @@ class Watchdog:
         self.failures.append((cause, msg))
         self.first_failure = self.first_failure or now
 
-    def _last(self, key) -> str:
+    def _last(self, key, now: float) -> str:
         at = self.at.get(key)
-        return f"; its last report: {at}" if at else "; it had not reported yet"
+        if not at:
+            return "; it had not reported yet"
+        return f"; its last report ({now - self.last_beat[key]:.1f} s before): {at}"
 
 
 def _name(key) -> str:

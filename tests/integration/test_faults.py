@@ -59,7 +59,8 @@ def test_a_dead_or_hung_agent_ends_the_run_naming_rank_and_step(tmp_path, how):
     assert took < (15 if how == "killed" else 20), took
     (msg,) = [line for line in rest.splitlines() if line.startswith("dtnet: run failed:")]
     assert re.search(r"agent j0/rank 3 (died \(killed by SIGKILL\)|stopped responding: no heartbeat for [5-9] s); "
-                     r"its last report: in op it\d+/all_reduce \(iteration \d+\), step \d+: ", msg), msg
+                     r"its last report \(\d\.\d s before\): in op it\d+/all_reduce \(iteration \d+\), step \d+: ",
+                     msg), msg
     summary = json.load(open(out / "summary.json"))
     assert summary["status"] == "incomplete" and "rank 3" in summary["error"]
     assert_nothing_left(out)

@@ -113,8 +113,8 @@ def test_watchdog_names_the_dead_rank_before_its_peers_complaints():
     assert w.verdict(2.5) is None  # the grace period: the death may still come in
     w.ended(("j", 3), -9, 2.6)
     msg = w.verdict(3.1)
-    assert msg.startswith("agent j/rank 3 died (killed by SIGKILL); its last report: in op it4/all_reduce "
-                          "(iteration 4), step 5")
+    assert msg.startswith("agent j/rank 3 died (killed by SIGKILL); its last report (1.6 s before): "
+                          "in op it4/all_reduce (iteration 4), step 5")
     assert "also: agent j/rank 0: rank 0: connection from rank 3 closed" in msg
 
 
