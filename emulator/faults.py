@@ -4,11 +4,11 @@
   the veth peer loses its carrier too, OVS reports the port down, and the
   controller reroutes.
 - switch down/up: what a crashed switch looks like to the rest of the
-  fabric. Its OpenFlow session ends, every one of its links goes dark (each
-  neighbour sees its port lose carrier) and its tables are lost; when it
-  comes back it reconnects empty, so the controller
-  installs it from scratch; only then do its links come up (it boots
-  before it forwards), so no neighbour hashes traffic into empty tables.
+  fabric. Its OpenFlow session ends, every one of its links goes dark (its
+  ports and its neighbours' ports toward it go down) and its tables are
+  lost. When it comes back it reconnects empty, the controller installs it
+  from scratch, and only then do its links come up (it boots before it
+  forwards), so no neighbour hashes traffic into empty tables.
 - straggler: nothing to do here; the rank's plan carries the factor and the
   agent stretches every compute op that starts after the fault's time.
 - controller restart: the controller process stops, stays away down_ms, and
@@ -90,7 +90,12 @@ class FaultInjector:
     def _switch(self, f) -> dict:
         sw = f.switch
         br = self.tb.mn_name(sw)
-        devs = [self.tb.intf(sw, nbr) for nbr in sorted(self.tb.fabric.graph.neighbors(sw))]
+        nbrs = sorted(self.tb.fabric.graph.neighbors(sw))
+        devs = [self.tb.intf(sw, nbr) for nbr in nbrs]
+        # And the neighbours' own ends of switch-to-switch links: where a link
+        # runs through a bridge (the AF_XDP link namespace) no carrier loss
+        # reaches them, and a dead switch reports nothing itself.
+        devs += [self.tb.intf(nbr, sw) for nbr in nbrs if self.tb.fabric.node(nbr)["role"] == "switch"]
         links = "".join(f"link set dev {d} {f.state}\n" for d in devs)
         errors = []
         if f.state == "down":
@@ -109,7 +114,7 @@ class FaultInjector:
                 errors.append(self._cmd(["ovs-vsctl", "set-controller", br, *target.split()]))
                 errors.append(self._wait_ready(sw))
             errors.append(self._cmd(["ip", "-batch", "-"], input=links))
-        out = {"switch": sw, "links": len(devs), "peers_down": self._peers_down(sw)}
+        out = {"switch": sw, "links": len(nbrs), "peers_down": self._peers_down(sw)}
         errors = [e for e in errors if e]
         return {**out, "error": "; ".join(errors)} if errors else out
 
@@ -122,7 +127,7 @@ class FaultInjector:
         return None
 
     def _peers_down(self, sw: str) -> list[str]:
-        """The neighbours whose interface toward sw has no carrier now."""
+        """The neighbouring switches whose port toward sw is down now (no carrier, or down itself)."""
         out = []
         for nbr in sorted(self.tb.fabric.graph.neighbors(sw)):
             if self.tb.fabric.node(nbr)["role"] != "switch":

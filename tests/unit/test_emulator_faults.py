@@ -183,7 +183,10 @@ def test_a_switch_crash_cuts_its_session_links_and_tables_then_comes_back(tmp_pa
     down, up = Fault(5, switch="agg0_0", state="down"), Fault(9, switch="agg0_0", state="up")
     inj, _, calls = _injector(tmp_path, [down, up], {"get-controller": "tcp:127.0.0.1:6653\n"})
     ev = inj.apply(down)
-    devs = [f"xaagg0_0-eth{FakeTB.fabric.port('agg0_0', n)}" for n in sorted(FakeTB.fabric.graph.neighbors("agg0_0"))]
+    fab = FakeTB.fabric
+    nbrs = sorted(fab.graph.neighbors("agg0_0"))
+    # Its own ports, and its neighbours' ports toward it (all switches here).
+    devs = [f"xaagg0_0-eth{fab.port('agg0_0', n)}" for n in nbrs] + [f"xa{n}-eth{fab.port(n, 'agg0_0')}" for n in nbrs]
     calls[:] = [c for c in calls if c[0][0] != "cat"]  # drop the carrier read back
     assert [c[0][:2] for c in calls] == [["ovs-vsctl", "get-controller"], ["ovs-vsctl", "del-controller"],
                                          ["ip", "-batch"], ["ovs-ofctl", "-O"], ["ovs-ofctl", "-O"]]
