@@ -18,7 +18,7 @@ from controller.cosched import AnnounceError, CoScheduler, parse_announcement
 from controller.flows import CongestionConfig, FlowKey, FlowScheduler
 from controller.load import LinkLoad
 from controller.routing import ROUTE_TABLE, NextHops, check_policy, switch_routes
-from controller.rules import GROUP_ALL, FlowDelete, GroupDelete
+from controller.rules import COOKIE_FLOW_BASE, COOKIE_FLOW_MASK, GROUP_ALL, FlowDelete, GroupDelete
 from topologies.fabric import Fabric
 
 Plan = list  # list[list[op]]: stages, a barrier between each
@@ -46,6 +46,15 @@ class ArpReply:
     requester_mac: str
 
 
+def _route_ports(group) -> tuple | None:
+    """The port set of a group shaped like the routes' ECMP groups (select, one
+    output per bucket, ports sorted); None for any other group."""
+    if group.type != "select" or any(len(acts) != 1 or acts[0][0] != "output" for _, acts in group.buckets):
+        return None
+    ports = tuple(acts[0][1] for _, acts in group.buckets)
+    return ports if ports == tuple(sorted(ports)) else None
+
+
 class FabricController:
     """Routing state of one fabric: which switches are up, and what they must hold."""
 
@@ -69,7 +78,10 @@ class FabricController:
         # Only fabric addresses: NVLink addresses live on kernel bridges the
         # controller never sees.
         self.ip_to_mac = {fabric.node(h)["ip"]: fabric.node(h)["mac"] for h in fabric.hosts}
-        self.counters = {"arp_replies": 0, "arp_ignored": 0, "switch_connects": 0, "switch_errors": 0}
+        self.counters = {"arp_replies": 0, "arp_ignored": 0, "switch_connects": 0, "switch_errors": 0,
+                         "resyncs": 0, "resync_entries_kept": 0, "resync_entries_sent": 0,
+                         "resync_entries_deleted": 0}
+        self.resyncs: list[dict] = []  # one per resynchronized connect: what it found and changed
         self.last_stats_s = 0.0  # newest port-statistics reply
         self.reroutes: deque = deque(maxlen=200)  # rebalances: observed, decided, installed
 
@@ -78,22 +90,67 @@ class FabricController:
         st = self.by_dpid.get(dpid)
         return st.name if st else None
 
-    def switch_connected(self, dpid: int, now: float) -> Plan:
-        """Wipe the switch, then install its groups, then its flows.
+    def switch_connected(self, dpid: int, now: float, held: tuple | None = None) -> Plan:
+        """The plan that brings a (re)connected switch in line with what it must hold.
 
-        Groups go in a stage before the flows because a flow may not point at a
-        group the switch does not have yet.
+        ``held`` is what the switch holds, read back from it: (flow rules, group
+        rules). Then the plan resynchronizes make-before-break: the groups and
+        flows that are missing or differ, then deletion of the stale flows,
+        then of the stale groups. Every packet meets either the old entry or
+        the new one, never a gap: a controller restart costs no forwarding.
+        Unknown (None): wipe the switch, then install groups, then flows.
+        Groups always come a stage before the flows that point at them.
         """
         st = self.by_dpid.get(dpid)
         if st is None:
             return []
         st.connected, st.ready, st.connected_at_s, st.ready_at_s = True, False, now, None
         self.counters["switch_connects"] += 1
+        if held is not None:
+            self._adopt(st.name, *held)
         flows, groups = self._routes(st.name)
-        wipe = [FlowDelete(st.name), GroupDelete(st.name, GROUP_ALL)]
-        if self.sched is not None:  # its per-flow entries are gone with the wipe
+        if self.sched is not None:
             flows += [f.rules[st.name] for f in self.sched.flows.values() if st.name in f.rules]
-        return [wipe, list(groups), list(flows)]
+        if held is None:
+            return [[FlowDelete(st.name), GroupDelete(st.name, GROUP_ALL)], list(groups), list(flows)]
+        return self._resync(st.name, flows, groups, *held, now)
+
+    def _adopt(self, switch: str, held_flows, held_groups) -> None:
+        """Keep the group ids the switch already uses for the same next hops, and
+        number new per-flow placements above the ones it holds, so that a
+        stale entry never shares a cookie with a new flow."""
+        gids = self.group_ids[switch]
+        taken = set(gids.values())
+        for g in sorted(held_groups, key=lambda g: g.group_id):
+            if g.group_id in taken:
+                continue
+            ports = _route_ports(g)
+            # A group that is not one of our route groups still reserves its id.
+            gids[ports if ports is not None and ports not in gids else ("held", g.group_id)] = g.group_id
+            taken.add(g.group_id)
+        if self.sched is not None:
+            ids = [r.cookie - COOKIE_FLOW_BASE for r in held_flows
+                   if r.cookie & COOKIE_FLOW_MASK == COOKIE_FLOW_BASE & COOKIE_FLOW_MASK]
+            self.sched.reserve_ids(max(ids, default=0))
+
+    def _resync(self, switch: str, flows, groups, held_flows, held_groups, now: float) -> Plan:
+        have_f = {r.key: r for r in held_flows}
+        have_g = {g.group_id: g for g in held_groups}
+        want_f = {r.key for r in flows}
+        want_g = {g.group_id for g in groups}
+        add_g = [g for g in groups if have_g.get(g.group_id) != g]
+        add_f = [r for r in flows if have_f.get(r.key) != r]
+        del_f = [FlowDelete(switch, r.match, r.priority, strict=True, table=r.table)
+                 for k, r in have_f.items() if k not in want_f]
+        del_g = [GroupDelete(switch, gid) for gid in have_g if gid not in want_g]
+        kept = len(flows) + len(groups) - len(add_f) - len(add_g)
+        self.counters["resyncs"] += 1
+        self.counters["resync_entries_kept"] += kept
+        self.counters["resync_entries_sent"] += len(add_f) + len(add_g)
+        self.counters["resync_entries_deleted"] += len(del_f) + len(del_g)
+        self.resyncs.append({"time_s": now, "switch": switch, "held_flows": len(have_f), "held_groups": len(have_g),
+                             "kept": kept, "sent": len(add_f) + len(add_g), "deleted": len(del_f) + len(del_g)})
+        return [stage for stage in (add_g, add_f, del_f, del_g) if stage]
 
     def _routes(self, switch: str) -> tuple[list, list]:
         flows, groups = switch_routes(self.fabric, switch, self.routing, self.next_hops, self.group_ids[switch])
@@ -185,8 +242,8 @@ class FabricController:
         if st is not None and self.sched is not None:
             self.sched.flow_stats(st.name, stats, now)
 
-    def flow_removed(self, dpid: int, cookie: int, now: float) -> Plan:
-        return self.sched.flow_removed(cookie, now) if self.sched is not None else []
+    def flow_removed(self, dpid: int, cookie: int, now: float, match: dict | None = None) -> Plan:
+        return self.sched.flow_removed(cookie, now, match) if self.sched is not None else []
 
     def poll_done(self, now: float) -> Plan:
         """A round of statistics is in: re-place elephants."""
@@ -226,6 +283,7 @@ class FabricController:
             "flows": self.sched.snapshot() if self.sched else [],
             "decisions": list(self.sched.decisions) if self.sched else [],
             "jobs": self.cosched.snapshot() if self.cosched else [],
+            "resyncs": list(self.resyncs),
             "counters": {**self.counters, **(self.sched.counters if self.sched else {})},
             "reroutes": list(self.reroutes),
         }

@@ -232,16 +232,23 @@ class FlowScheduler:
                 e.rate_gbps, e.measured = rate, True
             e.bytes, e.bytes_at_s = nbytes, now
 
-    def flow_removed(self, cookie: int, now: float) -> list[list]:
-        """The ingress entry expired: forget the flow and drop its other entries."""
-        e = self.by_cookie.pop(cookie, None)
-        if e is None:
+    def flow_removed(self, cookie: int, now: float, match: dict | None = None) -> list[list]:
+        """The ingress entry expired: forget the flow and drop its other entries.
+        A removed entry whose match is not the flow's is a stale one (left by an
+        earlier controller): ignore it."""
+        e = self.by_cookie.get(cookie)
+        if e is None or (match is not None and any(match.get(k) != v for k, v in e.key.match().items())):
             return []
+        del self.by_cookie[cookie]
         self.flows.pop(e.key, None)
         self.counters["flows_expired"] += 1
         self._decide(now, "expire", e, e.path, None, "idle")
         rest = [FlowDelete(s, r.match, r.priority, strict=True) for s, r in e.rules.items() if s != e.path[0]]
         return [rest] if rest else []
+
+    def reserve_ids(self, highest: int) -> None:
+        """New flows get ids (and cookies) above ``highest``."""
+        self._next_id = max(self._next_id, highest + 1)
 
     def rebalance(self, now: float) -> list[list]:
         """Global First Fit over the elephants; returns the reroutes, stage-merged."""

@@ -41,10 +41,11 @@ from controller.core import FabricController
 from controller.cosched import MAX_BODY_BYTES
 from controller.flows import CongestionConfig, FlowKey
 from controller.rules import (COOKIE_FLOW_BASE, COOKIE_FLOW_MASK, GROUP_ALL, FlowDelete, FlowRule, GroupDelete,
-                              GroupRule)
+                              GroupRule, RuleError)
 from topologies.fabric import Fabric
 
 BARRIER_TIMEOUT_S = 10.0
+READ_BACK_TIMEOUT_S = 5.0  # a switch's answer to the tables read back on connect
 PACKET_IN_BYTES = 128  # headers are all the controller reads
 ENV_CONFIG = {"DTNET_POLL_S": "poll_s", "DTNET_LINK_SCALE": "link_scale", "DTNET_HOLD_S": "hold_s",
               "DTNET_TAU_S": "tau_s"}
@@ -83,6 +84,7 @@ class DtnetApp(app_manager.RyuApp):
         self.datapaths = {}
         self.groups: dict[int, set[int]] = {}  # dpid -> installed group ids (add vs modify)
         self.waiters: dict[tuple[int, int], hub.Event] = {}
+        self.replies: dict[tuple[int, int], tuple[list, hub.Event]] = {}  # multipart replies being collected
         kwargs["wsgi"].register(RestApi, {APP_KEY: self})
         self.logger.info("dtnet: %d switches expected, routing %s",
                          len(self.ctl.switches), self.ctl.routing)
@@ -129,13 +131,30 @@ class DtnetApp(app_manager.RyuApp):
         self.ctl.port_stats(ev.msg.datapath.id, [(s.port_no, s.tx_bytes, s.rx_bytes) for s in ev.msg.body],
                             ev.timestamp)
 
-    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
+    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def _flow_stats(self, ev):
+        if self._collect(ev.msg):
+            return
         self.ctl.flow_stats(ev.msg.datapath.id, [(s.cookie, s.byte_count) for s in ev.msg.body], ev.timestamp)
+
+    @set_ev_cls([ofp_event.EventOFPGroupDescStatsReply, ofp_event.EventOFPPortDescStatsReply],
+                [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def _desc_reply(self, ev):
+        self._collect(ev.msg)
+
+    def _collect(self, msg) -> bool:
+        """A part of a reply that _request waits for (True), or someone else's."""
+        entry = self.replies.get((msg.datapath.id, msg.xid))
+        if entry is None:
+            return False
+        entry[0].extend(msg.body)
+        if not msg.flags & msg.datapath.ofproto.OFPMPF_REPLY_MORE:
+            entry[1].set()
+        return True
 
     @set_ev_cls(ofp_event.EventOFPFlowRemoved, MAIN_DISPATCHER)
     def _flow_removed(self, ev):
-        plan = self.ctl.flow_removed(ev.msg.datapath.id, ev.msg.cookie, ev.timestamp)
+        plan = self.ctl.flow_removed(ev.msg.datapath.id, ev.msg.cookie, ev.timestamp, dict(ev.msg.match.items()))
         if plan:
             self._submit(plan)
 
@@ -143,14 +162,14 @@ class DtnetApp(app_manager.RyuApp):
     def _port_status(self, ev):
         msg = ev.msg
         ofp = msg.datapath.ofproto
-        desc = msg.desc
-        up = not (desc.state & ofp.OFPPS_LINK_DOWN or desc.config & ofp.OFPPC_PORT_DOWN) \
-            and msg.reason != ofp.OFPPR_DELETE
-        plan = self.ctl.port_status(msg.datapath.id, desc.port_no, up, ev.timestamp)
+        up = _port_up(ofp, msg.desc) and msg.reason != ofp.OFPPR_DELETE
+        self._port_changed(msg.datapath.id, msg.desc.port_no, up, ev.timestamp)
+
+    def _port_changed(self, dpid: int, port: int, up: bool, now: float) -> None:
+        plan = self.ctl.port_status(dpid, port, up, now)
         if plan:
-            self.logger.info("dtnet: port %d of %s %s: %d operations", desc.port_no,
-                             self.ctl.switch_name(msg.datapath.id), "up" if up else "down",
-                             sum(len(st) for st in plan))
+            self.logger.info("dtnet: port %d of %s %s: %d operations", port, self.ctl.switch_name(dpid),
+                             "up" if up else "down", sum(len(st) for st in plan))
             self._submit(plan)
 
     # -- switch lifecycle ---------------------------------------------------
@@ -163,9 +182,67 @@ class DtnetApp(app_manager.RyuApp):
             return
         self.datapaths[dp.id] = dp
         self.groups[dp.id] = set()
-        plan = self.ctl.switch_connected(dp.id, time.time())
-        self.logger.info("dtnet: %s connected (dpid %d), installing", name, dp.id)
-        self._submit(plan, lambda: self._installed(dp.id))
+        # Reading the tables back waits for replies, which this handler's own
+        # event loop delivers: do it in a thread of its own.
+        hub.spawn(self._connect, dp)
+
+    def _connect(self, dp) -> None:
+        """Read back what the switch holds (port states, flows, groups), then bring
+        it in line make-before-break. A switch that kept its flows while no
+        controller was there (fail-secure) keeps forwarding throughout."""
+        name = self.ctl.switch_name(dp.id)
+        held = self._read_back(dp)
+        now = time.time()
+        if held is None:
+            self.logger.warning("dtnet: %s connected (dpid %d): its tables could not be read back; "
+                                "wiping and installing", name, dp.id)
+            plan = self.ctl.switch_connected(dp.id, now)
+        else:
+            ports, flows, groups = held
+            for port, up in ports:  # links that changed while no controller watched
+                self._port_changed(dp.id, port, up, now)
+            self.groups[dp.id] = {g.group_id for g in groups}
+            plan = self.ctl.switch_connected(dp.id, now, (flows, groups))
+            r = self.ctl.resyncs[-1]
+            self.logger.info("dtnet: %s connected (dpid %d): resync: it holds %d flows and %d groups; "
+                             "%d entries kept, %d to send, %d to delete", name, dp.id, r["held_flows"],
+                             r["held_groups"], r["kept"], r["sent"], r["deleted"])
+        # Through the worker even when empty: it marks the switch ready after
+        # the plans queued before this one.
+        self.plans.put((plan, lambda: self._installed(dp.id)))
+
+    def _read_back(self, dp):
+        """(port states, flow rules, group rules) the switch holds; None if it does not answer in time
+        or holds entries this controller cannot express."""
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        name = self.ctl.switch_name(dp.id)
+        try:
+            ports = self._request(dp, parser.OFPPortDescStatsRequest(dp, 0))
+            flows = self._request(dp, parser.OFPFlowStatsRequest(dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY,
+                                                                 0, 0, parser.OFPMatch()))
+            groups = self._request(dp, parser.OFPGroupDescStatsRequest(dp, 0))
+        except TimeoutError as e:
+            self.logger.warning("dtnet: %s: %s", name, e)
+            return None
+        try:
+            return ([(p.port_no, _port_up(ofp, p)) for p in ports if p.port_no <= ofp.OFPP_MAX],
+                    [_flow_rule(name, dp, st) for st in flows], [_group_rule(name, dp, g) for g in groups])
+        except (RuleError, TypeError, KeyError, ValueError) as e:
+            self.logger.warning("dtnet: %s holds an entry dtnet does not make: %s", name, e)
+            return None
+
+    def _request(self, dp, req) -> list:
+        """Send a multipart request and wait for every part of its reply."""
+        dp.set_xid(req)
+        key = (dp.id, req.xid)
+        self.replies[key] = ([], hub.Event())
+        try:
+            dp.send_msg(req)
+            if not self.replies[key][1].wait(timeout=READ_BACK_TIMEOUT_S):
+                raise TimeoutError(f"no reply to {type(req).__name__} in {READ_BACK_TIMEOUT_S:.0f} s")
+            return self.replies[key][0]
+        finally:
+            self.replies.pop(key, None)
 
     def _installed(self, dpid: int) -> None:
         self.ctl.install_done(dpid, time.time())
@@ -194,7 +271,8 @@ class DtnetApp(app_manager.RyuApp):
 
     # -- plans --------------------------------------------------------------
     def _run_plan(self, plan, done=None) -> bool:
-        """Send stage by stage; each waits for every touched switch's barrier reply."""
+        """Send stage by stage; each waits for every touched switch's barrier reply
+        (a switch that is not connected is skipped)."""
         for stage in plan:
             per_switch = OrderedDict()
             for op in stage:
@@ -203,8 +281,10 @@ class DtnetApp(app_manager.RyuApp):
             for name, ops in per_switch.items():
                 dp = self.datapaths.get(self.ctl.switches[name].dpid)
                 if dp is None:
-                    self.logger.warning("dtnet: %s is gone; plan abandoned", name)
-                    return False
+                    # A switch that went away loses nothing by it: it is read back
+                    # and resynchronized when it reconnects. The others go on.
+                    self.logger.warning("dtnet: %s is gone; its %d operations skipped", name, len(ops))
+                    continue
                 for op in ops:
                     dp.send_msg(self._to_ofp(dp, op))
                 barrier = dp.ofproto_parser.OFPBarrierRequest(dp)
@@ -308,6 +388,50 @@ class DtnetApp(app_manager.RyuApp):
         ofp, parser = dp.ofproto, dp.ofproto_parser
         dp.send_msg(parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
                                         actions=[parser.OFPActionOutput(ans.port, 0)], data=reply.data))
+
+
+def _port_up(ofp, desc) -> bool:
+    return not (desc.state & ofp.OFPPS_LINK_DOWN or desc.config & ofp.OFPPC_PORT_DOWN)
+
+
+def _from_ofp_actions(dp, actions) -> tuple:
+    """OFP actions back into the rules' vocabulary (the inverse of DtnetApp._actions)."""
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    out = []
+    for a in actions:
+        if isinstance(a, parser.OFPActionOutput):
+            out.append(("controller",) if a.port == ofp.OFPP_CONTROLLER else ("output", a.port))
+        elif isinstance(a, parser.OFPActionGroup):
+            out.append(("group", a.group_id))
+        elif isinstance(a, parser.OFPActionSetQueue):
+            out.append(("set_queue", a.queue_id))
+        else:
+            raise TypeError(f"action {a}")
+    return tuple(out)
+
+
+def _flow_rule(switch: str, dp, st) -> FlowRule:
+    """A flow-stats entry as the FlowRule that would have made it."""
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    actions, goto = (), None
+    for inst in st.instructions:
+        if isinstance(inst, parser.OFPInstructionActions) and inst.type == ofp.OFPIT_APPLY_ACTIONS:
+            actions = _from_ofp_actions(dp, inst.actions)
+        elif isinstance(inst, parser.OFPInstructionGotoTable):
+            goto = inst.table_id
+        else:
+            raise TypeError(f"instruction {inst}")
+    return FlowRule(switch, st.priority, dict(st.match.items()), actions, cookie=st.cookie, table=st.table_id,
+                    idle_timeout_s=st.idle_timeout, hard_timeout_s=st.hard_timeout, goto_table=goto,
+                    notify_removed=bool(st.flags & ofp.OFPFF_SEND_FLOW_REM))
+
+
+def _group_rule(switch: str, dp, g) -> GroupRule:
+    ofp = dp.ofproto
+    types = {ofp.OFPGT_SELECT: "select", ofp.OFPGT_ALL: "all", ofp.OFPGT_INDIRECT: "indirect",
+             ofp.OFPGT_FF: "fast_failover"}
+    return GroupRule(switch, g.group_id, types[g.type],
+                     tuple((b.weight, _from_ofp_actions(dp, b.actions)) for b in g.buckets))
 
 
 def _json(body, status=200):

@@ -6,8 +6,15 @@ Stdlib only, so 32 of them start fast. The runner hands it a plan file
     agent -> {"ctl": "ready"}            listening, peers connected, warmed up
     runner -> "go <t0>"                  wall-clock start, shared by all agents
     agent -> {"kind": ..., ...}          one event per line as ops finish
+    agent -> {"ctl": "beat", ...}        about once a second: progress counters, whether
+                                         it is busy (computing, waiting to start or on a
+                                         gate) and where it is (op, step, peer awaited)
     agent -> {"ctl": "done", ...}        totals; then exit 0
     agent -> {"ctl": "error", ...}       names the op and step; exit 1
+
+The runner ends a run whose agent dies or stops beating, or whose job makes
+no progress for ``testbed.stall_timeout_s``, naming the rank and the step
+from the last beat.
 
 With co-scheduling (the plan has "cosched"), each iteration's communication
 is a phase that the job announces, and every rank waits for the answer:
@@ -45,6 +52,7 @@ HEADER = struct.Struct("!IQII")  # transfer id, offset, length, crc32
 WARMUP_TID = 0xFFFFFFFF
 HELLO = struct.Struct("!I")  # sender rank, first thing on a connection
 WARMUP_BYTES = 64 * 1024
+BEAT_S = 1.0  # heartbeat period (wall seconds)
 
 
 class AgentError(RuntimeError):
@@ -164,6 +172,7 @@ class OpState:
         self.start_t = None
         self.end_t = None
         self.ready_t = None  # when its deps were done: start - ready is lateness
+        self.slowdown = 1.0  # a straggler's compute: duration x this
         self.sends: list[SendXfer] = []
         self.recv_tids: list[int] = []
         # Receive progress per step, for gating sends.
@@ -196,6 +205,9 @@ class Agent:
         self.bytes_sent = 0
         self.bytes_received = 0
         self.checksum_errors = 0
+        self.t_go = None  # the runner's shared start; straggler times count from it
+        self.ops_done = 0
+        self.last_beat = 0.0
         self._index_ops()
         self.payload = random.Random(self.rank).randbytes(2 * self.slice_bytes)
 
@@ -300,10 +312,15 @@ class Agent:
         buf = bytearray(max(self.slice_bytes, WARMUP_BYTES))
         view = memoryview(buf)
         hdr = bytearray(HEADER.size)
+        src = None
         try:
-            _recv_exact(conn, memoryview(bytearray(HELLO.size)), HELLO.size)
+            hello = bytearray(HELLO.size)
+            if not _recv_exact(conn, memoryview(hello), HELLO.size):
+                return
+            (src,) = HELLO.unpack(hello)
             while True:
                 if not _recv_exact(conn, memoryview(hdr), HEADER.size):
+                    self._closed_by(src)
                     return
                 t_header = time.time()  # the transfer's start: before its first slice streams in
                 tid, offset, length, crc = HEADER.unpack(hdr)
@@ -341,7 +358,16 @@ class Agent:
             self.fail(str(e))
         except OSError as e:
             if not self.stop:
-                self.fail(f"rank {self.rank}: receive failed: {e}")
+                self.fail(f"rank {self.rank}: receive from rank {src} failed: {e}; {self.where()}")
+
+    def _closed_by(self, src: int) -> None:
+        """A peer closed its connection: fine once everything it owed us arrived."""
+        with self.cond:
+            missing = sum(self.recv_size[t] - self.recv_got[t] for t, (_, _, s) in self.recv_meta.items()
+                          if s == src)
+        if missing and not self.stop:
+            self.fail(f"rank {self.rank}: connection from rank {src} closed with {missing} bytes still to come; "
+                      f"{self.where()}")
 
     # -- sending ------------------------------------------------------------
     def _gate_ok(self, x: SendXfer, upto: int) -> bool:
@@ -386,7 +412,7 @@ class Agent:
                         queue.remove(x)
                         self.cond.notify_all()
         except OSError as e:
-            self.fail(f"rank {self.rank}: send to rank {peer} failed: {e}")
+            self.fail(f"rank {self.rank}: send to rank {peer} failed: {e}; {self.where()}")
 
     # -- op execution --------------------------------------------------------
     def _deps_done(self, op: OpState) -> bool:
@@ -399,9 +425,12 @@ class Agent:
     def _finish(self, i: int, now: float):
         op = self.ops[i]
         op.done, op.end_t = True, now
+        self.ops_done += 1
         spec = op.spec
         ev = {"kind": spec["kind"], "job": self.job, "rank": self.rank, "op_id": spec["id"],
               "start": op.start_t, "end": now, "ready": op.ready_t}
+        if op.slowdown != 1.0:
+            ev["slowdown"] = op.slowdown
         for k in ("op", "algorithm", "size_bytes", "iteration", "label", "group", "peer", "ranks"):
             if spec.get(k) is not None:
                 ev[k] = spec[k]
@@ -434,7 +463,8 @@ class Agent:
                     raise AgentError(self.failed)
                 now = time.time()
                 if now < t0:
-                    self.cond.wait(t0 - now)
+                    self.beat(now, busy=True)
+                    self.cond.wait(min(t0 - now, BEAT_S))
                     continue
                 if compute_op is not None and now >= compute_busy_until:
                     self._finish(compute_op, compute_busy_until)
@@ -467,8 +497,9 @@ class Agent:
                             if compute_op is not None:
                                 continue
                             op.started, op.start_t = True, time.time()
+                            op.slowdown = self.slowdown(op.start_t)
                             compute_op = i
-                            compute_busy_until = op.start_t + op.spec.get("duration_s", 0.0)
+                            compute_busy_until = op.start_t + op.spec.get("duration_s", 0.0) * op.slowdown
                             pending.remove(i)
                         else:
                             op.started, op.start_t = True, time.time()
@@ -482,12 +513,62 @@ class Agent:
                     # Ops finishing now let dependants start in this same pass.
                 if not pending and compute_op is None:
                     return
-                timeout = 1.0
+                now = time.time()
+                self.beat(now, busy=compute_op is not None or wake is not None)
+                timeout = BEAT_S
                 if compute_op is not None:
-                    timeout = max(0.0, compute_busy_until - time.time())
+                    timeout = min(timeout, max(0.0, compute_busy_until - now))
                 if wake is not None:
-                    timeout = min(timeout, max(0.0, wake - time.time()))
+                    timeout = min(timeout, max(0.0, wake - now))
                 self.cond.wait(timeout)
+
+    def slowdown(self, now: float) -> float:
+        """A straggler's compute factor for an op starting now (1 before its fault's time)."""
+        st = self.plan.get("straggler")
+        if st is None or self.t_go is None or now < self.t_go + st["from_s"]:
+            return 1.0
+        return st["factor"]
+
+    def beat(self, now: float, busy: bool) -> None:
+        """Tell the runner, about once a second, that this rank lives and how far it got."""
+        if now - self.last_beat < BEAT_S:
+            return
+        self.last_beat = now
+        self.emit({"ctl": "beat", "rank": self.rank, "sent": self.bytes_sent, "received": self.bytes_received,
+                   "ops_done": self.ops_done, "busy": busy, "at": self.where()})
+
+    def where(self) -> str:
+        """The rank's first unfinished op and, in a transfer, the lowest step it
+        still waits on and for whom: what a failure message names."""
+        with self.cond:
+            op_i = next((i for i, o in enumerate(self.ops) if o.started and not o.done), None)
+            if op_i is None:
+                op_i = next((i for i, o in enumerate(self.ops) if not o.done), None)
+                if op_i is None:
+                    return "all ops done"
+                return f"before {_op_name(self.ops[op_i].spec)} (its dependencies are not done)"
+            op = self.ops[op_i]
+            name = _op_name(op.spec)
+            if op.kind == "compute":
+                return f"computing {name}"
+            waits = []  # (step, 0 receive / 1 send, text)
+            for tid in op.recv_tids:
+                got, size = self.recv_got[tid], self.recv_size[tid]
+                if got < size:
+                    _, step, src = self.recv_meta[tid]
+                    waits.append((step, 0, f"step {step}: waiting for rank {src} ({got} of {size} bytes arrived)"))
+            for x in op.sends:
+                if x.sent < x.size:
+                    waits.append((x.step, 1, f"step {x.step}: sending to rank {x.dst} "
+                                              f"({x.sent} of {x.size} bytes sent)"))
+            if not waits:
+                return f"in {name}"
+            return f"in {name}, {min(waits)[2]}"
+
+
+def _op_name(spec: dict) -> str:
+    it = spec.get("iteration")
+    return f"op {spec['id']}" + (f" (iteration {it})" if it is not None else "")
 
 
 def _recv_exact(conn, view, n) -> bool:
@@ -520,7 +601,8 @@ def main(argv=None) -> int:
         line = sys.stdin.readline()
         if not line.startswith("go "):
             return 3  # the runner went away
-        t0 = float(line.split()[1]) + plan.get("start_offset_s", 0.0)
+        agent.t_go = float(line.split()[1])
+        t0 = agent.t_go + plan.get("start_offset_s", 0.0)
         # The runner closing our stdin means it died or gave up: stop too.
         threading.Thread(target=_watch_stdin, args=(agent,), daemon=True).start()
         for peer in agent.conns_out:

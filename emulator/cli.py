@@ -20,7 +20,7 @@ def _input_errors():
 
 
 def cmd_run(args) -> int:
-    from emulator import config, results
+    from emulator import config, results, runstate
     from emulator.runner import Interrupted, RunFailure, run_experiment
     from emulator.testbed import TestbedError
 
@@ -41,6 +41,9 @@ def cmd_run(args) -> int:
     print(f"dtnet: running {exp.name} -> {out}")
     try:
         summary = run_experiment(exp, out)
+    except runstate.LeaseError as e:  # another live run writes this folder: refuse at once
+        print(f"dtnet: {e}", file=sys.stderr)
+        return EXIT_INPUT
     except Interrupted as e:
         print(f"dtnet: interrupted by {e}; partial results in {out}", file=sys.stderr)
         return 130

@@ -54,14 +54,42 @@ class Job:
 
 ORDERS = ("as-listed", "rail-aligned")
 LINK_STATES = ("down", "up")
+FAULT_KINDS = ("link", "switch", "straggler", "controller")
 
 
 @dataclass(frozen=True)
 class Fault:
-    """A link going down or up at_ms after the replay starts (real-cluster ms)."""
+    """One fault, at_ms after the replay starts (real-cluster ms). Exactly one
+    of link, switch, straggler and controller is set: it says what fails."""
     at_ms: float
-    link: tuple  # the two nodes of a fabric link
-    state: str
+    link: tuple | None = None        # the two nodes of a fabric link
+    state: str | None = None         # link and switch: down or up
+    switch: str | None = None        # an OpenFlow switch: all its links and its controller session
+    straggler: str | None = None     # a host running a rank: from at_ms its compute takes factor x as long
+    factor: float | None = None
+    controller: str | None = None    # "restart": stop it, wait down_ms, start it again
+    down_ms: float = 0.0
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in FAULT_KINDS if getattr(self, k) is not None)
+
+    def describe(self) -> str:
+        if self.link is not None:
+            return f"link {self.link[0]}-{self.link[1]} {self.state}"
+        if self.switch is not None:
+            return f"switch {self.switch} {self.state}"
+        if self.straggler is not None:
+            return f"straggler {self.straggler} x{self.factor:g}"
+        return f"controller restart (down {self.down_ms:g} ms)"
+
+    def to_dict(self) -> dict:
+        keys = {"link": ("link", "state"), "switch": ("switch", "state"), "straggler": ("straggler", "factor"),
+                "controller": ("controller", "down_ms")}[self.kind]
+        d = {"at_ms": self.at_ms, **{k: getattr(self, k) for k in keys}}
+        if self.link is not None:
+            d["link"] = list(self.link)
+        return d
 
 
 @dataclass(frozen=True)
@@ -79,6 +107,7 @@ class Testbed:
     queue_packets: int = 1000
     timeout_s: float = 600.0
     ready_timeout_s: float = 60.0
+    stall_timeout_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -320,6 +349,10 @@ def parse(data, file: str | None = None) -> Experiment:
         timeout_s=float(tb.get("timeout_s", NUM, 600.0, check=lambda v: v > 0, expected="seconds > 0")),
         ready_timeout_s=float(tb.get("ready_timeout_s", NUM, 60.0, check=lambda v: v > 0,
                                      expected="seconds > 0")),
+        # Wall seconds a job may go without progress (no byte moved, no op
+        # finished, nothing computing) before the run fails naming who waits.
+        stall_timeout_s=float(tb.get("stall_timeout_s", NUM, 30.0, check=lambda v: v >= 2,
+                                     expected="seconds >= 2")),
     )
     tb.done()
 
@@ -346,10 +379,11 @@ def parse(data, file: str | None = None) -> Experiment:
         js.done()
         jobs.append(Job(jname, hosts, workload, start_ms, order))
     try:
-        placement.place([(j.name, j.hosts) for j in jobs], fabric)
+        placed = placement.place([(j.name, j.hosts) for j in jobs], fabric)
     except InputError as e:
         raise ConfigError(e.key, e.expected, e.found, file) from None
-    faults = _faults(top.get("faults", list, []), fabric, file)
+    ranked = {h for hosts in placed for h in hosts}
+    faults = _faults(top.get("faults", list, []), fabric, ranked, file)
     capture = _capture(top.get("capture", dict, {}), fabric, file)
     sweep = _sweep(top.get("sweep", dict, {}), file)
     top.done()
@@ -358,19 +392,46 @@ def parse(data, file: str | None = None) -> Experiment:
                       source=file, raw=data)
 
 
-def _faults(items, fabric, file) -> tuple:
+def _faults(items, fabric, ranked_hosts, file) -> tuple:
     out = []
+    stragglers = set()
     for i, fr in enumerate(items):
-        fs = _Section(fr, f"faults[{i}]", file)
+        key = f"faults[{i}]"
+        fs = _Section(fr, key, file)
+        kinds = [k for k in FAULT_KINDS if k in fr]
+        if len(kinds) != 1:
+            raise ConfigError(key, "exactly one of " + ", ".join(FAULT_KINDS), sorted(fr), file)
         at_ms = float(fs.get("at_ms", NUM, check=lambda v: v >= 0, expected="milliseconds >= 0"))
-        link = fs.get("link", list, check=lambda v: len(v) == 2 and all(isinstance(n, str) for n in v),
-                      expected="two node names, [a, b]")
-        if not fabric.graph.has_edge(*link):
-            raise ConfigError(f"faults[{i}].link", "two nodes joined by a link of this fabric", link, file)
-        state = fs.get("state", str, check=lambda v: v in LINK_STATES, expected="down or up")
+        kind = kinds[0]
+        if kind == "link":
+            link = fs.get("link", list, check=lambda v: len(v) == 2 and all(isinstance(n, str) for n in v),
+                          expected="two node names, [a, b]")
+            if not fabric.graph.has_edge(*link):
+                raise ConfigError(f"{key}.link", "two nodes joined by a link of this fabric", link, file)
+            fault = Fault(at_ms, link=tuple(link), state=_state(fs))
+        elif kind == "switch":
+            sw = fs.get("switch", str, check=lambda v: v in fabric.openflow_switches,
+                        expected="an OpenFlow switch of this fabric")
+            fault = Fault(at_ms, switch=sw, state=_state(fs))
+        elif kind == "straggler":
+            host = fs.get("straggler", str, check=lambda v: v in ranked_hosts, expected="a host that runs a rank")
+            if host in stragglers:
+                raise ConfigError(f"{key}.straggler", "one straggler fault per host", host, file)
+            stragglers.add(host)
+            factor = float(fs.get("factor", NUM, check=lambda v: 1 <= v <= 1000,
+                                  expected="a slowdown factor in 1..1000"))
+            fault = Fault(at_ms, straggler=host, factor=factor)
+        else:
+            what = fs.get("controller", str, check=lambda v: v == "restart", expected="restart")
+            down_ms = float(fs.get("down_ms", NUM, 0.0, check=lambda v: v >= 0, expected="milliseconds >= 0"))
+            fault = Fault(at_ms, controller=what, down_ms=down_ms)
         fs.done()
-        out.append(Fault(at_ms, tuple(link), state))
+        out.append(fault)
     return tuple(sorted(out, key=lambda f: f.at_ms))
+
+
+def _state(fs: _Section) -> str:
+    return fs.get("state", str, check=lambda v: v in LINK_STATES, expected="down or up")
 
 
 def _capture(data, fabric, file) -> Capture:
@@ -448,7 +509,7 @@ def to_dict(exp: Experiment) -> dict:
         "testbed": asdict(exp.testbed),
         "jobs": [{"name": j.name, "hosts": copy.deepcopy(j.hosts), "order": j.order, "start_ms": j.start_ms,
                   "workload": copy.deepcopy(j.workload)} for j in exp.jobs],
-        "faults": [{"at_ms": f.at_ms, "link": list(f.link), "state": f.state} for f in exp.faults],
+        "faults": [f.to_dict() for f in exp.faults],
         **({"capture": {"links": [list(ln) for ln in exp.capture.links], "max_packets": exp.capture.max_packets,
                         "snaplen": exp.capture.snaplen}} if exp.capture.links else {}),
         **({"sweep": {"list": [dict(copy.deepcopy(p)) for p in exp.sweep]}} if exp.sweep else {}),

@@ -70,6 +70,11 @@ def build_plans(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
                               len(hosts), exp.source)
         jp = JobPlan(job.name, ji, hosts, trace, start_offset_s=job.start_ms / 1000.0 * dilation)
         jp.ranks = _rank_plans(exp, fabric, jp, dilation)
+        for f in exp.faults:
+            if f.straggler in hosts:
+                # Emulated seconds after the shared start ("go"), not after the job's own start.
+                jp.ranks[hosts.index(f.straggler)]["straggler"] = {"from_s": f.at_ms / 1000.0 * dilation,
+                                                                   "factor": f.factor}
         if exp.routing == "coschedule":
             announcement_plan(fabric, jp, exp.scale.link)
         jobs.append(jp)

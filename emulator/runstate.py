@@ -7,6 +7,7 @@ owner's PID; a lease whose owner is dead is free again.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import string
@@ -17,6 +18,10 @@ LEASE_DIR = "/run/dtnet"
 STATE_NAME = "state.json"
 _ALPHABET = string.ascii_lowercase
 _TAGS = [f"{a}{b}" for a in "xyzw" for b in _ALPHABET + string.digits]
+
+
+class LeaseError(RuntimeError):
+    """This run cannot have what it needs to itself (a tag, its folder): refuse at once."""
 
 
 def alive(pid: int) -> bool:
@@ -56,7 +61,26 @@ def lease_tag(run_dir: str) -> str:
             with os.fdopen(fd, "w") as f:
                 json.dump({"pid": os.getpid(), "run_dir": os.path.abspath(run_dir)}, f)
             return tag
-    raise RuntimeError("no free run tag: too many dtnet runs alive on this machine")
+    raise LeaseError(f"no free run tag: {len(_TAGS)} dtnet runs hold one in {LEASE_DIR}; wait for one to end, "
+                     "or `dtnet clean` the dead ones")
+
+
+def lock_run_dir(run_dir: str) -> int:
+    """Hold the run folder for this process (an flock on the folder, gone with
+    the process): two live runs never write one folder. Returns the fd to close."""
+    fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        try:
+            with open(os.path.join(run_dir, STATE_NAME)) as f:
+                owner = f"pid {json.load(f).get('owner_pid')}"
+        except (OSError, ValueError):
+            owner = "starting"
+        raise LeaseError(f"{run_dir} is the folder of a dtnet run that is still going ({owner}); "
+                         "give this run another --out") from None
+    return fd
 
 
 def _mtime(path: str) -> float:

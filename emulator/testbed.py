@@ -249,14 +249,15 @@ class Testbed:
                      f"(controller log: {os.path.join(self.run_dir, 'controller.log')})")
         self.state.set(status="running")
 
-    def _start_controller(self, fabric_path: str, ofp_port: int):
+    def _start_controller(self, fabric_path: str, ofp_port: int, restart: bool = False):
+        self._ctl_args = (fabric_path, ofp_port)
         log_path = os.path.join(self.run_dir, "controller.log")
         cmd = [sys.executable, "-m", "controller.run", "--fabric", fabric_path, "--routing", self.routing,
                "--ofp-port", str(ofp_port), "--rest-host", "127.0.0.1", "--rest-port", str(self.rest_port),
                "--log-file", log_path,
                # The controller reports and decides in real-cluster Gb/s.
                "--link-scale", repr(self.scale_link)]
-        self._ctl_log = open(os.path.join(self.run_dir, "controller.out"), "w")
+        self._ctl_log = open(os.path.join(self.run_dir, "controller.out"), "a" if restart else "w")
         # Its own session, so a Ctrl-C at the terminal reaches us, not it:
         # we stop it ourselves during teardown.
         self.ctl_proc = subprocess.Popen(cmd, stdout=self._ctl_log, stderr=subprocess.STDOUT,
@@ -298,6 +299,36 @@ class Testbed:
                         shaping.offload_cmd(sorted(self.ns_ends.values()))], capture_output=True)
         for dev, node, port in ports:  # once the device exists: Intf() sets it up
             Intf(dev, node=self.net.get(self.mn_name(node)), port=port)
+
+    def restart_controller(self, down_s: float = 0.0, interrupted=None) -> dict | None:
+        """Stop the controller, leave it away down_s, start it again on the same
+        ports and wait until it has resynchronized every switch. The switches
+        are fail-secure: they forward on the flows they hold meanwhile. Returns
+        the wall times, or None when `interrupted` (an Event) is set first."""
+        bridges = [self.mn_name(s) for s in self.fabric.openflow_switches]
+        # OVS retries a lost controller after 1, 2, 4, then 8 s; retry every second instead.
+        cmd = ["ovs-vsctl"]
+        for br in bridges:
+            cmd += ["--", "set", "controller", br, "max_backoff=1000"]
+        subprocess.run(cmd, capture_output=True)
+        stopped_at = time.time()
+        stop_process(self.ctl_proc)
+        self._ctl_log.close()
+        self.log(f"[testbed] controller stopped; restarting in {down_s:.2f} s")
+        if interrupted is not None and interrupted.wait(down_s):
+            return None
+        if interrupted is None:
+            time.sleep(down_s)
+        started_at = time.time()
+        self._start_controller(*self._ctl_args, restart=True)
+        wait_for(lambda: (interrupted is not None and interrupted.is_set()) or self._controller_ready(),
+                 self.ready_timeout_s, "the restarted controller to resynchronize every switch "
+                 f"(controller log: {os.path.join(self.run_dir, 'controller.log')})")
+        if interrupted is not None and interrupted.is_set():
+            return None
+        ready_at = time.time()
+        self.log(f"[testbed] controller back: every switch resynchronized {ready_at - started_at:.2f} s after start")
+        return {"stopped_at": stopped_at, "started_at": started_at, "ready_at": ready_at}
 
     def controller_status(self) -> dict | None:
         return self.controller_get("status")
@@ -410,6 +441,10 @@ class Testbed:
         if self.net is not None:
             try:
                 self.net.stop()
+                # Mininet's RemoteController.stop() does nothing: its shell (and
+                # pty) would outlive the run in a long-lived process.
+                for c in self.net.controllers:
+                    c.terminate()
             except Exception as e:  # keep tearing down the rest
                 errors.append(f"mininet stop: {e}")
             self.net = None

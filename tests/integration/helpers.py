@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import psutil
 
@@ -36,3 +37,29 @@ def assert_nothing_left(out):
     alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"processes still running: {alive}"
     assert not os.path.exists(os.path.join(runstate.LEASE_DIR, f"tag-{st['tag']}")), "tag lease not released"
+
+
+def start_run(out, experiment="ring-fat-tree.yaml", *sets, iterations=50):
+    """Start `dtnet run` in the background and return (process, output lines so
+    far) once the replay has begun: a condition, not a sleep."""
+    args = [sys.executable, "-m", "emulator.cli", "run", os.path.join(ROOT, "experiments", experiment),
+            "--out", str(out), "--set", f"jobs.0.workload.iterations={iterations}"]
+    for s in sets:
+        args += ["--set", s]
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    lines = []
+    deadline = time.monotonic() + 120
+    for line in p.stdout:
+        lines.append(line)
+        if "replaying" in line:
+            return p, lines
+        assert time.monotonic() < deadline, "".join(lines)
+    raise AssertionError("run ended before replaying: " + "".join(lines))
+
+
+def wait_for_event(out, kind, timeout_s=60):
+    """Wait until events.jsonl holds an event of this kind."""
+    deadline = time.monotonic() + timeout_s
+    while not any(f'"{kind}"' in line for line in open(os.path.join(out, "events.jsonl"))):
+        assert time.monotonic() < deadline, f"no {kind} event after {timeout_s} s"
+        time.sleep(0.2)

@@ -6,13 +6,11 @@ link rate), not exact figures; bench/ holds the careful measurements.
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.integration.helpers import ROOT, assert_nothing_left, dtnet, run_experiment
+from tests.integration.helpers import ROOT, assert_nothing_left, dtnet, run_experiment, start_run, wait_for_event
 
 pytestmark = pytest.mark.mininet
 LINK_GBPS = 400
@@ -67,31 +65,11 @@ def test_ring_rail_optimized_32(tmp_path):
     assert_nothing_left(out)
 
 
-def _start(out, experiment="ring-fat-tree.yaml", *sets):
-    args = [sys.executable, "-m", "emulator.cli", "run", os.path.join(ROOT, "experiments", experiment),
-            "--out", str(out), "--set", "jobs.0.workload.iterations=50"]
-    for s in sets:
-        args += ["--set", s]
-    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-    lines = []
-    deadline = time.monotonic() + 120
-    for line in p.stdout:  # wait for the replay to begin: a condition, not a sleep
-        lines.append(line)
-        if "replaying" in line:
-            return p, lines
-        assert time.monotonic() < deadline, "".join(lines)
-    raise AssertionError("run ended before replaying: " + "".join(lines))
-
-
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_mid_run_tears_down_and_keeps_events(tmp_path, sig):
     out = tmp_path / "r"
-    p, _ = _start(out)
-    # Wait until some collective has finished, so there is something to keep.
-    deadline = time.monotonic() + 60
-    while not any('"collective"' in l for l in open(out / "events.jsonl")):
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    p, _ = start_run(out)
+    wait_for_event(out, "collective")  # so that there is something to keep
     t = time.monotonic()
     p.send_signal(sig)
     rest = p.communicate(timeout=30)[0]
@@ -106,7 +84,7 @@ def test_signal_mid_run_tears_down_and_keeps_events(tmp_path, sig):
 
 def test_sigkill_then_dtnet_clean_removes_exactly_that_run(tmp_path):
     out = tmp_path / "r"
-    p, _ = _start(out, "ring-single-switch.yaml")
+    p, _ = start_run(out, "ring-single-switch.yaml")
     st = json.load(open(out / "state.json"))
     p.kill()
     p.wait(10)
