@@ -73,18 +73,24 @@ class Bench:
 
     def run_pair(self, low_args: list[str]) -> dict:
         sink = self.tb.host(SINK)
-        for port in (PORT_HIGH, PORT_LOW):
-            sink.cmd(f"iperf3 -s -D -1 -p {port}")
-        wait_for(lambda: all(f":{p} " in sink.cmd("ss -Hltn") for p in (PORT_HIGH, PORT_LOW)), 10,
-                 "the iperf3 servers to listen")
-        t = str(self.seconds)
-        procs = {
-            "high": self.tb.host(HIGH).popen(["iperf3", "-c", self.ip[SINK], "-p", str(PORT_HIGH), "-t", t,
-                                              "-O", "1", "-J"], stdout=subprocess.PIPE, text=True),
-            "low": self.tb.host(LOW).popen(["iperf3", "-c", self.ip[SINK], "-p", str(PORT_LOW), "-t", t,
-                                            "-O", "1", "-J", *low_args], stdout=subprocess.PIPE, text=True),
-        }
-        return {name: iperf3_figures(json.loads(p.communicate()[0])) for name, p in procs.items()}
+        # Our own children (no -D), so they are ended by PID whatever happens.
+        servers = [sink.popen(["iperf3", "-s", "-1", "-p", str(port)]) for port in (PORT_HIGH, PORT_LOW)]
+        try:
+            wait_for(lambda: all(f":{p} " in sink.cmd("ss -Hltn") for p in (PORT_HIGH, PORT_LOW)), 10,
+                     "the iperf3 servers to listen")
+            t = str(self.seconds)
+            procs = {
+                "high": self.tb.host(HIGH).popen(["iperf3", "-c", self.ip[SINK], "-p", str(PORT_HIGH), "-t", t,
+                                                  "-O", "1", "-J"], stdout=subprocess.PIPE, text=True),
+                "low": self.tb.host(LOW).popen(["iperf3", "-c", self.ip[SINK], "-p", str(PORT_LOW), "-t", t,
+                                                "-O", "1", "-J", *low_args], stdout=subprocess.PIPE, text=True),
+            }
+            return {name: iperf3_figures(json.loads(p.communicate()[0])) for name, p in procs.items()}
+        finally:
+            for p in servers:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait(5)
 
     def reshape(self):
         """The testbed's own HTB on the bottleneck (a QoS row replaced it)."""
