@@ -281,6 +281,7 @@ class Testbed:
         for i, (a, b, d) in enumerate(self.fabric.links()):
             if not (self._of_switch(a) and self._of_switch(b)):
                 continue
+            inside.append(f"link add br{i} mtu {self.mtu} type bridge stp_state 0")
             for node, peer, end in ((a, b, f"l{i}a"), (b, a, f"l{i}b")):
                 dev = self.intf(node, peer)
                 root += [f"link add {dev} mtu {self.mtu} type veth peer name {end} mtu {self.mtu}",
@@ -288,7 +289,6 @@ class Testbed:
                 inside += [f"link set {end} master br{i}", f"link set {end} up"]
                 self.ns_ends[node, peer] = end
                 ports.append((dev, node, d["ports"][node]))
-            inside.insert(len(inside) - 4, f"link add br{i} mtu {self.mtu} type bridge stp_state 0")
             inside.append(f"link set br{i} up")
         for ns, lines in ((None, root), (self.link_ns, inside)):
             cmd = ["ip", "-batch", "-"] if ns is None else ["ip", "-n", ns, "-batch", "-"]

@@ -42,17 +42,27 @@ def test_link_down_mid_run_is_rerouted_and_every_transfer_completes(tmp_path):
     assert [f["ok"] for f in summary["faults"]] == [True, True]
     state = json.load(open(out / "controller-state.json"))
     assert sorted(map(sorted, state["links_down"])) == [["agg0_0", "core0"], ["agg2_0", "core1"]]
-    # The controller moved flows off the failed links (or none crossed them,
-    # which ECMP-free placement over 16 paths makes unlikely; then routes alone).
-    # A move avoids every link down by its time (one made at the first fault may
-    # cross the link that fails second, and is moved again then).
-    moved = [d for d in state["decisions"] if d["action"] == "move" and d["reason"] == "link down"]
     events = [json.loads(line) for line in open(out / "events.jsonl")]
     down_at = {frozenset(e["link"].split("-")): e["start"] for e in events if e["kind"] == "fault"}
     assert len(down_at) == 2
+
+    def hops(path):
+        return {frozenset(h) for h in zip(path, path[1:])}
+    decisions = sorted(state["decisions"], key=lambda d: d["time_s"])
+    moved = [d for d in decisions if d["action"] == "move" and d["reason"] == "link down"]
+    # A move avoids every link down by its time (one made at the first fault may
+    # cross the link that fails second, and is moved again then).
     for d in moved:
-        hops = {frozenset(h) for h in zip(d["to"], d["to"][1:])}
-        assert not [ln for ln, t in down_at.items() if t <= d["time_s"] and ln in hops], d
+        assert not [ln for ln, t in down_at.items() if t <= d["time_s"] and ln in hops(d["to"])], d
+    # Every flow whose path crossed a link when it failed was moved off it.
+    for link, t in down_at.items():
+        path = {}
+        for d in decisions:
+            if d["time_s"] <= t and d["action"] in ("place", "move"):
+                path[d["flow_id"]] = d["to"]
+        crossing = {f for f, p in path.items() if link in hops(p)}
+        rescued = {d["flow_id"] for d in moved if d["time_s"] >= t}
+        assert crossing <= rescued, (sorted(link), crossing - rescued)
     assert_nothing_left(out)
 
 
