@@ -81,7 +81,75 @@ def job_results(job: str, events: list[dict], dilation: float) -> dict:
         prev_end = iters[i][1]
     ranks = sorted({e["rank"] for e in ev})
     return {"name": job, "ranks": len(ranks), "iterations": len(iteration_times),
-            "iteration_time_s": _stats(iteration_times), "collectives": collectives}
+            "iteration_time_s": _stats(iteration_times), "collectives": collectives,
+            "breakdown_s": time_breakdown(ev, len(iteration_times), dilation)}
+
+
+COMM_KINDS = ("collective", "send", "recv")
+
+
+def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for a, b in sorted(s for s in spans if s[1] > s[0]):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _length(spans) -> float:
+    return sum(b - a for a, b in spans)
+
+
+def _overlap(x: list[tuple[float, float]], y: list[tuple[float, float]]) -> float:
+    """Length of the intersection of two sorted, disjoint span lists."""
+    i = j = 0
+    total = 0.0
+    while i < len(x) and j < len(y):
+        lo, hi = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
+        total += max(0.0, hi - lo)
+        if x[i][1] < y[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def time_breakdown(ev: list[dict], iterations: int, dilation: float) -> dict:
+    """Where a rank's iteration goes, mean over ranks and iterations (real seconds).
+
+    compute: time in compute ops. exposed_comm: communicating while not computing.
+    idle: the rest of the job's span. A recv only counts as communication from the
+    moment its peer started the matching send (same op_id); before that the rank
+    waits on another pipeline stage, so with pipeline parallelism idle is the bubble.
+    """
+    empty = {"compute": 0.0, "exposed_comm": 0.0, "overlapped_comm": 0.0, "idle": 0.0}
+    ops = [e for e in ev if e.get("kind") in ("compute",) + COMM_KINDS and "start" in e]
+    if not ops or not iterations:
+        return empty
+    t0, t1 = min(e["start"] for e in ops), max(e["end"] for e in ops)
+    send_start = {(e["rank"], e["op_id"]): e["start"] for e in ops if e["kind"] == "send"}
+    per_rank: dict[int, dict[str, list]] = {}
+    for e in ops:
+        spans = per_rank.setdefault(e["rank"], {"compute": [], "comm": []})
+        if e["kind"] == "compute":
+            spans["compute"].append((e["start"], e["end"]))
+            continue
+        start = e["start"]
+        if e["kind"] == "recv" and e.get("peer") is not None:
+            start = max(start, send_start.get((e["peer"], e["op_id"]), start))
+        spans["comm"].append((start, e["end"]))
+    sums = dict(empty)
+    for spans in per_rank.values():
+        comp, comm = _union(spans["compute"]), _union(spans["comm"])
+        both = _overlap(comp, comm)
+        sums["compute"] += _length(comp)
+        sums["exposed_comm"] += _length(comm) - both
+        sums["overlapped_comm"] += both
+        sums["idle"] += (t1 - t0) - _length(comp) - (_length(comm) - both)
+    n = len(per_rank) * iterations * dilation
+    return {k: v / n for k, v in sums.items()}
 
 
 def aggregate(jobs: list[dict], events: list[dict], dilation: float) -> dict:
@@ -124,6 +192,11 @@ def print_table(summary: dict, out) -> None:
         it = job["iteration_time_s"]
         out.write(f"\njob {job['name']}: {job['ranks']} ranks, {job['iterations']} iterations, "
                   f"iteration time mean {_fmt_s(it['mean'])} (p50 {_fmt_s(it['p50'])}, p99 {_fmt_s(it['p99'])})\n")
+        b = job.get("breakdown_s")
+        if b and b["compute"] > 0:  # only jobs that compute have a split worth printing
+            out.write(f"  per iteration (mean over ranks): compute {_fmt_s(b['compute'])}, exposed comm "
+                      f"{_fmt_s(b['exposed_comm'])}, idle/bubble {_fmt_s(b['idle'])}"
+                      f" (comm overlapped with compute {_fmt_s(b['overlapped_comm'])})\n")
         if job["collectives"]:
             out.write(f"  {'op':<15}{'algorithm':<18}{'ranks':>6}{'size':>11}{'count':>7}"
                       f"{'time':>11}{'algbw Gb/s':>12}{'busbw Gb/s':>12}\n")

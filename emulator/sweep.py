@@ -133,6 +133,10 @@ def metrics(summary: dict) -> dict:
     row["tcp_retrans_segs"] = summary.get("tcp", {}).get("retrans_segs")
     for j in summary["jobs"]:
         row[f"{j['name']}.iteration_time_s_mean"] = j["iteration_time_s"]["mean"]
+        b = j.get("breakdown_s")
+        if b and b["compute"] > 0:
+            for part in ("compute", "exposed_comm", "idle"):
+                row[f"{j['name']}.{part}_s"] = b[part]
         ops = [c["op"] for c in j["collectives"]]
         for c in j["collectives"]:
             name = c["op"] if ops.count(c["op"]) == 1 else f"{c['op']}.{c['size_bytes']}B"
@@ -250,14 +254,16 @@ def _plot(summaries: list[dict], labels: list[str], path: str, log) -> None:
 
 
 def print_table(rows: list[dict], out) -> None:
-    """The sweep at a glance: per point, status and headline figures."""
+    """The sweep at a glance: per point, status and headline figures, and the
+    speedup of its mean iteration time over the first complete point's."""
     width = max(len("point"), *(len(r["point"]) for r in rows)) + 2
-    out.write(f"\n{'point':<{width}}{'status':<13}{'iteration':>12}{'busbw Gb/s':>12}{'throughput':>12}"
-              f"{'fidelity':>10}\n")
+    base = next((r["iteration_time_s_mean"] for r in rows if r.get("iteration_time_s_mean")), None)
+    out.write(f"\n{'point':<{width}}{'status':<13}{'iteration':>12}{'speedup':>9}{'busbw Gb/s':>12}"
+              f"{'throughput':>12}{'fidelity':>10}\n")
     for r in rows:
         it = r.get("iteration_time_s_mean")
         out.write(f"{r['point']:<{width}}{r['status']:<13}"
-                  f"{(f'{it * 1e3:.2f} ms' if it else '-'):>12}"
+                  f"{(f'{it * 1e3:.2f} ms' if it else '-'):>12}{(f'{base / it:.2f}x' if it else '-'):>9}"
                   f"{_num(r.get('busbw_gbps_mean')):>12}{_num(r.get('normalized_throughput'), '.3f'):>12}"
                   f"{({True: 'ok', False: 'NOT ok'}.get(r.get('fidelity_ok'), '-')):>10}\n")
 

@@ -125,12 +125,14 @@ def comparison_chart(summaries: list[dict], labels: list[str], path: str) -> boo
     center = 0.4 - width / 2
     top.set_xticks(np.arange(len(jobs)) + center, [f"job {n}" for n in jobs])
     top.set_ylabel("mean iteration time (ms)")
-    top.legend(fontsize="small")
+    # Above the bars, not on them: one row per three runs.
+    top.legend(fontsize="small", loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(3, len(summaries)),
+               frameon=False)
     bottom.set_xticks(np.arange(len(colls)) + center, [f"{n}: {op}\n{_fmt_b(size)} x{k}" for n, op, size, k in colls],
                       fontsize="small")
     bottom.set_ylabel("busbw (Gb/s)")
-    fig.suptitle("runs compared (real-cluster units)")
-    fig.savefig(path)
+    fig.suptitle("runs compared (real-cluster units)", y=1.03)
+    fig.savefig(path, bbox_inches="tight")
     return True
 
 

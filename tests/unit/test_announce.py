@@ -145,7 +145,7 @@ def test_other_routings_plan_no_announcements():
 
 
 def test_nvlink_pairs_are_not_announced():
-    exp = config.load(os.path.join(EXP, "demo.yaml"), ["controller.routing=coschedule"])
+    exp = config.load(os.path.join(EXP, "ring-rail-16.yaml"), ["controller.routing=coschedule"])
     fab = exp.fabric()
     (job,) = build_plans(exp, fab)
     (_, body), *_ = job.ranks[0]["cosched"]["announce"]

@@ -47,7 +47,7 @@ def test_ring_plan_bytes_follow_the_formula_and_scale():
 
 
 def test_same_server_peers_use_nvlink_addresses():
-    exp, (job,) = _plans("demo.yaml")
+    exp, (job,) = _plans("ring-rail-16.yaml")
     fab = exp.fabric()
     for plan in job.ranks:
         for peer, addr in plan["peers"].items():
@@ -83,7 +83,7 @@ def test_bad_input_names_file_and_key(sets, key):
 
 
 def test_set_reads_exponents_without_a_dot_as_numbers():
-    exp = config.load(os.path.join(EXP, "demo.yaml"), ["scale.bytes=5e-4"])
+    exp = config.load(os.path.join(EXP, "ring-rail-16.yaml"), ["scale.bytes=5e-4"])
     assert exp.scale.bytes == 5e-4
 
 
@@ -108,7 +108,7 @@ def test_htb_burst_stays_small_so_messages_are_shaped():
 def test_unwritable_out_is_a_one_line_input_error():
     import subprocess
     import sys
-    r = subprocess.run([sys.executable, "-m", "emulator.cli", "run", os.path.join(EXP, "demo.yaml"),
+    r = subprocess.run([sys.executable, "-m", "emulator.cli", "run", os.path.join(EXP, "ring-rail-16.yaml"),
                         "--out", "/proc/dtnet-nope"], capture_output=True, text=True)
     assert r.returncode == 2 and "--out" in r.stderr and "Traceback" not in r.stderr
     assert r.stderr.count("\n") == 1
@@ -214,3 +214,22 @@ def test_fidelity_reads_on_off_links_finely_and_caps_per_second():
     # A link over its rate for whole seconds fails, however it is sampled.
     Mon.link_samples = [(10.0 + i * 0.25, {"h0-s0": (1.2, 1.0)}) for i in range(32)]
     assert not {c["name"]: c for c in fidelity.evaluate(Mon(), [], 10.0, 18.0)["checks"]}["link_cap"]["ok"]
+
+
+def test_saturation_judges_the_bottleneck_not_the_links_feeding_it():
+    from emulator import fidelity
+
+    class Mon:
+        per_cpu_sample = 4
+        cpu_idle = [(10.0 + i, 60.0) for i in range(8)]
+        cpu_pressure = []
+        # Two hosts share an uplink: their own links carry half their rate each, the uplink all of its.
+        link_samples = [(10.0 + i * 0.25, {"h0-leaf0": (0.5, 0.02), "h1-leaf0": (0.5, 0.02),
+                                           "leaf0-spine0": (0.97, 0.03)}) for i in range(32)]
+
+    def saturation():
+        return {c["name"]: c for c in fidelity.evaluate(Mon(), [], 10.0, 18.0)["checks"]}["link_saturation"]
+    assert saturation()["ok"] and saturation()["busy_utilization_p50"] == pytest.approx(0.97)
+    # Switches that cannot keep up leave even the bottleneck short of its rate.
+    Mon.link_samples = [(t, {k: (min(tx, 0.7), rx) for k, (tx, rx) in u.items()}) for t, u in Mon.link_samples]
+    assert not saturation()["ok"] and saturation()["busy_utilization_p50"] == pytest.approx(0.7)

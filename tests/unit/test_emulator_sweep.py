@@ -192,3 +192,19 @@ def test_the_example_sweep_is_valid():
     points = sweep.expand(config.load(path))
     sweep.check(points)
     assert len(points) >= 2
+
+
+def test_the_table_gives_each_point_its_speedup_over_the_first():
+    import io
+
+    rows = [{"point": "ecmp", "status": "complete", "iteration_time_s_mean": 0.03, "busbw_gbps_mean": 100.0,
+             "normalized_throughput": 0.5, "fidelity_ok": True},
+            {"point": "cosched", "status": "complete", "iteration_time_s_mean": 0.02, "busbw_gbps_mean": 150.0,
+             "normalized_throughput": 0.7, "fidelity_ok": False},
+            {"point": "broken", "status": "failed"}]
+    out = io.StringIO()
+    sweep.print_table(rows, out)
+    lines = out.getvalue().splitlines()
+    assert "speedup" in lines[1]
+    assert "1.00x" in lines[2] and "1.50x" in lines[3] and "NOT ok" in lines[3]
+    assert lines[4].split()[:3] == ["broken", "failed", "-"]

@@ -139,7 +139,7 @@ def _seed(name):
 
 
 EXPERIMENT_TEXTS = [_seed(n) for n in ("ring-single-switch.yaml", "gpt-small-3d.yaml", "ring-fat-tree.yaml",
-                                       "demo.yaml")] + [
+                                       "ring-rail-16.yaml")] + [
     "name: p\ntopology: {kind: leaf-spine, leaves: 2, spines: 1, hosts_per_leaf: 2}\nscale: {link: 2.5e-5, bytes: "
     "1.0e-3}\ntestbed: {datapath: userspace, slice_bytes: 16384}\njobs:\n  - hosts: {count: 4}\n    start_ms: 5\n"
     "    workload: {pattern: staggered, size_bytes: 65536, seed: 1, p_edge: 0.5, p_pod: 0.25}\n",
