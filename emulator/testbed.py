@@ -19,6 +19,8 @@ import time
 import urllib.request
 from dataclasses import dataclass
 
+import psutil
+
 from emulator import runstate, shaping
 from topologies import Fabric
 
@@ -207,10 +209,7 @@ class Testbed:
         fabric_path = os.path.join(self.run_dir, "fabric.json")
         self.fabric.dump(fabric_path)
 
-        ofp_port = free_port()
-        if self.use_controller:
-            self.rest_port = free_port()
-            self._start_controller(fabric_path, ofp_port)
+        ofp_port = self._launch_controller(fabric_path) if self.use_controller else free_port()
 
         dp = "kernel" if self.datapath == "kernel" else "user"
         fail_mode = "secure" if self.use_controller else "standalone"
@@ -248,6 +247,33 @@ class Testbed:
                      "every switch to connect and every route to be installed "
                      f"(controller log: {os.path.join(self.run_dir, 'controller.log')})")
         self.state.set(status="running")
+
+    def _launch_controller(self, fabric_path: str, attempts: int = 3) -> int:
+        """Start the controller on free ports and wait until it, not some other
+        run's controller, listens on both. A free port is only free when asked:
+        a run starting at the same moment can take it first, and then our
+        switches would talk to its controller. So a lost race means new ports."""
+        for _ in range(attempts):
+            ofp_port, self.rest_port = free_port(), free_port()
+            self._start_controller(fabric_path, ofp_port)
+            ports = {ofp_port, self.rest_port}
+            state = wait_for(lambda: self._listening(ports), self.ready_timeout_s,
+                             f"the controller to listen on ports {sorted(ports)}")
+            if state == "listening":
+                return ofp_port
+            self.log(f"[testbed] controller could not listen on {sorted(ports)}; trying other ports")
+        raise TestbedError(f"controller exited with status {self.ctl_proc.returncode} "
+                           f"(see {self.run_dir}/controller.out)")
+
+    def _listening(self, ports: set[int]) -> str | None:
+        if self.ctl_proc.poll() is not None:
+            return "exited"
+        try:
+            conns = psutil.Process(self.ctl_proc.pid).net_connections(kind="tcp")
+        except psutil.Error:
+            return None
+        mine = {c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN}
+        return "listening" if ports <= mine else None
 
     def _start_controller(self, fabric_path: str, ofp_port: int, restart: bool = False):
         self._ctl_args = (fabric_path, ofp_port)

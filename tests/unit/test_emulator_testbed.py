@@ -56,3 +56,40 @@ def test_the_switchs_shared_send_buffer_is_read_from_ss():
             "skmem:(r0,rb212992,t196800,tb212992,f0,w0,o0,bl0,d0)\n")
     assert tbm.parse_ovs_send_buffer(text) == 212992
     assert tbm.parse_ovs_send_buffer(text.splitlines()[0]) is None
+
+
+def test_a_controller_that_loses_its_port_race_is_started_again_on_new_ports(tmp_path, monkeypatch):
+    """Another run can take a port between free_port() and the controller's bind:
+    the testbed must notice (the controller exits) and not talk to that run's controller."""
+    tb = Testbed(fat_tree(4), str(tmp_path), ready_timeout_s=5)
+    ports = iter(range(6001, 6100))
+    monkeypatch.setattr(tbm, "free_port", lambda: next(ports))
+    started = []
+
+    class Proc:
+        def __init__(self, dies):
+            self.pid, self.returncode, self.dies = 4242, None, dies
+
+        def poll(self):
+            self.returncode = 1 if self.dies else None
+            return self.returncode
+
+    def start(fabric_path, ofp_port, restart=False):
+        started.append((ofp_port, tb.rest_port))
+        tb.ctl_proc = Proc(dies=len(started) == 1)
+    monkeypatch.setattr(tb, "_start_controller", start)
+
+    class Listening:
+        def __init__(self, pid):
+            pass
+
+        def net_connections(self, kind):
+            return [type("C", (), {"laddr": type("A", (), {"port": p})(), "status": tbm.psutil.CONN_LISTEN})()
+                    for p in started[-1]]
+    monkeypatch.setattr(tbm.psutil, "Process", Listening)
+    assert tb._launch_controller("fabric.json") == 6003
+    assert started == [(6001, 6002), (6003, 6004)]
+    # A controller that never gets going names its log.
+    monkeypatch.setattr(tb, "_start_controller", lambda *a, **k: setattr(tb, "ctl_proc", Proc(dies=True)))
+    with pytest.raises(TestbedError, match="controller.out"):
+        tb._launch_controller("fabric.json", attempts=2)
