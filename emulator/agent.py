@@ -37,6 +37,7 @@ that the receiver checks.
 """
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import os
@@ -415,9 +416,6 @@ class Agent:
             self.fail(f"rank {self.rank}: send to rank {peer} failed: {e}; {self.where()}")
 
     # -- op execution --------------------------------------------------------
-    def _deps_done(self, op: OpState) -> bool:
-        return all(self.ops[d].done for d in op.deps)
-
     def _comm_done(self, op: OpState) -> bool:
         return all(x.sent >= x.size for x in op.sends) and \
             all(self.recv_got[t] >= self.recv_size[t] for t in op.recv_tids)
@@ -454,9 +452,30 @@ class Agent:
         return None
 
     def run(self, t0: float):
+        """Run the op DAG. Only ops whose dependencies are done are looked at
+        (a heap, in plan order) and only started transfers are checked for
+        completion: every received slice wakes this loop, so a pass over all
+        ops would make a long trace's CPU cost quadratic."""
         compute_busy_until = None
         compute_op = None
-        pending = list(range(len(self.ops)))
+        waiting = [len(set(op.deps)) for op in self.ops]
+        dependants: list[list[int]] = [[] for _ in self.ops]
+        for i, op in enumerate(self.ops):
+            for d in set(op.deps):
+                dependants[d].append(i)
+        ready = [i for i, n in enumerate(waiting) if n == 0]  # sorted, so already a heap
+        active: list[int] = []  # started collectives and point-to-point ops
+        left = len(self.ops)
+
+        def finish(i: int, now: float):
+            nonlocal left
+            self._finish(i, now)
+            left -= 1
+            for j in dependants[i]:
+                waiting[j] -= 1
+                if waiting[j] == 0:
+                    heapq.heappush(ready, j)
+
         with self.cond:
             while True:
                 if self.failed:
@@ -467,25 +486,24 @@ class Agent:
                     self.cond.wait(min(t0 - now, BEAT_S))
                     continue
                 if compute_op is not None and now >= compute_busy_until:
-                    self._finish(compute_op, compute_busy_until)
+                    finish(compute_op, compute_busy_until)
                     compute_op = None
                 wake = None  # the earliest gate that may open by itself
                 progressed = True
-                while progressed:
+                while progressed:  # ops finishing now let dependants start in this same pass
                     progressed = False
-                    for i in list(pending):
+                    for i in [i for i in active if self._comm_done(self.ops[i])]:
+                        active.remove(i)
+                        finish(i, time.time())
+                        progressed = True
+                    held = []  # ready but not startable yet: a closed gate, or the compute engine busy
+                    while ready:
+                        i = heapq.heappop(ready)
                         op = self.ops[i]
-                        if op.started:
-                            if op.kind != "compute" and self._comm_done(op):
-                                self._finish(i, time.time())
-                                pending.remove(i)
-                                progressed = True
-                            continue
-                        if not self._deps_done(op):
-                            continue
                         gate = self._gate(op)
                         if gate is not None:
                             wake = gate if wake is None else min(wake, gate)
+                            held.append(i)
                             continue
                         if op.ready_t is None:
                             # A gated op is ready when its gate opens: waiting
@@ -495,12 +513,12 @@ class Agent:
                             op.ready_t = max([t0] + [self.ops[d].end_t for d in op.deps] + opened)
                         if op.kind == "compute":
                             if compute_op is not None:
+                                held.append(i)
                                 continue
                             op.started, op.start_t = True, time.time()
                             op.slowdown = self.slowdown(op.start_t)
                             compute_op = i
                             compute_busy_until = op.start_t + op.spec.get("duration_s", 0.0) * op.slowdown
-                            pending.remove(i)
                         else:
                             op.started, op.start_t = True, time.time()
                             for x in op.sends:
@@ -508,10 +526,12 @@ class Agent:
                                     x.sent = x.size
                                 else:
                                     self.send_queues[x.dst].append(x)
+                            active.append(i)
                             self.cond.notify_all()
                             progressed = True
-                    # Ops finishing now let dependants start in this same pass.
-                if not pending and compute_op is None:
+                    for i in held:
+                        heapq.heappush(ready, i)
+                if not left and compute_op is None:
                     return
                 now = time.time()
                 self.beat(now, busy=compute_op is not None or wake is not None)
