@@ -7,9 +7,10 @@ least MIN_ITERATIONS, so it replays the run's own traffic pattern, iteration bou
 Every probe keeps the time dilation (scale.bytes moves with scale.link): it emulates the same
 real-cluster traffic in the same wall time, with more or fewer packets a second. The ladder
 starts at the configured scale and doubles while probes are faithful, or halves until one is,
-at most MAX_PROBES probes. The run takes the largest faithful probe's scale; when no probe was
-faithful, the lowest scale that ran, and says so. It assumes that fidelity falls as the link
-scale rises, which is what the CPU cost per packet makes it do.
+at most MAX_PROBES probes; it halves no lower than the link rate at which the fidelity checks
+can still judge a frame (fidelity.min_judged_mbps). The run takes the largest faithful probe's
+scale; when no probe was faithful, the lowest scale that ran, and says so. It assumes that
+fidelity falls as the link scale rises, which is what the CPU cost per packet makes it do.
 
 Fidelity is a property of the machine as it is now: load from other processes fails a probe's
 cpu check as it would fail the run's.
@@ -23,7 +24,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 
-from emulator import config
+from emulator import config, fidelity
 from emulator.config import Experiment
 
 MAX_PROBES = 4
@@ -40,7 +41,7 @@ LOG = "run.log"
 STOP_UNFAITHFUL = "the next scale up was not faithful"
 STOP_FAITHFUL = "found a faithful scale going down"
 STOP_LIMIT = "probe limit reached"
-STOP_RANGE = "the next scale is outside the emulator's range"
+STOP_RANGE = "the next scale is outside what the emulator runs or its fidelity checks can judge"
 
 
 @dataclass
@@ -174,7 +175,7 @@ def calibrate(exp: Experiment, out_dir: str, run, log=print) -> tuple[Experiment
     probes: list[Probe] = []
     record = {"configured": {"link": exp.scale.link, "bytes": exp.scale.bytes}, "dilation": exp.scale.dilation,
               "iterations": plan.iterations, "probe_replay_s_estimated": plan.replay_s,
-              "max_probes": MAX_PROBES, "factor": FACTOR, "probes": [], "chosen": None, "faithful": False,
+              "max_probes": MAX_PROBES, "factor": FACTOR, "min_link_mbps": min_link_mbps(exp), "probes": [], "chosen": None, "faithful": False,
               "stopped": None, "reason": None, "wall_s": None}
 
     def save():
@@ -217,10 +218,10 @@ def calibrate(exp: Experiment, out_dir: str, run, log=print) -> tuple[Experiment
 
     def valid(rung: int) -> bool:
         try:
-            at_rung(plan.data, exp, rung)
+            pexp = at_rung(plan.data, exp, rung)
         except config.ConfigError:
             return False
-        return True
+        return rung > 0 or slowest_link_mbps(pexp) >= record["min_link_mbps"]
 
     _, stopped = search(probe, valid)
     chosen, faithful = choose(probes)
@@ -240,6 +241,18 @@ def calibrate(exp: Experiment, out_dir: str, run, log=print) -> tuple[Experiment
     final = copy.deepcopy(exp.raw)
     final["scale"] = {"link": chosen.link, "bytes": chosen.bytes}
     return config.parse(final, exp.source), record
+
+
+def min_link_mbps(exp: Experiment) -> float:
+    """The ladder goes no lower than the rate at which the fidelity checks still judge one frame
+    (the configured scale is probed even when below it: the user chose it)."""
+    from emulator.testbed import AFXDP_MTU, MTU
+
+    return fidelity.min_judged_mbps(AFXDP_MTU if exp.testbed.datapath == "afxdp" else MTU)
+
+
+def slowest_link_mbps(exp: Experiment) -> float:
+    return min(exp.emulated_mbps(d["link_gbps"]) for _, _, d in exp.fabric().links())
 
 
 def describe(p: dict) -> str:

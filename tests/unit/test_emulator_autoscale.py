@@ -148,24 +148,40 @@ def test_calibrate_probes_up_keeps_the_dilation_and_cuts_the_workload(tmp_path):
     assert any("probe 4: scale.link=0.0002: throughput 0.800, NOT faithful (cpu)" in ln for ln in lines)
 
 
+AT_40_MBPS = {"link": 1e-4, "bytes": 4e-3}
+
+
 def test_calibrate_goes_down_and_counts_a_failed_probe_as_unfaithful(tmp_path):
-    run = FakeRun(max_ok_link=1e-5, fail_above=2e-5)
-    final, record = autoscale.calibrate(_exp(), str(tmp_path), run)
-    assert [e.scale.link for e, _ in run.ran] == [2.5e-5, 1.25e-5, 6.25e-6]
-    assert final.scale.link == 6.25e-6 and final.scale.dilation == pytest.approx(40)
+    run = FakeRun(max_ok_link=3e-5, fail_above=5e-5)
+    final, record = autoscale.calibrate(_exp(scale=AT_40_MBPS), str(tmp_path), run)
+    assert [e.scale.link for e, _ in run.ran] == [1e-4, 5e-5, 2.5e-5]
+    assert final.scale.link == 2.5e-5 and final.scale.dilation == pytest.approx(40)
     first = record["probes"][0]
     assert first["status"] == "failed" and first["error"] == "agents stalled" and first["ok"] is False
 
 
 def test_calibrate_with_no_faithful_probe_runs_at_the_lowest_and_says_so(tmp_path):
-    final, record = autoscale.calibrate(_exp(), str(tmp_path), FakeRun(max_ok_link=0))
-    assert final.scale.link == 2.5e-5 / 8 and record["faithful"] is False
+    final, record = autoscale.calibrate(_exp(scale=AT_40_MBPS), str(tmp_path), FakeRun(max_ok_link=0))
+    assert final.scale.link == 1e-4 / 8 and record["faithful"] is False and len(record["probes"]) == 4
     assert "no probe was faithful" in record["reason"]
+
+
+def test_the_ladder_halves_no_lower_than_the_checks_can_judge(tmp_path):
+    # 9000-byte frames: 3.6 Mb/s (a frame in the 20 ms lateness bound). From 10 Mb/s: 5, not 2.5.
+    assert autoscale.min_link_mbps(_exp()) == pytest.approx(3.6)
+    run = FakeRun(max_ok_link=0)
+    final, record = autoscale.calibrate(_exp(), str(tmp_path), run)
+    assert [e.scale.link for e, _ in run.ran] == [2.5e-5, 1.25e-5] and record["stopped"] == autoscale.STOP_RANGE
+    assert final.scale.link == 1.25e-5 and record["faithful"] is False
+    # A configured scale below it is still probed, and the ladder may go up from there.
+    run = FakeRun(max_ok_link=1)
+    autoscale.calibrate(_exp(scale={"link": 2.5e-6, "bytes": 1e-4}), str(tmp_path), run)
+    assert [e.scale.link for e, _ in run.ran] == [2.5e-6, 5e-6, 1e-5, 2e-5]
 
 
 def test_calibrate_refuses_when_no_probe_runs(tmp_path):
     with pytest.raises(RunFailure, match="no probe ran to completion"):
-        autoscale.calibrate(_exp(), str(tmp_path), FakeRun(max_ok_link=1, fail_above=0))
+        autoscale.calibrate(_exp(scale=AT_40_MBPS), str(tmp_path), FakeRun(max_ok_link=1, fail_above=0))
     assert len(json.load(open(tmp_path / "calibration" / "calibration.json"))["probes"]) == 4
 
 
