@@ -161,8 +161,9 @@ def print_calibration(cal: dict, out) -> None:
     chosen = (cal.get("chosen") or {}).get("dir")
     for p in sorted(cal["probes"], key=lambda p: p["link"]):
         nt = p.get("normalized_throughput")
-        verdict = {True: "ok", False: "NOT ok"}.get(p.get("fidelity_ok"), p["status"])
-        why = ", ".join(c["name"] for c in p.get("failed_checks", []))
+        verdict = {True: "ok" if p.get("margin_ok", True) else "no margin", False: "NOT ok"}.get(
+            p.get("fidelity_ok"), p["status"])
+        why = ", ".join(c["name"] + (" (margin)" if c.get("margin") else "") for c in p.get("failed_checks", []))
         if p["status"] not in ("complete",):
             why = (f"{p['status']}: {p.get('error') or ''}; " + why).rstrip("; ")
         out.write(f"  {p['link']:<12.4g}{p['bytes']:<13.4g}{p['host_link_mbps']:>6.4g} Mb/s"

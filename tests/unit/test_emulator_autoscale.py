@@ -62,7 +62,8 @@ def test_ladder_stops_at_a_rung_out_of_range():
 
 def _p(link, status="complete", ok=True):
     return autoscale.Probe(0, link, link * 40, link * 4e5, f"calibration/link={link:g}", status=status,
-                           fidelity_ok=ok if status == "complete" else None)
+                           fidelity_ok=ok if status == "complete" else None,
+                           margin_ok=True if status == "complete" else None)
 
 
 def test_choice_is_the_largest_faithful_else_the_lowest_that_ran():
@@ -103,8 +104,9 @@ def test_first_iterations_cuts_whole_iterations_and_refuses_what_cannot_be_cut()
 class FakeRun:
     """run_experiment's stand-in: faithful up to `max_ok_link`; records each experiment it ran."""
 
-    def __init__(self, max_ok_link, fail_above=None, interrupt_at=None):
+    def __init__(self, max_ok_link, fail_above=None, interrupt_at=None, late_above=None):
         self.max_ok_link, self.fail_above, self.interrupt_at = max_ok_link, fail_above, interrupt_at
+        self.late_above = late_above  # above this link scale: lateness 17 ms, within a run's 20 but no margin
         self.ran = []
 
     def __call__(self, exp, folder, log=print):
@@ -115,8 +117,9 @@ class FakeRun:
         if self.fail_above is not None and exp.scale.link > self.fail_above:
             raise RunFailure("agents stalled")
         ok = exp.scale.link <= self.max_ok_link
+        late = 0.017 if self.late_above is not None and exp.scale.link > self.late_above else 0.005
         checks = [{"name": "cpu", "ok": ok, "detail": "x of y seconds below 25% idle"},
-                  {"name": "lateness", "ok": True, "detail": "fine"}]
+                  {"name": "lateness", "ok": True, "detail": "fine", "p99_s": late}]
         return {"status": "complete", "error": None, "traffic": {"normalized_throughput": 0.98 if ok else 0.8},
                 "fidelity": {"ok": ok, "checks": checks}}
 
@@ -177,6 +180,27 @@ def test_the_ladder_halves_no_lower_than_the_checks_can_judge(tmp_path):
     run = FakeRun(max_ok_link=1)
     autoscale.calibrate(_exp(scale={"link": 2.5e-6, "bytes": 1e-4}), str(tmp_path), run)
     assert [e.scale.link for e, _ in run.ran] == [2.5e-6, 5e-6, 1e-5, 2e-5]
+
+
+def test_a_probe_must_pass_with_a_margin(tmp_path):
+    # The run's bounds: lateness p99 <= 20 ms, >= 25% idle; a probe's: 15 ms, 30%.
+    short = autoscale.short_of_margin({"checks": [
+        {"name": "cpu", "ok": True, "detail": "", "idle_min_pct": 28.0},
+        {"name": "lateness", "ok": True, "detail": "", "p99_s": 0.0152},
+        {"name": "link_cap", "ok": True, "detail": ""}]})
+    assert [(c["name"], c["margin"]) for c in short] == [("cpu", True), ("lateness", True)]
+    assert "a probe needs <= 15 ms" in short[1]["detail"]
+    assert autoscale.short_of_margin({"checks": [{"name": "cpu", "ok": True, "detail": "", "idle_min_pct": 31},
+                                                 {"name": "lateness", "ok": True, "detail": "", "p99_s": 0.01}]}) == []
+    run = FakeRun(max_ok_link=1, late_above=2.5e-5)
+    final, record = autoscale.calibrate(_exp(), str(tmp_path), run)
+    assert [e.scale.link for e, _ in run.ran] == [2.5e-5, 5e-5] and final.scale.link == 2.5e-5
+    second = record["probes"][1]
+    assert second["fidelity_ok"] is True and second["margin_ok"] is False and second["ok"] is False
+    assert autoscale.describe(second) == "throughput 0.980, faithful, but short of a probe's margin (lateness)"
+    out = io.StringIO()
+    results.print_calibration(record, out)
+    assert "no margin" in out.getvalue() and "lateness (margin)" in out.getvalue()
 
 
 def test_calibrate_refuses_when_no_probe_runs(tmp_path):
