@@ -246,8 +246,8 @@ def calibrate(exp: Experiment, out_dir: str, run, log=print) -> tuple[Experiment
                         "dir": chosen.dir}
     record["faithful"] = faithful
     record["reason"] = (f"the largest faithful probe ({stopped})" if faithful else
-                        "no probe was faithful: the run goes ahead at the lowest scale that ran, and is "
-                        "likely NOT FAITHFUL too (is the machine loaded? see the failed checks)")
+                        f"no probe was faithful ({stopped}): the run goes ahead at the lowest scale that ran, "
+                        "and is likely NOT FAITHFUL too (is the machine loaded? see the failed checks)")
     save()
     final = copy.deepcopy(exp.raw)
     final["scale"] = {"link": chosen.link, "bytes": chosen.bytes}

@@ -154,7 +154,8 @@ def print_table(summary: dict, out) -> None:
 def print_calibration(cal: dict, out) -> None:
     """The probes of `--auto-scale`, by link scale, and the one chosen."""
     its = ", ".join(f"{j}: {v['probe']} of {v['run']}" for j, v in cal["iterations"].items())
-    out.write(f"\ncalibration (--auto-scale): {len(cal['probes'])} probes in {cal['wall_s']:.1f} s, time dilation "
+    n = len(cal["probes"])
+    out.write(f"\ncalibration (--auto-scale): {n} probe{'' if n == 1 else 's'} in {cal['wall_s']:.1f} s, time dilation "
               f"{cal['dilation']:g}x, iterations per probe {its}\n")
     out.write(f"  {'scale.link':<12}{'scale.bytes':<13}{'host link':>10}{'throughput':>12}  {'fidelity':<10}"
               f"{'wall':>7}  failed checks\n")
