@@ -4,14 +4,16 @@ short real runs ("probes") of the same experiment, before the run itself.
 A probe is the experiment as given (topology, jobs, placement, routing, faults, capture) with
 each job cut to its first whole iterations: enough for about PROBE_REPLAY_S of replay and at
 least MIN_ITERATIONS, so it replays the run's own traffic pattern, iteration boundary included.
-Being shorter, a probe must pass with some headroom (short_of_margin).
-Every probe keeps the time dilation (scale.bytes moves with scale.link): it emulates the same
-real-cluster traffic in the same wall time, with more or fewer packets a second. The ladder
-starts at the configured scale and doubles while probes are faithful, or halves until one is,
-at most MAX_PROBES probes; it halves no lower than the link rate at which the fidelity checks
-can still judge a frame (fidelity.min_judged_mbps). The run takes the largest faithful probe's
-scale; when no probe was faithful, the lowest scale that ran, and says so. It assumes that
-fidelity falls as the link scale rises, which is what the CPU cost per packet makes it do.
+Being shorter, a probe must pass with some headroom (short_of_margin). Every probe keeps the
+time dilation (scale.bytes moves with scale.link): it emulates the same real-cluster traffic in
+the same wall time, with more or fewer packets a second.
+
+The ladder starts at the configured scale and doubles while probes are faithful, or halves
+until one is (doubles, when the first fails for a reason other than CPU), at most MAX_PROBES
+probes; it halves no lower than the link rate at which the fidelity checks can still judge a
+frame (fidelity.min_judged_mbps). The run takes the largest faithful probe's scale; when no
+probe was faithful, the lowest scale that ran, and says so. It assumes that CPU-bound fidelity
+falls as the link scale rises, which is what the CPU cost per packet makes it do.
 
 Fidelity is a property of the machine as it is now: load from other processes fails a probe's
 cpu check as it would fail the run's.
@@ -44,6 +46,9 @@ DIR = "calibration"
 RECORD = "calibration.json"
 LOG = "run.log"
 
+# Checks that a lack of CPU fails: the hosts' idle time, and switches that cannot keep links busy.
+CPU_CHECKS = ("cpu", "link_saturation")
+
 # Why the search stopped.
 STOP_UNFAITHFUL = "the next scale up was not faithful"
 STOP_FAITHFUL = "found a faithful scale going down"
@@ -71,16 +76,24 @@ class Probe:
     def ok(self) -> bool:
         return self.status == "complete" and bool(self.fidelity_ok) and bool(self.margin_ok)
 
+    @property
+    def cpu_bound(self) -> bool:
+        """It failed, or fell short, where a faster link only needs more CPU: a slower one may pass."""
+        return self.status != "complete" or any(c["name"] in CPU_CHECKS for c in self.failed_checks)
+
     def to_dict(self) -> dict:
-        return {**asdict(self), "ok": self.ok}
+        return {**asdict(self), "ok": self.ok, "cpu_bound": self.cpu_bound}
 
 
 def search(probe, valid, max_probes: int = MAX_PROBES) -> tuple[list, str]:
     """Probe rung 0, then go up (rung 1, 2, ...) while probes are faithful, or down (-1, -2, ...)
-    until one is; stop at a rung that is not valid or after max_probes. probe(rung) -> an object
-    with .ok; valid(rung) -> bool. Returns (the probes in order, why it stopped)."""
+    until one is; stop at a rung that is not valid or after max_probes. A rung 0 that fails for
+    a reason other than CPU (say lateness with the CPU half idle) sends the search up, not down: a
+    slower link would not cure it, a faster one may; going up then stops at the first failure
+    once a probe was faithful, or at one for lack of CPU. probe(rung) -> an object with .ok and
+    .cpu_bound; valid(rung) -> bool. Returns (the probes in order, why it stopped)."""
     done = [probe(0)]
-    step = 1 if done[0].ok else -1
+    step = -1 if not done[0].ok and done[0].cpu_bound else 1
     rung = 0
     while True:
         if len(done) >= max_probes:
@@ -88,10 +101,11 @@ def search(probe, valid, max_probes: int = MAX_PROBES) -> tuple[list, str]:
         rung += step
         if not valid(rung):
             return done, STOP_RANGE
-        done.append(probe(rung))
-        if step == 1 and not done[-1].ok:
+        p = probe(rung)
+        done.append(p)
+        if step == 1 and not p.ok and (p.cpu_bound or any(q.ok for q in done)):
             return done, STOP_UNFAITHFUL
-        if step == -1 and done[-1].ok:
+        if step == -1 and p.ok:
             return done, STOP_FAITHFUL
 
 

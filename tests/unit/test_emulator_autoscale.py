@@ -31,12 +31,14 @@ def _exp(data=None, **changes):
 
 # -- the ladder, with probes that are faithful up to a rung ------------------------------------
 
-def _probe_upto(last_ok_rung, broken=()):
+def _probe_upto(last_ok_rung, not_cpu=()):
+    """Faithful up to last_ok_rung; above it short of CPU, except the rungs in not_cpu (say, lateness)."""
     tried = []
 
     def probe(rung):
         tried.append(rung)
-        return SimpleNamespace(rung=rung, ok=rung <= last_ok_rung and rung not in broken)
+        ok = rung <= last_ok_rung and rung not in not_cpu
+        return SimpleNamespace(rung=rung, ok=ok, cpu_bound=not ok and rung not in not_cpu)
     return probe, tried
 
 
@@ -52,6 +54,20 @@ def test_ladder_goes_up_while_faithful_and_down_until_faithful(last_ok, expect_t
     probe, tried = _probe_upto(last_ok)
     probes, why = autoscale.search(probe, valid=lambda r: True)
     assert tried == expect_tried and [p.rung for p in probes] == expect_tried and why == stopped
+
+
+@pytest.mark.parametrize("last_ok, not_cpu, expect_tried, stopped", [
+    (9, (0,), [0, 1, 2, 3], autoscale.STOP_LIMIT),        # lateness at the start, CPU to spare: go up
+    (1, (0,), [0, 1, 2], autoscale.STOP_UNFAITHFUL),      # ... to the largest faithful
+    (-9, (0,), [0, 1], autoscale.STOP_UNFAITHFUL),        # ... and stop at a failure for lack of CPU
+    (9, (0, 1), [0, 1, 2, 3], autoscale.STOP_LIMIT),      # not yet faithful: keep going up
+    (-9, (-1,), [0, -1, -2, -3], autoscale.STOP_LIMIT),   # going down, other failures change nothing
+])
+def test_a_first_probe_failing_for_a_reason_other_than_cpu_sends_the_ladder_up(last_ok, not_cpu, expect_tried,
+                                                                                stopped):
+    probe, tried = _probe_upto(last_ok, not_cpu)
+    _, why = autoscale.search(probe, valid=lambda r: True)
+    assert tried == expect_tried and why == stopped
 
 
 def test_ladder_stops_at_a_rung_out_of_range():
@@ -104,9 +120,10 @@ def test_first_iterations_cuts_whole_iterations_and_refuses_what_cannot_be_cut()
 class FakeRun:
     """run_experiment's stand-in: faithful up to `max_ok_link`; records each experiment it ran."""
 
-    def __init__(self, max_ok_link, fail_above=None, interrupt_at=None, late_above=None):
+    def __init__(self, max_ok_link, fail_above=None, interrupt_at=None, late_above=None, late_below=None):
         self.max_ok_link, self.fail_above, self.interrupt_at = max_ok_link, fail_above, interrupt_at
         self.late_above = late_above  # above this link scale: lateness 17 ms, within a run's 20 but no margin
+        self.late_below = late_below  # below it: lateness 25 ms, beyond a run's 20
         self.ran = []
 
     def __call__(self, exp, folder, log=print):
@@ -118,8 +135,10 @@ class FakeRun:
             raise RunFailure("agents stalled")
         ok = exp.scale.link <= self.max_ok_link
         late = 0.017 if self.late_above is not None and exp.scale.link > self.late_above else 0.005
+        late = 0.025 if self.late_below is not None and exp.scale.link < self.late_below else late
         checks = [{"name": "cpu", "ok": ok, "detail": "x of y seconds below 25% idle"},
-                  {"name": "lateness", "ok": True, "detail": "fine", "p99_s": late}]
+                  {"name": "lateness", "ok": late <= 0.020, "detail": "late", "p99_s": late}]
+        ok = ok and late <= 0.020
         return {"status": "complete", "error": None, "traffic": {"normalized_throughput": 0.98 if ok else 0.8},
                 "fidelity": {"ok": ok, "checks": checks}}
 
@@ -201,6 +220,14 @@ def test_a_probe_must_pass_with_a_margin(tmp_path):
     out = io.StringIO()
     results.print_calibration(record, out)
     assert "no margin" in out.getvalue() and "lateness (margin)" in out.getvalue()
+
+
+def test_calibrate_goes_up_from_a_first_probe_late_with_cpu_to_spare(tmp_path):
+    # 5 Mb/s late (not for lack of CPU), 10 Mb/s faithful, 20 Mb/s short of CPU: 10 it is.
+    run = FakeRun(max_ok_link=2.5e-5, late_below=2e-5)
+    final, record = autoscale.calibrate(_exp(scale={"link": 1.25e-5, "bytes": 5e-4}), str(tmp_path), run)
+    assert [e.scale.link for e, _ in run.ran] == [1.25e-5, 2.5e-5, 5e-5] and final.scale.link == 2.5e-5
+    assert [(p["ok"], p["cpu_bound"]) for p in record["probes"]] == [(False, False), (True, False), (False, True)]
 
 
 def test_calibrate_refuses_when_no_probe_runs(tmp_path):
