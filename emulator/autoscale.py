@@ -280,8 +280,8 @@ def short_of_margin(fid: dict) -> list[dict]:
                                   f"(a run {fidelity.CPU_IDLE_MIN_PCT:.0f}%)"})
         if c["name"] == "lateness" and c.get("p99_s", 0.0) > PROBE_LATENESS_MAX_S:
             out.append({"name": "lateness", "margin": True,
-                        "detail": f"p99 {c['p99_s'] * 1e3:.1f} ms: a probe needs <= "
-                                  f"{PROBE_LATENESS_MAX_S * 1e3:.0f} ms (a run {fidelity.LATENESS_P99_MAX_S * 1e3:.0f})"})
+                        "detail": f"p99 {c['p99_s'] * 1e3:.1f} ms: a probe needs <= {PROBE_LATENESS_MAX_S * 1e3:.0f}"
+                                  f" ms (a run {fidelity.LATENESS_P99_MAX_S * 1e3:.0f})"})
     return out
 
 

@@ -191,12 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a value, e.g. --set scale.link=1e-5 --set jobs.0.workload.size_bytes=1e9")
     r.add_argument("--auto-scale", action="store_true",
-                   help="first calibrate: short runs of this experiment (its first iterations, ~3 s of replay "
-                        "each) at scale.link x2, x4, ... while faithful, or /2, /4, ... until faithful, at most "
-                        "4, with the time dilation (scale.bytes / scale.link) kept; then run at the largest "
-                        "faithful scale (if none is, at the lowest tried, flagged). Probes go to "
-                        "DIR/calibration/<probe>/; summary.json 'calibration' records them. The verdict is "
-                        "this machine's now: other load counts. Not with a sweep (exit 2)")
+                   help="first calibrate: up to 4 short runs of this experiment (its first iterations, ~3 s "
+                        "of replay each) on a x2 ladder of scale.link from the configured one, the time dilation "
+                        "(scale.bytes / scale.link) kept; then run at the largest scale whose probe was faithful "
+                        "with headroom (if none was, at the lowest tried, flagged). Probes go to "
+                        "DIR/calibration/<probe>/; summary.json 'calibration' records them. The verdict is this "
+                        "machine's now: other load counts. Not with a sweep (exit 2). README: 'Choosing the scale'")
     r.set_defaults(func=cmd_run)
 
     c = sub.add_parser("check", help="validate an experiment file (every point of a sweep) without running it")
