@@ -25,6 +25,10 @@ def cmd_run(args) -> int:
     from emulator.testbed import TestbedError
 
     exp = config.load(args.experiment, args.set)
+    if args.auto_scale and exp.sweep:
+        raise ConfigError("--auto-scale", "an experiment without a sweep: section (calibrate one point alone: "
+                          "--auto-scale --set 'sweep={}' plus its overrides; then put the chosen scale in the file)",
+                          f"sweep: with {len(exp.sweep)} points", args.experiment)
     out = args.out or os.path.join("results", exp.name)
     try:
         os.makedirs(out, exist_ok=True)
@@ -39,8 +43,18 @@ def cmd_run(args) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     print(f"dtnet: running {exp.name} -> {out}")
+    prepare = None
+    if args.auto_scale:
+        from emulator import autoscale
+
+        def prepare(e):
+            chosen, record = autoscale.calibrate(e, out, run_experiment, log=_flushed)
+            verdict = "" if record["faithful"] else " (NO probe was faithful: running at the lowest scale that ran)"
+            print(f"dtnet: running {exp.name} at scale.link={chosen.scale.link:g} "
+                  f"scale.bytes={chosen.scale.bytes:g}{verdict}", flush=True)
+            return chosen, record
     try:
-        summary = run_experiment(exp, out)
+        summary = run_experiment(exp, out, prepare=prepare)
     except runstate.LeaseError as e:  # another live run writes this folder: refuse at once
         print(f"dtnet: {e}", file=sys.stderr)
         return EXIT_INPUT
@@ -56,6 +70,10 @@ def cmd_run(args) -> int:
         print(f"dtnet: run incomplete: {summary['error']}", file=sys.stderr)
         return EXIT_FAIL
     return EXIT_OK
+
+
+def _flushed(msg: str) -> None:
+    print(msg, flush=True)  # calibration takes a while: show each probe as it goes
 
 
 def _run_sweep(args, exp, out, on_signal) -> int:
@@ -166,11 +184,19 @@ def build_parser() -> argparse.ArgumentParser:
                                    "pcap/ when the file asks for a capture. A file with a sweep: section runs "
                                    "each point into DIR/points/<point>/ and writes DIR/sweep.csv and "
                                    "DIR/sweep.png; running it again into the same DIR skips the points "
-                                   "already complete.")
+                                   "already complete. With --auto-scale, short probe runs in "
+                                   "DIR/calibration/ pick the scale first.")
     r.add_argument("experiment", help="experiment YAML file")
     r.add_argument("--out", help="output folder (default results/<name>/)")
     r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a value, e.g. --set scale.link=1e-5 --set jobs.0.workload.size_bytes=1e9")
+    r.add_argument("--auto-scale", action="store_true",
+                   help="first calibrate: up to 4 short runs of this experiment (its first iterations, ~3 s "
+                        "of replay each) on a x2 ladder of scale.link from the configured one, the time dilation "
+                        "(scale.bytes / scale.link) kept; then run at the largest scale whose probe was faithful "
+                        "with headroom (if none was, at the lowest tried, flagged). Probes go to "
+                        "DIR/calibration/<probe>/; summary.json 'calibration' records them. The verdict is this "
+                        "machine's now: other load counts. Not with a sweep (exit 2). README: 'Choosing the scale'")
     r.set_defaults(func=cmd_run)
 
     c = sub.add_parser("check", help="validate an experiment file (every point of a sweep) without running it")

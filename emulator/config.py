@@ -516,11 +516,13 @@ def to_dict(exp: Experiment) -> dict:
     }
 
 
-def write_resolved(exp: Experiment, path: str) -> None:
-    """config.yaml of a run: `dtnet run DIR/config.yaml` repeats it."""
+def write_resolved(exp: Experiment, path: str, notes=()) -> None:
+    """config.yaml of a run: `dtnet run DIR/config.yaml` repeats it. notes: more comment lines."""
     with open(path, "w") as f:
         f.write(f"# {exp.name}: the experiment as run, from {exp.source or 'a mapping'}, with --set overrides\n"
                 "# applied and every default filled in. `dtnet run` this file to repeat the run.\n")
+        for line in notes:
+            f.write("# " + " ".join(str(line).splitlines()) + "\n")
         yaml.safe_dump(to_dict(exp), f, sort_keys=False)
 
 

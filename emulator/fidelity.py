@@ -169,6 +169,14 @@ def evaluate(mon: Monitor | None, events: list[dict], t_start: float, t_end: flo
                                             "the scale factors; figures are bandwidth-dominated"}
 
 
+def min_judged_mbps(mtu_bytes: int) -> float:
+    """The slowest link rate whose frames these checks can judge: one frame must serialize within
+    the lateness bound, and the two frames HTB may pass ahead in a second must stay within the link
+    cap's margin. Below it (3.6 Mb/s at 9000-byte frames) a link's own granularity fails them."""
+    bits = mtu_bytes * 8
+    return max(bits / LATENESS_P99_MAX_S, 2 * bits / (LINK_CAP_MAX - 1.0)) / 1e6
+
+
 def send_buffer_check(buf_bytes: int, need_bytes: int) -> dict:
     """The userspace switch sends through one socket; with a small buffer it
     drops packets silently once a dozen frames queue anywhere (bootstrap.sh)."""

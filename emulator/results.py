@@ -208,6 +208,8 @@ def print_table(summary: dict, out) -> None:
         out.write(f"\nacross {agg['jobs']} jobs: iteration time mean {_fmt_s(agg['iteration_time_s_mean'])} "
                   f"(slowest job {_fmt_s(agg['iteration_time_s_max'])}, p99 {_fmt_s(agg['iteration_time_s_p99'])}), "
                   f"busbw mean {agg['busbw_gbps_mean']:.1f} Gb/s, makespan {_fmt_s(agg['makespan_s'])}\n")
+    if summary.get("calibration"):
+        print_calibration(summary["calibration"], out)
     t = summary["traffic"]
     out.write(f"\ntraffic: aggregate {t['aggregate_gbps']:.1f} Gb/s, normalized throughput "
               f"{t['normalized_throughput']:.3f} of the host links\n")
@@ -219,7 +221,31 @@ def print_table(summary: dict, out) -> None:
     out.write("\n")
     if not f["ok"] and f.get("suggested_scale"):
         out.write(f"  suggestion: --set scale.link={f['suggested_scale']['link']:.3g} "
-                  f"--set scale.bytes={f['suggested_scale']['bytes']:.3g}\n")
+                  f"--set scale.bytes={f['suggested_scale']['bytes']:.3g}, or --auto-scale\n")
+
+
+def print_calibration(cal: dict, out) -> None:
+    """The probes of `--auto-scale`, by link scale, and the one chosen."""
+    its = ", ".join(f"{j}: {v['probe']} of {v['run']}" for j, v in cal["iterations"].items())
+    n = len(cal["probes"])
+    out.write(f"\ncalibration (--auto-scale): {n} probe{'' if n == 1 else 's'} in {cal['wall_s']:.1f} s, time dilation "
+              f"{cal['dilation']:g}x, iterations per probe {its}\n")
+    out.write(f"  {'scale.link':<12}{'scale.bytes':<13}{'host link':>10}{'throughput':>12}  {'fidelity':<10}"
+              f"{'wall':>7}  failed checks\n")
+    chosen = (cal.get("chosen") or {}).get("dir")
+    for p in sorted(cal["probes"], key=lambda p: p["link"]):
+        nt = p.get("normalized_throughput")
+        verdict = {True: "ok" if p.get("margin_ok", True) else "no margin", False: "NOT ok"}.get(
+            p.get("fidelity_ok"), p["status"])
+        why = ", ".join(c["name"] + (" (margin)" if c.get("margin") else "") for c in p.get("failed_checks", []))
+        if p["status"] not in ("complete",):
+            why = (f"{p['status']}: {p.get('error') or ''}; " + why).rstrip("; ")
+        out.write(f"  {p['link']:<12.4g}{p['bytes']:<13.4g}{p['host_link_mbps']:>6.4g} Mb/s"
+                  f"{('-' if nt is None else f'{nt:.3f}'):>12}  {verdict:<10}{p['wall_s'] or 0:>6.1f}s  {why}"
+                  f"{'  <- chosen' if p['dir'] == chosen else ''}\n")
+    if cal.get("chosen"):
+        out.write(f"  chosen: scale.link={cal['chosen']['link']:g} scale.bytes={cal['chosen']['bytes']:g}: "
+                  f"{cal['reason']}\n")
 
 
 def _fmt_s(s: float) -> str:

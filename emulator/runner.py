@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from emulator import announce, capture, config, fidelity, outputs, results, runstate
+from emulator import announce, autoscale, capture, config, fidelity, outputs, results, runstate
 from emulator.config import Experiment
 from emulator.faults import FaultInjector
 from emulator.outputs import links
@@ -30,24 +30,31 @@ class Interrupted(BaseException):
     """SIGINT/SIGTERM: unwind everything, keep what was written."""
 
 
-def run_experiment(exp: Experiment, out_dir: str, log=print) -> dict:
-    """Raises runstate.LeaseError at once when out_dir is another live run's folder."""
+def run_experiment(exp: Experiment, out_dir: str, log=print, prepare=None) -> dict:
+    """Raises runstate.LeaseError at once when out_dir is another live run's folder.
+
+    prepare(exp) -> (exp, calibration record) runs first, while the folder is held: `--auto-scale`
+    (emulator.autoscale) probes there and picks the scale; the record goes into summary.json."""
     os.makedirs(out_dir, exist_ok=True)
     lock = runstate.lock_run_dir(out_dir)
     try:
-        return _run(exp, out_dir, log)
+        calibration = None
+        if prepare is not None:
+            exp, calibration = prepare(exp)
+        return _run(exp, out_dir, log, calibration)
     finally:
         os.close(lock)
 
 
-def _run(exp: Experiment, out_dir: str, log) -> dict:
+def _run(exp: Experiment, out_dir: str, log, calibration: dict | None = None) -> dict:
     fabric = exp.fabric()
     jobs = build_plans(exp, fabric)  # bad workloads fail here, before anything starts
-    config.write_resolved(exp, os.path.join(out_dir, "config.yaml"))
+    config.write_resolved(exp, os.path.join(out_dir, "config.yaml"),
+                          notes=autoscale.config_notes(calibration) if calibration else ())
     events_path = os.path.join(out_dir, "events.jsonl")
     open(events_path, "w").close()
     ctx = {"status": "incomplete", "error": None, "datapath": None, "controller": None,
-           "totals": {}, "t_start": None, "t_end": None, "monitor": None}
+           "totals": {}, "t_start": None, "t_end": None, "monitor": None, "calibration": calibration}
     try:
         with Testbed(fabric, out_dir, routing=exp.routing, scale_link=exp.scale.link,
                      datapath=exp.testbed.datapath, queue_packets=exp.testbed.queue_packets,
@@ -415,6 +422,7 @@ def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
         "capture": ctx["capture"].results if ctx.get("capture") else [],
         "announcements": announce.summarize(events, dil),
         "duration_s_wall": (t_end - t_start) if ctx["t_start"] else None,
+        **({"calibration": ctx["calibration"]} if ctx.get("calibration") else {}),
     }
 
 

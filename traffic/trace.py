@@ -159,6 +159,26 @@ def _validate(t: Trace, file):
             " -> ".join(cycle[:6]) + (" ..." if len(cycle) > 6 else ""))
 
 
+def first_iterations(t: Trace, n: int) -> Trace | None:
+    """The same trace cut to its first n iterations (by iteration number), for a shorter run of the
+    same traffic pattern; None when that cannot be cut cleanly: an op without an iteration, or one
+    that depends on a later iteration's op."""
+    if any(o.iteration is None for ops in t.ops.values() for o in ops):
+        return None
+    keep = set(sorted({o.iteration for ops in t.ops.values() for o in ops})[:n])
+    ops = {r: [o for o in lst if o.iteration in keep] for r, lst in t.ops.items()}
+    for lst in ops.values():
+        ids = {o.id for o in lst}
+        if any(d not in ids for o in lst for d in o.deps):
+            return None
+    cut = Trace(nranks=t.nranks, groups=dict(t.groups), ops=ops, meta={**t.meta, "iterations_kept": len(keep)})
+    try:
+        cut.validate()
+    except InputError:
+        return None
+    return cut
+
+
 def dependency_graph(t: Trace):
     """Nodes merged across ranks, and edges dep -> op, as plain dicts of lists."""
     preds: dict = {}
