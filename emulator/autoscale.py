@@ -39,7 +39,8 @@ PROBE_TIMEOUT_FACTOR = 10  # a probe this many times slower than its estimate is
 # A probe is shorter than the run: it sees fewer seconds and ops, so its extremes (the least idle
 # second, the p99 lateness, which over a few ops is their maximum) come out lower than the run's.
 # It must pass those two checks with headroom. Measured on ring-rail-16.yaml (then demo.yaml):
-# a 20 Mb/s probe at 15.2 ms lateness, its run at 22.0 (bound 20); bench_fidelity_scale: results within 1% at >= 32% idle.
+# a 20 Mb/s probe at 15.2 ms lateness, its run at 22.0 (bound 20); bench_fidelity_scale: results
+# within 1% at >= 32% idle.
 PROBE_CPU_IDLE_MIN_PCT = fidelity.CPU_IDLE_MIN_PCT + 5.0
 PROBE_LATENESS_MAX_S = fidelity.LATENESS_P99_MAX_S * 0.75
 DIR = "calibration"
