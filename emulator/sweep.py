@@ -123,13 +123,15 @@ def is_done(folder: str, exp: Experiment) -> bool:
 
 def metrics(summary: dict) -> dict:
     """A summary's key figures as flat columns: per job mean iteration time, busbw per
-    collective (by op; by op and size when a job has several sizes), throughput, fidelity."""
+    collective (by op; by op and size when a job has several sizes) with its alpha-beta
+    prediction and ratio, throughput, fidelity."""
     row = {"fidelity_ok": summary["fidelity"]["ok"],
            "normalized_throughput": summary["traffic"]["normalized_throughput"],
            "aggregate_gbps": summary["traffic"]["aggregate_gbps"]}
     if "aggregate" in summary:
         row["iteration_time_s_mean"] = summary["aggregate"]["iteration_time_s_mean"]
         row["busbw_gbps_mean"] = summary["aggregate"]["busbw_gbps_mean"]
+        row["cct_vs_predicted_mean"] = summary["aggregate"].get("cct_vs_predicted_mean")
     row["tcp_retrans_segs"] = summary.get("tcp", {}).get("retrans_segs")
     for j in summary["jobs"]:
         row[f"{j['name']}.iteration_time_s_mean"] = j["iteration_time_s"]["mean"]
@@ -137,6 +139,9 @@ def metrics(summary: dict) -> dict:
         for c in j["collectives"]:
             name = c["op"] if ops.count(c["op"]) == 1 else f"{c['op']}.{c['size_bytes']}B"
             row[f"{j['name']}.{name}.busbw_gbps"] = c["busbw_gbps"]
+            for k in ("predicted_cct_s", "cct_vs_predicted"):
+                if k in c:
+                    row[f"{j['name']}.{name}.{k}"] = c[k]
     return row
 
 
@@ -233,8 +238,10 @@ def _headline(summary: dict) -> str:
     agg = summary.get("aggregate") or {}
     if not agg.get("iteration_time_s_mean"):
         return ""
+    ratio = agg.get("cct_vs_predicted_mean")
     return (f": iteration {agg['iteration_time_s_mean'] * 1e3:.2f} ms, busbw {agg['busbw_gbps_mean']:.1f} Gb/s, "
-            f"fidelity {'ok' if summary['fidelity']['ok'] else 'NOT ok'}")
+            + (f"{ratio:.2f}x alpha-beta, " if ratio is not None else "")
+            + f"fidelity {'ok' if summary['fidelity']['ok'] else 'NOT ok'}")
 
 
 def _plot(summaries: list[dict], labels: list[str], path: str, log) -> None:
@@ -252,13 +259,14 @@ def _plot(summaries: list[dict], labels: list[str], path: str, log) -> None:
 def print_table(rows: list[dict], out) -> None:
     """The sweep at a glance: per point, status and headline figures."""
     width = max(len("point"), *(len(r["point"]) for r in rows)) + 2
-    out.write(f"\n{'point':<{width}}{'status':<13}{'iteration':>12}{'busbw Gb/s':>12}{'throughput':>12}"
-              f"{'fidelity':>10}\n")
+    out.write(f"\n{'point':<{width}}{'status':<13}{'iteration':>12}{'busbw Gb/s':>12}{'vs alpha-beta':>15}"
+              f"{'throughput':>12}{'fidelity':>10}\n")
     for r in rows:
         it = r.get("iteration_time_s_mean")
         out.write(f"{r['point']:<{width}}{r['status']:<13}"
                   f"{(f'{it * 1e3:.2f} ms' if it else '-'):>12}"
-                  f"{_num(r.get('busbw_gbps_mean')):>12}{_num(r.get('normalized_throughput'), '.3f'):>12}"
+                  f"{_num(r.get('busbw_gbps_mean')):>12}{_num(r.get('cct_vs_predicted_mean'), '.2f'):>15}"
+                  f"{_num(r.get('normalized_throughput'), '.3f'):>12}"
                   f"{({True: 'ok', False: 'NOT ok'}.get(r.get('fidelity_ok'), '-')):>10}\n")
 
 
