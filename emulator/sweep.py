@@ -229,7 +229,7 @@ def run(exp: Experiment, out_dir: str, run_point, points: list[Point] | None = N
     finally:
         rows = write_csv(csv_path, points, status, summaries)
     complete = [p for p in points if status.get(p.slug, {}).get("status") == "complete"]
-    _plot([summaries[p.slug] for p in complete], [p.slug for p in complete], os.path.join(out_dir, PLOT_NAME), log)
+    _plot(complete, [summaries[p.slug] for p in complete], os.path.join(out_dir, PLOT_NAME), log)
     return {"points": total, "complete": len(complete), "skipped": skipped,
             "failed": [p.slug for p in points if status[p.slug]["status"] != "complete"], "rows": rows}
 
@@ -244,14 +244,42 @@ def _headline(summary: dict) -> str:
             + f"fidelity {'ok' if summary['fidelity']['ok'] else 'NOT ok'}")
 
 
-def _plot(summaries: list[dict], labels: list[str], path: str, log) -> None:
-    """sweep.png; a chart that cannot be drawn is a warning."""
+def numeric_key(points: list[Point]) -> str | None:
+    """The last override key whose values are all numbers, at least three distinct ones
+    (a size or a rate to draw along), or None."""
+    keys = list(dict.fromkeys(k for p in points for k, _ in p.overrides))
+    for k in reversed(keys):
+        values = [dict(p.overrides).get(k) for p in points]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values) and len(set(values)) >= 3:
+            return k
+    return None
+
+
+def series(points: list[Point], summaries: list[dict], x_key: str) -> dict[str, list[tuple]]:
+    """Points as lines along x_key: label (the other overrides) -> [(x, busbw, cct over alpha-beta)]."""
+    short = _short_keys(list(dict.fromkeys(k for p in points for k, _ in p.overrides)))
+    out: dict[str, list[tuple]] = {}
+    for p, s in zip(points, summaries):
+        label = ",".join(f"{short[k]}={_text(v)}" for k, v in p.overrides if k != x_key) or "all"
+        agg = s.get("aggregate") or {}
+        out.setdefault(label, []).append((dict(p.overrides)[x_key], agg.get("busbw_gbps_mean", 0.0),
+                                          agg.get("cct_vs_predicted_mean")))
+    return out
+
+
+def _plot(points: list[Point], summaries: list[dict], path: str, log) -> None:
+    """sweep.png: lines along a numeric key when the sweep has one (sizes), else the runs side
+    by side as `dtnet compare` draws them; a chart that cannot be drawn is a warning."""
     if not summaries:
         return
     try:
         from emulator.outputs import plots
 
-        plots.comparison_chart(summaries, labels, path)
+        x_key = numeric_key(points)
+        if x_key:
+            plots.sweep_chart(series(points, summaries, x_key), x_key.rsplit(".", 1)[-1], path)
+        else:
+            plots.comparison_chart(summaries, [p.slug for p in points], path)
     except Exception as e:  # noqa: BLE001: a plot must never fail the sweep
         log(f"[sweep] warning: {PLOT_NAME} not written: {type(e).__name__}: {e}")
 

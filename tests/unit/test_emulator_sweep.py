@@ -207,3 +207,19 @@ def test_the_sweep_table_shows_the_ratio_to_alpha_beta():
                        {"point": "b", "status": "failed"}], out)
     header, a, b = out.getvalue().strip().splitlines()
     assert "vs alpha-beta" in header and "1.25" in a and b.split()[2:] == ["-"] * 5
+
+
+def test_a_sweep_over_sizes_is_drawn_as_lines_along_the_size(tmp_path):
+    sizes = [1 << 20, 1 << 24, 1 << 28]
+    exp, out = _exp({"grid": {"controller.routing": ["ecmp", "shortest"], "jobs.0.workload.size_bytes": sizes}},
+                    tmp_path), tmp_path / "out"
+    points = sweep.expand(exp)
+    assert sweep.numeric_key(points) == "jobs.0.workload.size_bytes"
+    lines = sweep.series(points, [_summary(p.exp) for p in points], "jobs.0.workload.size_bytes")
+    assert list(lines) == ["routing=ecmp", "routing=shortest"]
+    assert lines["routing=ecmp"] == [(s, 15.0, 2.0) for s in sizes]
+    sweep.run(exp, str(out), FakeRunner(), log=lambda m: None)
+    with open(out / "sweep.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    # Two sizes, or none that vary: no line to draw; the runs go side by side instead.
+    assert sweep.numeric_key(sweep.expand(_exp(GRID))) is None
