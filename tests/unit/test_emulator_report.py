@@ -84,6 +84,7 @@ def test_compare_puts_runs_side_by_side_with_ratios(runs, capsys, tmp_path):
     assert "(2.00x)" in row("iteration time mean") and "(2.00x)" in row("cct mean")
     assert "(0.50x)" in row("busbw Gb/s") and "(0.50x)" in row("normalized throughput")
     assert "all_reduce 1 GiB x4 (ring)" in out and "job b" in out
+    assert "(2.00x)" in row("cct / alpha-beta")  # the same model, a run twice as slow
     assert fakerun.is_png(chart)
 
 
