@@ -245,12 +245,12 @@ def _headline(summary: dict) -> str:
 
 
 def numeric_key(points: list[Point]) -> str | None:
-    """The last override key whose values are all numbers, at least three distinct ones
+    """The last override key whose values are all numbers, at least two distinct ones
     (a size or a rate to draw along), or None."""
     keys = list(dict.fromkeys(k for p in points for k, _ in p.overrides))
     for k in reversed(keys):
         values = [dict(p.overrides).get(k) for p in points]
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values) and len(set(values)) >= 3:
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values) and len(set(values)) >= 2:
             return k
     return None
 

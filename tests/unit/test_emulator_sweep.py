@@ -221,5 +221,6 @@ def test_a_sweep_over_sizes_is_drawn_as_lines_along_the_size(tmp_path):
     sweep.run(exp, str(out), FakeRunner(), log=lambda m: None)
     with open(out / "sweep.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-    # Two sizes, or none that vary: no line to draw; the runs go side by side instead.
-    assert sweep.numeric_key(sweep.expand(_exp(GRID))) is None
+    # No numeric key that varies: no line to draw; the runs go side by side instead.
+    assert sweep.numeric_key(sweep.expand(_exp({"grid": {"controller.routing": ["ecmp", "shortest"]}}))) is None
+    assert sweep.numeric_key(sweep.expand(_exp(GRID))) == "jobs.0.workload.size_bytes"
