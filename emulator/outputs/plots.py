@@ -156,8 +156,13 @@ def sweep_chart(series: dict[str, list[tuple]], x_name: str, path: str) -> bool:
         bottom.set_xticks(xs, [_fmt_b(x) for x in xs])
     top.set_ylabel("busbw (Gb/s, real cluster)")
     top.legend(fontsize="small")
+    from matplotlib.ticker import FuncFormatter, LogFormatter
+
     bottom.axhline(1.0, color="grey", linewidth=0.8)
     bottom.set_yscale("log")
+    # Plain numbers (2, not 2x10^0); in-between ticks labelled only on a short axis.
+    bottom.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    bottom.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.5)))
     bottom.set_ylabel("cct / alpha-beta prediction")
     bottom.set_xlabel(x_name)
     fig.suptitle("sweep (real-cluster units)")
