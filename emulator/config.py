@@ -111,6 +111,14 @@ class Testbed:
 
 
 @dataclass(frozen=True)
+class Prediction:
+    """The alpha-beta model each collective is compared with (summary.json predicted_cct_s)."""
+    # Real-cluster seconds each step costs besides its bytes. 0: the emulated links carry
+    # no propagation or switching delay, so the emulator should match a model without one.
+    latency_us: float = 0.0
+
+
+@dataclass(frozen=True)
 class Experiment:
     name: str
     topology: dict
@@ -121,6 +129,7 @@ class Experiment:
     description: str = ""
     faults: tuple = ()
     capture: Capture = Capture()
+    prediction: Prediction = Prediction()
     sweep: tuple = ()  # points, each a tuple of (key.path, value) overrides
     source: str | None = None
     raw: dict = field(default_factory=dict, compare=False)
@@ -385,10 +394,15 @@ def parse(data, file: str | None = None) -> Experiment:
     ranked = {h for hosts in placed for h in hosts}
     faults = _faults(top.get("faults", list, []), fabric, ranked, file)
     capture = _capture(top.get("capture", dict, {}), fabric, file)
+    ps = _Section(top.get("prediction", dict, {}), "prediction", file)
+    prediction = Prediction(latency_us=float(ps.get("latency_us", NUM, 0.0, check=lambda v: 0 <= v <= 1e6,
+                                                    expected="microseconds in 0..1000000")))
+    ps.done()
     sweep = _sweep(top.get("sweep", dict, {}), file)
     top.done()
     return Experiment(name=name, topology=topo, scale=scale, routing=routing, jobs=tuple(jobs),
-                      testbed=testbed, description=description, faults=faults, capture=capture, sweep=sweep,
+                      testbed=testbed, description=description, faults=faults, capture=capture,
+                      prediction=prediction, sweep=sweep,
                       source=file, raw=data)
 
 
@@ -512,6 +526,7 @@ def to_dict(exp: Experiment) -> dict:
         "faults": [f.to_dict() for f in exp.faults],
         **({"capture": {"links": [list(ln) for ln in exp.capture.links], "max_packets": exp.capture.max_packets,
                         "snaplen": exp.capture.snaplen}} if exp.capture.links else {}),
+        "prediction": asdict(exp.prediction),
         **({"sweep": {"list": [dict(copy.deepcopy(p)) for p in exp.sweep]}} if exp.sweep else {}),
     }
 

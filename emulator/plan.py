@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from emulator.config import ConfigError, Experiment, jobs_hosts, resolve_path
 from topologies import Fabric
 from topologies.errors import InputError
-from traffic.collectives import build_schedule
+from traffic.collectives import build_schedule, predict_time_s
 from traffic.collectives.algorithms import effective_gpus_per_server
 from traffic.errors import InputError as TrafficInputError
 from traffic.workload import build_workload
@@ -38,6 +38,8 @@ class JobPlan:
     trace: object                # traffic.trace.Trace
     ranks: list[dict] = field(default_factory=list)  # per-rank agent plans
     start_offset_s: float = 0.0  # emulated
+    # (op, algorithm, size_bytes, ranks) -> the alpha-beta time of each instance, real seconds
+    predicted_s: dict = field(default_factory=dict)
 
 
 def emulated_bytes(size_bytes: int, scale_bytes: float) -> int:
@@ -101,6 +103,7 @@ def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -
     instance_tids: dict[tuple, list] = {}   # (collective id, group) -> [(src, dst, step, bytes, tid)]
     pair_tid: dict[str, int] = {}
     sched_cache: dict[tuple, object] = {}
+    predict_cache: dict[tuple, float] = {}
     op_index: list[dict[str, int]] = [dict() for _ in range(n)]
     for r in range(n):
         for op in trace.ops[r]:
@@ -129,6 +132,12 @@ def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -
                         lst.append((group[t.src], group[t.dst], t.step, t.size_bytes, tid))
                         tid += 1
                     instance_tids[inst] = lst
+                    hosts = [jp.hosts[g] for g in group]
+                    pkey = (key, tuple(hosts))
+                    if pkey not in predict_cache:
+                        predict_cache[pkey] = predict_cct_s(exp, fabric, sched_cache[key], hosts)
+                    jp.predicted_s.setdefault((op.op, op.algorithm, op.size_bytes, len(group)), []).append(
+                        predict_cache[pkey])
                 spec.update(op=op.op, algorithm=op.algorithm, group=op.group, size_bytes=op.size_bytes,
                             ranks=len(group))
                 spec["sends"] = [[t, d, st, b] for s, d, st, b, t in instance_tids[inst] if s == r]
@@ -160,6 +169,23 @@ def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -
     for p in plans:
         p["transfer_events"] = plans_total <= 20000  # keep events.jsonl readable at scale
     return plans
+
+
+def predict_cct_s(exp: Experiment, fabric: Fabric, schedule, hosts: list[str]) -> float:
+    """Real seconds the alpha-beta model gives this schedule (emulated bytes) on these hosts: their
+    NIC rate, NVLink inside a server, pipelined by the agents' slices, no contention."""
+    dilation, link = exp.scale.dilation, exp.scale.link
+    nvl = [fabric.nvlink_switch(h) for h in hosts]
+    intra = server_of = None
+    if any(s is not None for s in nvl):
+        ids = {s: i for i, s in enumerate(dict.fromkeys(nvl))}
+        server_of = [ids[s] if s is not None else len(ids) + r for r, s in enumerate(nvl)]
+        intra = min(fabric.graph.edges[h, s]["link_gbps"] for h, s in zip(hosts, nvl) if s is not None) * link
+    # In emulated units, as the agents ran it: latency_us is real time, so it is stretched too.
+    emulated_s = predict_time_s(schedule, min(fabric.host_link_gbps(h) for h in hosts) * link,
+                                exp.prediction.latency_us * 1e-6 * dilation,
+                                pipeline_slice_bytes=exp.testbed.slice_bytes, intra_gbps=intra, server_of=server_of)
+    return emulated_s / dilation
 
 
 def _peer_ip(fabric: Fabric, a: str, b: str) -> str:

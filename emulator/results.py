@@ -47,7 +47,10 @@ def read_events(path: str) -> list[dict]:
     return out
 
 
-def job_results(job: str, events: list[dict], dilation: float) -> dict:
+def job_results(job: str, events: list[dict], dilation: float, predicted_s: dict | None = None) -> dict:
+    """A job's iterations and collectives. predicted_s maps (op, algorithm, size_bytes, ranks) to the
+    alpha-beta times of its instances (emulator.plan): each collective then gets predicted_cct_s and
+    cct_vs_predicted, its mean cct over the mean prediction."""
     ev = [e for e in events if e.get("job") == job]
     colls: dict[str, list[dict]] = {}
     iters: dict[int, list[float]] = {}
@@ -67,11 +70,17 @@ def job_results(job: str, events: list[dict], dilation: float) -> dict:
     for (op, alg, size, n), ccts in sorted(groups.items()):
         mean = statistics.fmean(ccts)
         algbw = size * 8 / mean / 1e9 if mean > 0 else 0.0
-        collectives.append({
+        row = {
             "op": op, "algorithm": alg, "size_bytes": size, "ranks": n, "count": len(ccts),
             "cct_s": mean, "cct_s_p50": _pct(ccts, 0.5), "cct_s_p99": _pct(ccts, 0.99), "cct_s_all": ccts,
             "algbw_gbps": algbw, "busbw_gbps": algbw * bus_factor(op, n),
-        })
+        }
+        preds = (predicted_s or {}).get((op, alg, size, n))
+        if preds:
+            pred = statistics.fmean(preds)
+            row["predicted_cct_s"] = pred
+            row["cct_vs_predicted"] = mean / pred if pred > 0 else None
+        collectives.append(row)
     # A training step's time is the interval between consecutive iteration
     # completions (the first one counts from the job's first op).
     iteration_times = []
@@ -155,12 +164,16 @@ def time_breakdown(ev: list[dict], iterations: int, dilation: float) -> dict:
 def aggregate(jobs: list[dict], events: list[dict], dilation: float) -> dict:
     """Figures across all jobs: means of the jobs' mean iteration times (and the slowest job's),
     the p99 over every iteration of every job, count-weighted busbw over every collective, and the
-    makespan from the first op of any job to the last."""
+    makespan from the first op of any job to the last; cct over the alpha-beta prediction, weighted
+    by count over every collective that has one (None when none has)."""
     means = [j["iteration_time_s"]["mean"] for j in jobs if j["iterations"]]
     pooled = [t for j in jobs for t in j["iteration_time_s"]["all"]]
     weighted = [(c["busbw_gbps"], c["count"]) for j in jobs for c in j["collectives"]]
     count = sum(n for _, n in weighted)
     ops = [e for e in events if e.get("kind") in ("compute", "collective", "send", "recv") and "start" in e]
+    ratios = [(c["cct_vs_predicted"], c["count"]) for j in jobs for c in j["collectives"]
+              if c.get("cct_vs_predicted") is not None]
+    ratio_count = sum(n for _, n in ratios)
     return {
         "jobs": len(jobs), "ranks": sum(j["ranks"] for j in jobs),
         "iteration_time_s_mean": statistics.fmean(means) if means else 0.0,
@@ -168,6 +181,7 @@ def aggregate(jobs: list[dict], events: list[dict], dilation: float) -> dict:
         "iteration_time_s_p99": _pct(pooled, 0.99),
         "busbw_gbps_mean": sum(b * n for b, n in weighted) / count if count else 0.0,
         "makespan_s": (max(e["end"] for e in ops) - min(e["start"] for e in ops)) / dilation if ops else 0.0,
+        "cct_vs_predicted_mean": sum(r * n for r, n in ratios) / ratio_count if ratio_count else None,
     }
 
 
@@ -197,12 +211,17 @@ def print_table(summary: dict, out) -> None:
             out.write(f"  per iteration (mean over ranks): compute {_fmt_s(b['compute'])}, exposed comm "
                       f"{_fmt_s(b['exposed_comm'])}, idle/bubble {_fmt_s(b['idle'])}"
                       f" (comm overlapped with compute {_fmt_s(b['overlapped_comm'])})\n")
+        # Summaries written before the alpha-beta prediction existed print without its columns.
+        predicted = any("predicted_cct_s" in c for c in job["collectives"])
         if job["collectives"]:
             out.write(f"  {'op':<15}{'algorithm':<18}{'ranks':>6}{'size':>11}{'count':>7}"
-                      f"{'time':>11}{'algbw Gb/s':>12}{'busbw Gb/s':>12}\n")
+                      f"{'time':>11}{'algbw Gb/s':>12}{'busbw Gb/s':>12}"
+                      + (f"{'alpha-beta':>12}{'ratio':>7}" if predicted else "") + "\n")
         for c in job["collectives"]:
             out.write(f"  {c['op']:<15}{c['algorithm']:<18}{c['ranks']:>6}{_fmt_b(c['size_bytes']):>11}"
-                      f"{c['count']:>7}{_fmt_s(c['cct_s']):>11}{c['algbw_gbps']:>12.1f}{c['busbw_gbps']:>12.1f}\n")
+                      f"{c['count']:>7}{_fmt_s(c['cct_s']):>11}{c['algbw_gbps']:>12.1f}{c['busbw_gbps']:>12.1f}"
+                      + (f"{_fmt_opt(c.get('predicted_cct_s'), _fmt_s):>12}"
+                         f"{_fmt_opt(c.get('cct_vs_predicted'), '{:.2f}'.format):>7}" if predicted else "") + "\n")
     agg = summary.get("aggregate")
     if agg and agg["jobs"] > 1:
         out.write(f"\nacross {agg['jobs']} jobs: iteration time mean {_fmt_s(agg['iteration_time_s_mean'])} "
@@ -254,6 +273,10 @@ def _fmt_s(s: float) -> str:
     if s >= 1e-3:
         return f"{s * 1e3:.2f} ms"
     return f"{s * 1e6:.1f} us"
+
+
+def _fmt_opt(v, fmt) -> str:
+    return "-" if v is None else fmt(v)
 
 
 def _fmt_b(n: float) -> str:

@@ -387,7 +387,7 @@ def _monitored_links(tb: Testbed) -> dict:
 def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
     events = results.read_events(events_path)
     dil = exp.scale.dilation
-    per_job = [results.job_results(j.name, events, dil) for j in jobs]
+    per_job = [results.job_results(j.name, events, dil, j.predicted_s) for j in jobs]
     host_total = sum(fabric.host_link_gbps(h) for j in jobs for h in j.hosts)
     totals = ctx["totals"]
     received = totals.get("bytes_received") or sum(e.get("size_bytes", 0) for e in events if e["kind"] == "transfer")
@@ -411,6 +411,11 @@ def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
         "datapath": ctx["datapath"],
         "jobs": per_job,
         "aggregate": results.aggregate(per_job, events, dil),
+        "prediction": {"model": "alpha-beta (traffic.collectives.model.predict_time_s): each rank's NIC at its "
+                                "host link rate, NVLink inside a server, pipelined by the agents' slices, "
+                                "no contention",
+                       "latency_s": exp.prediction.latency_us * 1e-6,
+                       "pipeline_slice_bytes": exp.testbed.slice_bytes / exp.scale.bytes},
         "traffic": results.traffic_results(events, received, exp.scale.link, exp.scale.bytes, host_total),
         "tcp": ctx.get("tcp", {}),
         "integrity": {"bytes_sent_emulated": totals.get("bytes_sent"),

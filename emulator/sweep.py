@@ -123,13 +123,15 @@ def is_done(folder: str, exp: Experiment) -> bool:
 
 def metrics(summary: dict) -> dict:
     """A summary's key figures as flat columns: per job mean iteration time, busbw per
-    collective (by op; by op and size when a job has several sizes), throughput, fidelity."""
+    collective (by op; by op and size when a job has several sizes) with its alpha-beta
+    prediction and ratio, throughput, fidelity."""
     row = {"fidelity_ok": summary["fidelity"]["ok"],
            "normalized_throughput": summary["traffic"]["normalized_throughput"],
            "aggregate_gbps": summary["traffic"]["aggregate_gbps"]}
     if "aggregate" in summary:
         row["iteration_time_s_mean"] = summary["aggregate"]["iteration_time_s_mean"]
         row["busbw_gbps_mean"] = summary["aggregate"]["busbw_gbps_mean"]
+        row["cct_vs_predicted_mean"] = summary["aggregate"].get("cct_vs_predicted_mean")
     row["tcp_retrans_segs"] = summary.get("tcp", {}).get("retrans_segs")
     for j in summary["jobs"]:
         row[f"{j['name']}.iteration_time_s_mean"] = j["iteration_time_s"]["mean"]
@@ -141,6 +143,9 @@ def metrics(summary: dict) -> dict:
         for c in j["collectives"]:
             name = c["op"] if ops.count(c["op"]) == 1 else f"{c['op']}.{c['size_bytes']}B"
             row[f"{j['name']}.{name}.busbw_gbps"] = c["busbw_gbps"]
+            for k in ("predicted_cct_s", "cct_vs_predicted"):
+                if k in c:
+                    row[f"{j['name']}.{name}.{k}"] = c[k]
     return row
 
 
@@ -228,7 +233,7 @@ def run(exp: Experiment, out_dir: str, run_point, points: list[Point] | None = N
     finally:
         rows = write_csv(csv_path, points, status, summaries)
     complete = [p for p in points if status.get(p.slug, {}).get("status") == "complete"]
-    _plot([summaries[p.slug] for p in complete], [p.slug for p in complete], os.path.join(out_dir, PLOT_NAME), log)
+    _plot(complete, [summaries[p.slug] for p in complete], os.path.join(out_dir, PLOT_NAME), log)
     return {"points": total, "complete": len(complete), "skipped": skipped,
             "failed": [p.slug for p in points if status[p.slug]["status"] != "complete"], "rows": rows}
 
@@ -237,18 +242,48 @@ def _headline(summary: dict) -> str:
     agg = summary.get("aggregate") or {}
     if not agg.get("iteration_time_s_mean"):
         return ""
+    ratio = agg.get("cct_vs_predicted_mean")
     return (f": iteration {agg['iteration_time_s_mean'] * 1e3:.2f} ms, busbw {agg['busbw_gbps_mean']:.1f} Gb/s, "
-            f"fidelity {'ok' if summary['fidelity']['ok'] else 'NOT ok'}")
+            + (f"{ratio:.2f}x alpha-beta, " if ratio is not None else "")
+            + f"fidelity {'ok' if summary['fidelity']['ok'] else 'NOT ok'}")
 
 
-def _plot(summaries: list[dict], labels: list[str], path: str, log) -> None:
-    """sweep.png; a chart that cannot be drawn is a warning."""
+def numeric_key(points: list[Point]) -> str | None:
+    """The last override key whose values are all numbers, at least two distinct ones
+    (a size or a rate to draw along), or None."""
+    keys = list(dict.fromkeys(k for p in points for k, _ in p.overrides))
+    for k in reversed(keys):
+        values = [dict(p.overrides).get(k) for p in points]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values) and len(set(values)) >= 2:
+            return k
+    return None
+
+
+def series(points: list[Point], summaries: list[dict], x_key: str) -> dict[str, list[tuple]]:
+    """Points as lines along x_key: label (the other overrides) -> [(x, busbw, cct over alpha-beta)]."""
+    short = _short_keys(list(dict.fromkeys(k for p in points for k, _ in p.overrides)))
+    out: dict[str, list[tuple]] = {}
+    for p, s in zip(points, summaries):
+        label = ",".join(f"{short[k]}={_text(v)}" for k, v in p.overrides if k != x_key) or "all"
+        agg = s.get("aggregate") or {}
+        out.setdefault(label, []).append((dict(p.overrides)[x_key], agg.get("busbw_gbps_mean", 0.0),
+                                          agg.get("cct_vs_predicted_mean")))
+    return out
+
+
+def _plot(points: list[Point], summaries: list[dict], path: str, log) -> None:
+    """sweep.png: lines along a numeric key when the sweep has one (sizes), else the runs side
+    by side as `dtnet compare` draws them; a chart that cannot be drawn is a warning."""
     if not summaries:
         return
     try:
         from emulator.outputs import plots
 
-        plots.comparison_chart(summaries, labels, path)
+        x_key = numeric_key(points)
+        if x_key:
+            plots.sweep_chart(series(points, summaries, x_key), x_key.rsplit(".", 1)[-1], path)
+        else:
+            plots.comparison_chart(summaries, [p.slug for p in points], path)
     except Exception as e:  # noqa: BLE001: a plot must never fail the sweep
         log(f"[sweep] warning: {PLOT_NAME} not written: {type(e).__name__}: {e}")
 
@@ -259,12 +294,13 @@ def print_table(rows: list[dict], out) -> None:
     width = max(len("point"), *(len(r["point"]) for r in rows)) + 2
     base = next((r["iteration_time_s_mean"] for r in rows if r.get("iteration_time_s_mean")), None)
     out.write(f"\n{'point':<{width}}{'status':<13}{'iteration':>12}{'speedup':>9}{'busbw Gb/s':>12}"
-              f"{'throughput':>12}{'fidelity':>10}\n")
+              f"{'vs alpha-beta':>15}{'throughput':>12}{'fidelity':>10}\n")
     for r in rows:
         it = r.get("iteration_time_s_mean")
         out.write(f"{r['point']:<{width}}{r['status']:<13}"
                   f"{(f'{it * 1e3:.2f} ms' if it else '-'):>12}{(f'{base / it:.2f}x' if it else '-'):>9}"
-                  f"{_num(r.get('busbw_gbps_mean')):>12}{_num(r.get('normalized_throughput'), '.3f'):>12}"
+                  f"{_num(r.get('busbw_gbps_mean')):>12}{_num(r.get('cct_vs_predicted_mean'), '.2f'):>15}"
+                  f"{_num(r.get('normalized_throughput'), '.3f'):>12}"
                   f"{({True: 'ok', False: 'NOT ok'}.get(r.get('fidelity_ok'), '-')):>10}\n")
 
 

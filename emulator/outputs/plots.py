@@ -136,6 +136,42 @@ def comparison_chart(summaries: list[dict], labels: list[str], path: str) -> boo
     return True
 
 
+def sweep_chart(series: dict[str, list[tuple]], x_name: str, path: str) -> bool:
+    """A sweep along one numeric key: busbw and cct over the alpha-beta prediction against it,
+    one line per combination of the other keys. series: label -> [(x, busbw_gbps, ratio or None)]."""
+    if not series:
+        return False
+    fig = _figure(9.0, 7.5)
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    xs = sorted({x for pts in series.values() for x, _, _ in pts})
+    spread = xs[-1] / xs[0] if xs[0] > 0 else 0
+    markers = "osD^vP*X"
+    for i, (label, pts) in enumerate(series.items()):
+        pts = sorted(pts)
+        style = dict(marker=markers[i % len(markers)], linestyle="-" if i < 10 else "--", label=label)
+        top.plot([p[0] for p in pts], [p[1] for p in pts], **style)
+        ratio = [p for p in pts if p[2] is not None]
+        bottom.plot([p[0] for p in ratio], [p[2] for p in ratio], **style)
+    if spread > 10:
+        top.set_xscale("log", base=2)
+    if x_name.endswith("_bytes"):
+        bottom.set_xticks(xs, [_fmt_b(x) for x in xs])
+    top.set_ylabel("busbw (Gb/s, real cluster)")
+    top.legend(fontsize="small")
+    from matplotlib.ticker import FuncFormatter, LogFormatter
+
+    bottom.axhline(1.0, color="grey", linewidth=0.8)
+    bottom.set_yscale("log")
+    # Plain numbers (2, not 2x10^0); in-between ticks labelled only on a short axis.
+    bottom.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    bottom.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.5)))
+    bottom.set_ylabel("cct / alpha-beta prediction")
+    bottom.set_xlabel(x_name)
+    fig.suptitle("sweep (real-cluster units)")
+    fig.savefig(path)
+    return True
+
+
 def write_all(out_dir: str, summary: dict, log=print) -> list[str]:
     """The run's plots into out_dir/plots/; each failure is a warning. Returns the files written."""
     try:

@@ -147,6 +147,8 @@ def compare(run_dirs: list[str], out, plot: str | None = None) -> int:
             table.append(("    cct mean", [_Secs(c["cct_s"]) if c else None for c in cs]))
             table.append(("    busbw Gb/s", [c["busbw_gbps"] if c else None for c in cs]))
             table.append(("    algbw Gb/s", [c["algbw_gbps"] if c else None for c in cs]))
+            if any(c and c.get("cct_vs_predicted") is not None for c in cs):
+                table.append(("    cct / alpha-beta", [c.get("cct_vs_predicted") if c else None for c in cs]))
     _print_table(table, labels, out)
     if plot:
         from emulator.outputs import plots

@@ -73,6 +73,8 @@ def test_rail_aligned_order_crosses_servers_on_one_rail():
     (["bogus=1"], "bogus"),
     (["jobs.0.workload.size_bytes=-5"], "size_bytes"),
     (["jobs.0.order=rail-aligned"], "jobs[0].order"),
+    (["prediction.latency_us=-1"], "prediction.latency_us"),
+    (["prediction.alpha_s=1e-6"], "prediction.alpha_s"),
 ])
 def test_bad_input_names_file_and_key(sets, key):
     with pytest.raises((ConfigError,)) as ei:
@@ -233,3 +235,43 @@ def test_saturation_judges_the_bottleneck_not_the_links_feeding_it():
     # Switches that cannot keep up leave even the bottleneck short of its rate.
     Mon.link_samples = [(t, {k: (min(tx, 0.7), rx) for k, (tx, rx) in u.items()}) for t, u in Mon.link_samples]
     assert not saturation()["ok"] and saturation()["busy_utilization_p50"] == pytest.approx(0.7)
+def _prediction(name, *sets):
+    _, (job,) = _plans(name, *sets)
+    ((key, times),) = job.predicted_s.items()
+    return key, times
+
+
+def test_each_collective_instance_gets_its_alpha_beta_time_in_real_units():
+    # 1 GiB ring over 16 ranks at 400 Gb/s: 2(n-1)/n S/B, plus the pipeline's fill (one slice a step).
+    key, times = _prediction("ring-fat-tree.yaml")
+    assert key == ("all_reduce", "ring", 1 << 30, 16) and len(times) == 3
+    stream_s = 2 * 15 / 16 * round((1 << 30) * 1e-3) * 8 / 10e6 / 40
+    assert times[0] == pytest.approx(stream_s, rel=0.01) and times[0] > stream_s
+
+
+def test_prediction_latency_is_real_time_per_step():
+    _, (base, *_) = _prediction("ring-fat-tree.yaml")
+    _, (slow, *_) = _prediction("ring-fat-tree.yaml", "prediction.latency_us=5")
+    assert slow - base == pytest.approx(2 * 15 * 5e-6)  # 30 steps, each 5 us longer
+
+
+def test_prediction_sends_in_server_hops_over_nvlink():
+    # ring-rail-16.yaml runs the ring rail-aligned: its ranks are not in blocks per server, yet the model
+    # must see which hops stay inside one (hierarchical: most of its bytes go over NVLink).
+    _, (ring, *_) = _prediction("ring-rail-16.yaml")
+    _, (flat, *_) = _prediction("ring-fat-tree.yaml")
+    assert ring == pytest.approx(flat, rel=1e-3)
+    _, (hier, *_) = _prediction("ring-rail-16.yaml", "jobs.0.workload.algorithm=hierarchical", "jobs.0.order=as-listed")
+    _, (hier_400, *_) = _prediction("ring-rail-16.yaml", "jobs.0.workload.algorithm=hierarchical", "jobs.0.order=as-listed",
+                                    "topology.nvlink_gbps=400")
+    assert hier < ring / 2 and hier_400 > 2 * hier
+
+
+def test_collectives_carry_prediction_and_ratio_when_planned():
+    ev = [{"kind": "collective", "job": "j", "rank": r, "op_id": f"it{i}/ar", "group": "world", "op": "all_reduce",
+           "algorithm": "ring", "size_bytes": 1000, "ranks": 2, "iteration": i,
+           "start": 10.0 * i, "end": 10.0 * i + 4 + r} for i in range(2) for r in range(2)]
+    (c,) = job_results("j", ev, dilation=2.0, predicted_s={("all_reduce", "ring", 1000, 2): [0.5, 2.0]})["collectives"]
+    assert c["predicted_cct_s"] == pytest.approx(1.25) and c["cct_vs_predicted"] == pytest.approx(2.5 / 1.25)
+    (c,) = job_results("j", ev, dilation=2.0)["collectives"]
+    assert "predicted_cct_s" not in c and "cct_vs_predicted" not in c

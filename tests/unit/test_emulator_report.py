@@ -51,6 +51,28 @@ def test_report_prints_the_run_tables_and_links(runs, capsys):
     assert "trace.json" in out and "plots/link_heatmap.png" in out
 
 
+def test_report_shows_each_collective_against_its_alpha_beta_prediction(runs, capsys, tmp_path):
+    run_dir, summary = runs["fast"]
+    c = summary["jobs"][0]["collectives"][0]
+    # 2.03 s emulated against the plan's model of a 4-rank ring of 1 GiB at 10 Mb/s (~0.64 s).
+    assert c["cct_vs_predicted"] == pytest.approx(c["cct_s"] / c["predicted_cct_s"]) and c["cct_vs_predicted"] > 1
+    assert summary["aggregate"]["cct_vs_predicted_mean"] == pytest.approx(c["cct_vs_predicted"])
+    assert summary["prediction"]["latency_s"] == 0 and summary["prediction"]["pipeline_slice_bytes"] > 0
+    rc, out, _ = _cli(capsys, "report", str(run_dir))
+    (line,) = [x for x in out.splitlines() if x.strip().startswith("all_reduce")]
+    assert "alpha-beta" in out and line.endswith(f"{c['cct_vs_predicted']:.2f}")
+    # A summary from before the prediction existed still reports, without those columns.
+    old = tmp_path / "old"
+    old.mkdir()
+    s = json.loads((run_dir / "summary.json").read_text())
+    for job in s["jobs"]:
+        for coll in job["collectives"]:
+            coll.pop("predicted_cct_s"), coll.pop("cct_vs_predicted")
+    (old / "summary.json").write_text(json.dumps(s))
+    rc, out, err = _cli(capsys, "report", str(old))
+    assert rc == 0 and err == "" and "alpha-beta" not in out and "busbw Gb/s" in out
+
+
 def test_compare_puts_runs_side_by_side_with_ratios(runs, capsys, tmp_path):
     chart = tmp_path / "cmp.png"
     rc, out, err = _cli(capsys, "compare", str(runs["fast"][0]), str(runs["slow"][0]), "--plot", str(chart))
@@ -62,6 +84,7 @@ def test_compare_puts_runs_side_by_side_with_ratios(runs, capsys, tmp_path):
     assert "(2.00x)" in row("iteration time mean") and "(2.00x)" in row("cct mean")
     assert "(0.50x)" in row("busbw Gb/s") and "(0.50x)" in row("normalized throughput")
     assert "all_reduce 1 GiB x4 (ring)" in out and "job b" in out
+    assert "(2.00x)" in row("cct / alpha-beta")  # the same model, a run twice as slow
     assert fakerun.is_png(chart)
 
 

@@ -1,5 +1,6 @@
 """Sweeps without root: points expand like --set, run into their folders, resume, and stop cleanly."""
 import csv
+import io
 import json
 import os
 
@@ -99,8 +100,10 @@ def _summary(exp, status="complete"):
                       "iteration_time_s": {"mean": size / 1e9, "p50": 0, "p99": 0, "all": [size / 1e9]},
                       "collectives": [{"op": "all_reduce", "algorithm": "ring", "size_bytes": size, "ranks": 4,
                                        "count": 1, "cct_s": 0.1, "cct_s_all": [0.1], "algbw_gbps": 10.0,
-                                       "busbw_gbps": 15.0 if exp.routing == "ecmp" else 12.0}]}],
-            "aggregate": {"iteration_time_s_mean": size / 1e9, "busbw_gbps_mean": 15.0},
+                                       "busbw_gbps": 15.0 if exp.routing == "ecmp" else 12.0,
+                                       "predicted_cct_s": 0.05, "cct_vs_predicted": 2.0}]}],
+            "aggregate": {"iteration_time_s_mean": size / 1e9, "busbw_gbps_mean": 15.0,
+                          "cct_vs_predicted_mean": 2.0},
             "traffic": {"aggregate_gbps": 100.0, "normalized_throughput": 0.5},
             "fidelity": {"ok": True, "checks": []}, "controller": {}, "tcp": {"retrans_segs": 3}}
 
@@ -142,6 +145,8 @@ def test_an_interrupted_sweep_keeps_its_csv_and_resumes_where_it_stopped(tmp_pat
     assert rows[0]["controller.routing"] == "ecmp" and rows[0]["jobs.0.workload.size_bytes"] == "1048576"
     assert float(rows[0]["j0.iteration_time_s_mean"]) == pytest.approx(1048576 / 1e9)
     assert rows[0]["j0.all_reduce.busbw_gbps"] == "15.0" and rows[0]["fidelity_ok"] == "true"
+    assert rows[0]["j0.all_reduce.predicted_cct_s"] == "0.05" and rows[0]["j0.all_reduce.cct_vs_predicted"] == "2.0"
+    assert rows[0]["cct_vs_predicted_mean"] == "2.0"
     assert rows[2]["j0.iteration_time_s_mean"] == ""
 
     again, lines = FakeRunner(), []
@@ -187,8 +192,10 @@ def test_dtnet_check_validates_every_point(tmp_path, capsys):
     assert "sweep point 0 (x=1): name.x: expected a mapping" in capsys.readouterr().err
 
 
-def test_the_example_sweep_is_valid():
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "sweep-routing.yaml")
+@pytest.mark.parametrize("name", ["sweep-routing", "collectives-rail", "collectives-fat-tree", "moe-a2a-rail",
+                                  "moe-a2a-fat-tree"])
+def test_the_example_sweeps_are_valid(name):
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", f"{name}.yaml")
     points = sweep.expand(config.load(path))
     sweep.check(points)
     assert len(points) >= 2
@@ -208,3 +215,26 @@ def test_the_table_gives_each_point_its_speedup_over_the_first():
     assert "speedup" in lines[1]
     assert "1.00x" in lines[2] and "1.50x" in lines[3] and "NOT ok" in lines[3]
     assert lines[4].split()[:3] == ["broken", "failed", "-"]
+def test_the_sweep_table_shows_the_ratio_to_alpha_beta():
+    out = io.StringIO()
+    sweep.print_table([{"point": "a", "status": "complete", "busbw_gbps_mean": 300.0, "cct_vs_predicted_mean": 1.25},
+                       {"point": "b", "status": "failed"}], out)
+    header, a, b = out.getvalue().strip().splitlines()
+    assert "vs alpha-beta" in header and "1.25" in a and b.split()[2:] == ["-"] * 6
+
+
+def test_a_sweep_over_sizes_is_drawn_as_lines_along_the_size(tmp_path):
+    sizes = [1 << 20, 1 << 24, 1 << 28]
+    exp, out = _exp({"grid": {"controller.routing": ["ecmp", "shortest"], "jobs.0.workload.size_bytes": sizes}},
+                    tmp_path), tmp_path / "out"
+    points = sweep.expand(exp)
+    assert sweep.numeric_key(points) == "jobs.0.workload.size_bytes"
+    lines = sweep.series(points, [_summary(p.exp) for p in points], "jobs.0.workload.size_bytes")
+    assert list(lines) == ["routing=ecmp", "routing=shortest"]
+    assert lines["routing=ecmp"] == [(s, 15.0, 2.0) for s in sizes]
+    sweep.run(exp, str(out), FakeRunner(), log=lambda m: None)
+    with open(out / "sweep.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    # No numeric key that varies: no line to draw; the runs go side by side instead.
+    assert sweep.numeric_key(sweep.expand(_exp({"grid": {"controller.routing": ["ecmp", "shortest"]}}))) is None
+    assert sweep.numeric_key(sweep.expand(_exp(GRID))) == "jobs.0.workload.size_bytes"

@@ -67,3 +67,25 @@ def test_busbw_factors():
 def test_bad_model_arguments(kw):
     with pytest.raises(InputError):
         predict_time_s(build_schedule("all_reduce", "ring", 4, 100), **kw)
+
+
+def test_server_of_places_ranks_that_are_not_in_blocks():
+    # A rail-aligned "snake" (servers 0 1 1 0 in rank order) with the ring crossing servers twice:
+    # the crossing hops run at the NIC rate, the rest over NVLink.
+    s = build_schedule("all_reduce", "ring", 4, 4000)
+    blocks = predict_time_s(build_schedule("all_reduce", "ring", 4, 4000), GBPS, ALPHA,
+                            intra_gbps=2400.0, gpus_per_server=2)
+    snake = predict_time_s(s, GBPS, ALPHA, intra_gbps=2400.0, server_of=[0, 0, 1, 1])
+    assert snake == pytest.approx(blocks)
+    # Every hop inside one server: the whole ring at the intra rate.
+    one = predict_time_s(s, GBPS, ALPHA, intra_gbps=2400.0, server_of=[7, 7, 7, 7])
+    assert one == pytest.approx(predict_time_s(s, 2400.0, ALPHA))
+
+
+@pytest.mark.parametrize("kw", [dict(intra_gbps=5, server_of=[0, 0, 1]),
+                                dict(intra_gbps=5, server_of=[0, 0, 1, 1], gpus_per_server=2),
+                                dict(server_of=[0, 0, 1, 1]),
+                                dict(intra_gbps=0, server_of=[0, 0, 1, 1])])
+def test_bad_server_placements(kw):
+    with pytest.raises(InputError):
+        predict_time_s(build_schedule("all_reduce", "ring", 4, 100), GBPS, ALPHA, **kw)

@@ -1,6 +1,8 @@
 """Analytical alpha-beta time of a schedule, for comparing the emulator against theory."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from traffic.collectives.schedule import Schedule
 from traffic.errors import InputError
 
@@ -18,7 +20,7 @@ def busbw_factor(op: str, nranks: int) -> float:
 
 def predict_time_s(schedule: Schedule, link_gbps: float, latency_s: float, *,
                    pipeline_slice_bytes: int | None = None, intra_gbps: float | None = None,
-                   gpus_per_server: int | None = None) -> float:
+                   gpus_per_server: int | None = None, server_of: Sequence[int] | None = None) -> float:
     """Seconds the schedule takes when every rank has one full-duplex NIC of `link_gbps`.
 
     Lock-step (default): each step costs latency_s plus the busiest NIC's bytes in that step
@@ -26,18 +28,29 @@ def predict_time_s(schedule: Schedule, link_gbps: float, latency_s: float, *,
     textbook alpha-beta cost: ring all-reduce gives 2(N-1)(alpha + S/(N B)).
     With `pipeline_slice_bytes`, steps overlap slice by slice as the agents do: one slice per step
     fills the pipeline, then the busiest NIC's total bytes stream at the link rate.
-    With `intra_gbps` and `gpus_per_server`, transfers inside a server use the intra-server rate.
+    With `intra_gbps` and `gpus_per_server`, transfers inside a server use the intra-server rate;
+    `server_of` (group rank -> server id) says where the ranks are when they are not in blocks of
+    `gpus_per_server` (a rail-aligned "snake" order, say).
     """
     if not link_gbps or link_gbps <= 0:
         raise InputError("link_gbps", "a rate > 0", link_gbps)
     if latency_s < 0:
         raise InputError("latency_s", "a time >= 0", latency_s)
-    if (intra_gbps is None) != (gpus_per_server is None):
-        raise InputError("intra_gbps", "to be given together with gpus_per_server", intra_gbps)
+    if gpus_per_server is not None and server_of is not None:
+        raise InputError("server_of", "no server_of when gpus_per_server is given", server_of)
+    located = gpus_per_server is not None or server_of is not None
+    if (intra_gbps is None) == located:
+        raise InputError("intra_gbps", "to be given together with gpus_per_server or server_of", intra_gbps)
+    if intra_gbps is not None and intra_gbps <= 0:
+        raise InputError("intra_gbps", "a rate > 0", intra_gbps)
+    if server_of is not None and len(server_of) != schedule.nranks:
+        raise InputError("server_of", f"a server id for each of the {schedule.nranks} ranks", len(server_of))
     rates = (link_gbps * 1e9 / 8, (intra_gbps or link_gbps) * 1e9 / 8)
+    server = server_of if server_of is not None else (
+        [r // gpus_per_server for r in range(schedule.nranks)] if gpus_per_server else None)
 
     def link_class(t):  # 0 = through the fabric, 1 = inside a server
-        return int(gpus_per_server is not None and t.src // gpus_per_server == t.dst // gpus_per_server)
+        return int(server is not None and server[t.src] == server[t.dst])
 
     total = 0.0
     busiest_total = {}
