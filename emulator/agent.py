@@ -188,7 +188,13 @@ class Agent:
         self.slice_bytes = plan.get("slice_bytes", 16384)
         self.dilation = plan.get("dilation", 1.0)
         self.transfer_events = plan.get("transfer_events", False)
-        self.cond = threading.Condition()
+        # One lock, two wake-ups: the op loop (`cond`) needs waking only when a
+        # transfer completes or an answer arrives, the senders (`send_cond`)
+        # on every slice received (their pipelining gates). Waking the op
+        # loop per slice cost a thread switch per 16 KB for nothing.
+        lock = threading.RLock()
+        self.cond = threading.Condition(lock)
+        self.send_cond = threading.Condition(lock)
         self.out_lock = threading.Lock()
         self.failed: str | None = None
         self.stop = False
@@ -210,6 +216,8 @@ class Agent:
         self.last_beat = 0.0
         self._index_ops()
         self.payload = random.Random(self.rank).randbytes(2 * self.slice_bytes)
+        self.payload_view = memoryview(self.payload)
+        self.crcs: dict[tuple[int, int], int] = {}  # (payload offset, length) -> CRC32
 
     # -- plan indexing ------------------------------------------------------
     def _index_ops(self):
@@ -230,6 +238,8 @@ class Agent:
                     x.gate_index = len(earlier) - 1
                 op.sends.append(x)
                 self.send_queues.setdefault(dst, [])
+        # Whether any send waits on receives: only then does a slice received wake the senders.
+        self.gated_sends = any(x.gate_step is not None for op in self.ops for x in op.sends)
 
     # -- output -------------------------------------------------------------
     def emit(self, obj: dict):
@@ -252,6 +262,7 @@ class Agent:
                 self.pacer = (TokenBucket(ans.pace_mbps * 1e6 / 8, self.slice_bytes, now), ans.pace_from or now,
                               ans.pace_until)
             self.cond.notify_all()
+            self.send_cond.notify_all()
 
     def _pace(self, nbytes: int, now: float) -> float:
         """Seconds to wait before sending nbytes (call with the lock held)."""
@@ -268,6 +279,7 @@ class Agent:
             if self.failed is None:
                 self.failed = msg
             self.cond.notify_all()
+            self.send_cond.notify_all()
 
     # -- connections --------------------------------------------------------
     def listen(self):
@@ -348,12 +360,16 @@ class Agent:
                     self.step_got[key] = self.step_got.get(key, 0) + length
                     if self.recv_got[tid] > self.recv_size[tid]:
                         raise AgentError(f"transfer {tid} from rank {src} overran its {self.recv_size[tid]} bytes")
-                    if self.transfer_events and self.recv_got[tid] == self.recv_size[tid]:
-                        spec = self.ops[op_i].spec
-                        self.emit({"kind": "transfer", "job": self.job, "rank": self.rank, "src": src,
-                                   "dst": self.rank, "op_id": spec["id"], "step": step,
-                                   "size_bytes": self.recv_size[tid], "start": self.recv_first[tid], "end": now})
-                    self.cond.notify_all()
+                    if self.recv_got[tid] == self.recv_size[tid]:
+                        if self.transfer_events:
+                            spec = self.ops[op_i].spec
+                            self.emit({"kind": "transfer", "job": self.job, "rank": self.rank, "src": src,
+                                       "dst": self.rank, "op_id": spec["id"], "step": step,
+                                       "size_bytes": self.recv_size[tid], "start": self.recv_first[tid],
+                                       "end": now})
+                        self.cond.notify_all()  # the op may be complete
+                    if self.gated_sends:
+                        self.send_cond.notify_all()  # a pipelining gate may open
         except AgentError as e:
             self.fail(str(e))
         except OSError as e:
@@ -381,12 +397,24 @@ class Agent:
         need = math.ceil(total * upto / x.size) if x.size else total
         return self.step_got.get((x.op, x.gate_step), 0) >= need
 
+    def _slice(self, tid: int, sent: int, n: int) -> tuple[memoryview, int]:
+        """The payload of a slice and its CRC32. A transfer's full slices all
+        start at one offset of the payload, so their CRC is computed once."""
+        off = (tid * 7919 + sent) % self.slice_bytes
+        data = self.payload_view[off:off + n]
+        crc = self.crcs.get((off, n))
+        if crc is None:
+            crc = zlib.crc32(data)
+            if n == self.slice_bytes:
+                self.crcs[off, n] = crc
+        return data, crc
+
     def sender(self, peer: int):
         sock = self.conns_out[peer]
         queue = self.send_queues[peer]
         try:
             while True:
-                with self.cond:
+                with self.send_cond:
                     pick = None
                     while pick is None:
                         if self.stop or self.failed:
@@ -397,20 +425,19 @@ class Agent:
                                 pick = (x, n)
                                 break
                         else:
-                            self.cond.wait()
+                            self.send_cond.wait()
                     wait = self._pace(pick[1], time.time())
                 if wait > 0:
                     time.sleep(wait)
                 x, n = pick
-                off = (x.tid * 7919 + x.sent) % self.slice_bytes
-                data = self.payload[off:off + n]
-                sock.sendall(HEADER.pack(x.tid, x.sent, n, zlib.crc32(data)) + data)
+                data, crc = self._slice(x.tid, x.sent, n)
+                _send_frame(sock, HEADER.pack(x.tid, x.sent, n, crc), data)
                 with self.cond:
                     x.sent += n
                     self.bytes_sent += n
                     if x.sent >= x.size:
                         queue.remove(x)
-                        self.cond.notify_all()
+                        self.cond.notify_all()  # the op may be complete
         except OSError as e:
             self.fail(f"rank {self.rank}: send to rank {peer} failed: {e}; {self.where()}")
 
@@ -508,7 +535,7 @@ class Agent:
                                     x.sent = x.size
                                 else:
                                     self.send_queues[x.dst].append(x)
-                            self.cond.notify_all()
+                            self.send_cond.notify_all()
                             progressed = True
                     # Ops finishing now let dependants start in this same pass.
                 if not pending and compute_op is None:
@@ -571,10 +598,21 @@ def _op_name(spec: dict) -> str:
     return f"op {spec['id']}" + (f" (iteration {it})" if it is not None else "")
 
 
+def _send_frame(sock, header: bytes, data) -> None:
+    """header + data in one system call, without joining them first."""
+    left = len(header) + len(data)
+    sent = sock.sendmsg([header, data])
+    if sent < left:  # a signal cut it short: send the rest
+        sock.sendall((header + bytes(data))[sent:])
+
+
 def _recv_exact(conn, view, n) -> bool:
+    """Fill view[:n]; False if the peer closed before sending anything.
+    MSG_WAITALL waits in the kernel for the whole frame: one wake-up of
+    this thread per frame, not one per packet."""
     got = 0
     while got < n:
-        k = conn.recv_into(view[got:n], n - got)
+        k = conn.recv_into(view[got:n], n - got, socket.MSG_WAITALL)
         if k == 0:
             if got == 0:
                 return False

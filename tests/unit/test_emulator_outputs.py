@@ -315,3 +315,27 @@ def test_no_matplotlib_no_plots_and_one_warning(tmp_path, monkeypatch):
 def test_struct_sizes_match_the_agent_wire_format():
     # The test above builds frames by hand; keep it honest if the format moves.
     assert agent_mod.HEADER.size == struct.calcsize("!IQII") and agent_mod.HELLO.size == 4
+
+
+def test_agent_frames_cross_a_socket_whole_with_their_crc():
+    """Frames go out as header + payload view in one call and come back whole;
+    the cached CRC of a transfer's full slices is the payload's CRC."""
+    import socket
+    import zlib
+    ag = agent_mod.Agent({"rank": 3, "job": "j", "ops": [], "slice_bytes": 4096})
+    a, b = socket.socketpair()
+    with a, b:
+        frames = [(7, 0, 4096), (7, 4096, 4096), (7, 8192, 100), (9, 0, 4096)]
+        for tid, sent, n in frames:
+            data, crc = ag._slice(tid, sent, n)
+            assert crc == zlib.crc32(bytes(data)) and len(data) == n
+            agent_mod._send_frame(a, agent_mod.HEADER.pack(tid, sent, n, crc), data)
+        a.shutdown(socket.SHUT_WR)
+        hdr, body = bytearray(agent_mod.HEADER.size), bytearray(4096)
+        for tid, sent, n in frames:
+            assert agent_mod._recv_exact(b, memoryview(hdr), len(hdr))
+            got_tid, got_sent, got_n, crc = agent_mod.HEADER.unpack(hdr)
+            assert (got_tid, got_sent, got_n) == (tid, sent, n)
+            assert agent_mod._recv_exact(b, memoryview(body), n) and zlib.crc32(memoryview(body)[:n]) == crc
+        assert not agent_mod._recv_exact(b, memoryview(hdr), len(hdr))  # closed between frames
+    assert set(ag.crcs) == {((7 * 7919) % 4096, 4096), ((9 * 7919) % 4096, 4096)}  # full slices only
