@@ -178,6 +178,7 @@ class OpState:
         # Receive progress per step, for gating sends.
         self.recv_steps: list[int] = []
         self.recv_total: dict[int, int] = {}
+        self.recv_prefix = 0  # how many of recv_steps, from the first, are complete
 
 
 class Agent:
@@ -230,6 +231,7 @@ class Agent:
                 self.recv_got.setdefault(tid, 0)
                 op.recv_total[step] = op.recv_total.get(step, 0) + nbytes
             op.recv_steps = sorted(op.recv_total)
+            self._advance_prefix(i)  # past leading empty steps
             for tid, dst, step, nbytes in spec.get("sends", []):
                 x = SendXfer(tid, i, step, dst, nbytes)
                 earlier = [s for s in op.recv_steps if s < step]
@@ -358,6 +360,8 @@ class Agent:
                     op_i, step, src = self.recv_meta[tid]
                     key = (op_i, step)
                     self.step_got[key] = self.step_got.get(key, 0) + length
+                    if self.step_got[key] >= self.ops[op_i].recv_total[step]:
+                        self._advance_prefix(op_i)
                     if self.recv_got[tid] > self.recv_size[tid]:
                         raise AgentError(f"transfer {tid} from rank {src} overran its {self.recv_size[tid]} bytes")
                     if self.recv_got[tid] == self.recv_size[tid]:
@@ -386,13 +390,24 @@ class Agent:
                       f"{self.where()}")
 
     # -- sending ------------------------------------------------------------
+    def _advance_prefix(self, op_i: int) -> None:
+        """Count the op's leading receive steps that are complete (call with the lock held)."""
+        op = self.ops[op_i]
+        steps = op.recv_steps
+        while op.recv_prefix < len(steps) and \
+                self.step_got.get((op_i, steps[op.recv_prefix]), 0) >= op.recv_total[steps[op.recv_prefix]]:
+            op.recv_prefix += 1
+
     def _gate_ok(self, x: SendXfer, upto: int) -> bool:
+        """May the send x go up to byte `upto`? Every receive step before its
+        gate step complete, and its gate step's matching share arrived. O(1):
+        a sender checks every queued send on every slice received, and a ring
+        queues all its steps at once."""
         if x.gate_step is None:
             return True
         op = self.ops[x.op]
-        for s in op.recv_steps[: x.gate_index]:
-            if self.step_got.get((x.op, s), 0) < op.recv_total[s]:
-                return False
+        if op.recv_prefix < x.gate_index:
+            return False
         total = op.recv_total[x.gate_step]
         need = math.ceil(total * upto / x.size) if x.size else total
         return self.step_got.get((x.op, x.gate_step), 0) >= need

@@ -339,3 +339,27 @@ def test_agent_frames_cross_a_socket_whole_with_their_crc():
             assert agent_mod._recv_exact(b, memoryview(body), n) and zlib.crc32(memoryview(body)[:n]) == crc
         assert not agent_mod._recv_exact(b, memoryview(hdr), len(hdr))  # closed between frames
     assert set(ag.crcs) == {((7 * 7919) % 4096, 4096), ((9 * 7919) % 4096, 4096)}  # full slices only
+
+
+def test_agent_send_gate_waits_for_every_earlier_step_then_the_matching_share():
+    """Pipelining gate: a send of step 3 may go up to byte b once steps 0 and 1
+    are complete and b/size of step 2 has arrived; zero-byte steps count as done."""
+    ag = agent_mod.Agent({"rank": 0, "job": "j", "slice_bytes": 100, "ops": [{
+        "id": 0, "kind": "collective", "recvs": [[1, 1, 0, 200], [2, 1, 1, 0], [3, 1, 2, 200]],
+        "sends": [[4, 1, 3, 400]]}]})
+    (x,) = ag.ops[0].sends
+    assert (x.gate_step, x.gate_index) == (2, 2)
+
+    def arrive(step, nbytes):
+        ag.step_got[0, step] = ag.step_got.get((0, step), 0) + nbytes
+        ag._advance_prefix(0)
+
+    arrive(2, 100)  # half the gate step's share is there, but step 0 is not
+    assert not ag._gate_ok(x, 100)
+    arrive(0, 100)
+    assert not ag._gate_ok(x, 100)
+    arrive(0, 100)  # step 0 complete; step 1 is empty
+    assert ag.ops[0].recv_prefix == 2
+    assert ag._gate_ok(x, 200) and not ag._gate_ok(x, 201)
+    arrive(2, 100)
+    assert ag.ops[0].recv_prefix == 3 and ag._gate_ok(x, 400)
