@@ -7,15 +7,20 @@ the stride pairs) while a thread samples every process's CPU times and
 
 - ovs-vswitchd, ryu (the controller), agents, iperf3, mininet shells (the
   hosts' bash), dtnet (this process: runner, fidelity monitor, links.csv),
-  spawned (short-lived children reaped meanwhile, from the parents'
-  children times: ovs-ofctl, tc, ...), kernel threads (ksoftirqd, kworker);
+  spawned (short-lived children of these reaped meanwhile, from the
+  parents' children times: ovs-ofctl, tc, ...), kernel threads (ksoftirqd,
+  kworker), other (anything else on the machine: other people's work shows
+  here, so read a column only when it is small);
 - the machine's user / system / softirq / idle from /proc/stat. This kernel
   has no IRQ time accounting, so softirq ticks are also charged to the task
   they interrupted: the per-process figures include the packet work done on
   their behalf.
 
     sudo flock /tmp/dtnet-mininet.lock .venv/bin/python bench/bench_cpu.py \
-        --fabric fat-tree --rate 20 [--workloads ring,stride,iperf3] [--iperf-s 10]
+        --fabric fat-tree --rate 20 [--workloads ring,stride,iperf3] [--length 4]
+
+--length multiplies bench_capacity's workloads (ring iterations, stride
+bytes) and iperf3's 4 s, so that the steady replay spans enough samples.
 """
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.bench_capacity import experiment  # noqa: E402
+from bench.bench_capacity import WORKLOADS, experiment  # noqa: E402
 from emulator.iperf import iperf3_flows  # noqa: E402
 from emulator.runner import run_experiment  # noqa: E402
 from emulator.testbed import Testbed  # noqa: E402
@@ -73,7 +78,7 @@ class Sampler:
     """Every interval_s: per process (pid, create time) -> (category, own CPU
     seconds, reaped children's CPU seconds), and /proc/stat."""
 
-    def __init__(self, interval_s: float = 1.0):
+    def __init__(self, interval_s: float = 0.5):
         self.interval_s = interval_s
         self.samples: list[tuple[float, dict, dict]] = []
         self._stop = threading.Event()
@@ -118,8 +123,9 @@ class Sampler:
         for key, (cat, own, children) in b.items():
             own0, ch0 = (a[key][1], a[key][2]) if key in a else (0.0, 0.0)
             out[cat] += own - own0
-            # Children reaped meanwhile; agents are reaped only after the window.
-            out["spawned"] += children - ch0
+            # Children reaped meanwhile (agents are reaped only after the
+            # window); other work's children stay other work.
+            out["other" if cat == "other" else "spawned"] += children - ch0
         stat = {k: sb[k] - sa[k] for k in STAT_FIELDS}
         return {"seconds": dt, "pct_of_core": {c: 100 * v / dt for c, v in out.items()},
                 "stat_pct_of_core": {k: 100 * v / dt for k, v in stat.items()}}
@@ -170,19 +176,23 @@ def main(argv=None) -> int:
     ap.add_argument("--rate", type=float, default=20.0, help="emulated link rate in Mb/s")
     ap.add_argument("--datapath", default="userspace")
     ap.add_argument("--workloads", default="ring,stride,iperf3")
-    ap.add_argument("--iperf-s", type=float, default=10.0)
+    ap.add_argument("--length", type=int, default=4, help="workload length factor (see above)")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args(argv)
+    WORKLOADS["ring"][1]["iterations"] *= args.length
+    WORKLOADS["stride"][1]["size_bytes"] *= args.length
     results = []
     with tempfile.TemporaryDirectory(prefix="dtnet-cpu-") as tmp:
         for wl in args.workloads.split(","):
-            results.append(measure(args.fabric, wl, args.rate, args.datapath, tmp, args.iperf_s))
-    print(f"{args.fabric}, {args.rate:g} Mb/s links, {args.datapath}; load average {os.getloadavg()[0]:.2f}; "
+            results.append(measure(args.fabric, wl, args.rate, args.datapath, tmp, 4.0 * args.length))
+    print(f"{args.fabric}, {args.rate:g} Mb/s links, {args.datapath}, length x{args.length}; "
+          f"load average {os.getloadavg()[0]:.2f}; "
           f"% of one core ({os.cpu_count()} cores = {100 * os.cpu_count()}%)")
     names = [r["workload"] for r in results]
     print(f"{'':<16}" + "".join(f"{n:>10}" for n in names))
     print(f"{'normalized':<16}" + "".join(f"{r['normalized']:>10.3f}" for r in results))
     print(f"{'fidelity ok':<16}" + "".join(f"{str(r['fidelity_ok']):>10}" for r in results))
+    print(f"{'window s':<16}" + "".join(f"{r['seconds']:>10.1f}" for r in results))
     for c in CATEGORIES:
         print(f"{c:<16}" + "".join(f"{r['pct_of_core'][c]:>10.1f}" for r in results))
     for k in ("user", "system", "softirq", "idle"):
