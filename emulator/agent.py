@@ -179,6 +179,7 @@ class OpState:
         # Receive progress per step, for gating sends.
         self.recv_steps: list[int] = []
         self.recv_total: dict[int, int] = {}
+        self.recv_prefix = 0  # how many of recv_steps, from the first, are complete
 
 
 class Agent:
@@ -189,7 +190,13 @@ class Agent:
         self.slice_bytes = plan.get("slice_bytes", 16384)
         self.dilation = plan.get("dilation", 1.0)
         self.transfer_events = plan.get("transfer_events", False)
-        self.cond = threading.Condition()
+        # One lock, two wake-ups: the op loop (`cond`) needs waking only when a
+        # transfer completes or an answer arrives, the senders (`send_cond`)
+        # on every slice received (their pipelining gates). Waking the op
+        # loop per slice cost a thread switch per 16 KB for nothing.
+        lock = threading.RLock()
+        self.cond = threading.Condition(lock)
+        self.send_cond = threading.Condition(lock)
         self.out_lock = threading.Lock()
         self.failed: str | None = None
         self.stop = False
@@ -211,6 +218,8 @@ class Agent:
         self.last_beat = 0.0
         self._index_ops()
         self.payload = random.Random(self.rank).randbytes(2 * self.slice_bytes)
+        self.payload_view = memoryview(self.payload)
+        self.crcs: dict[tuple[int, int], int] = {}  # (payload offset, length) -> CRC32
 
     # -- plan indexing ------------------------------------------------------
     def _index_ops(self):
@@ -223,6 +232,7 @@ class Agent:
                 self.recv_got.setdefault(tid, 0)
                 op.recv_total[step] = op.recv_total.get(step, 0) + nbytes
             op.recv_steps = sorted(op.recv_total)
+            self._advance_prefix(i)  # past leading empty steps
             for tid, dst, step, nbytes in spec.get("sends", []):
                 x = SendXfer(tid, i, step, dst, nbytes)
                 earlier = [s for s in op.recv_steps if s < step]
@@ -231,6 +241,8 @@ class Agent:
                     x.gate_index = len(earlier) - 1
                 op.sends.append(x)
                 self.send_queues.setdefault(dst, [])
+        # Whether any send waits on receives: only then does a slice received wake the senders.
+        self.gated_sends = any(x.gate_step is not None for op in self.ops for x in op.sends)
 
     # -- output -------------------------------------------------------------
     def emit(self, obj: dict):
@@ -253,6 +265,7 @@ class Agent:
                 self.pacer = (TokenBucket(ans.pace_mbps * 1e6 / 8, self.slice_bytes, now), ans.pace_from or now,
                               ans.pace_until)
             self.cond.notify_all()
+            self.send_cond.notify_all()
 
     def _pace(self, nbytes: int, now: float) -> float:
         """Seconds to wait before sending nbytes (call with the lock held)."""
@@ -269,6 +282,7 @@ class Agent:
             if self.failed is None:
                 self.failed = msg
             self.cond.notify_all()
+            self.send_cond.notify_all()
 
     # -- connections --------------------------------------------------------
     def listen(self):
@@ -347,14 +361,20 @@ class Agent:
                     op_i, step, src = self.recv_meta[tid]
                     key = (op_i, step)
                     self.step_got[key] = self.step_got.get(key, 0) + length
+                    if self.step_got[key] >= self.ops[op_i].recv_total[step]:
+                        self._advance_prefix(op_i)
                     if self.recv_got[tid] > self.recv_size[tid]:
                         raise AgentError(f"transfer {tid} from rank {src} overran its {self.recv_size[tid]} bytes")
-                    if self.transfer_events and self.recv_got[tid] == self.recv_size[tid]:
-                        spec = self.ops[op_i].spec
-                        self.emit({"kind": "transfer", "job": self.job, "rank": self.rank, "src": src,
-                                   "dst": self.rank, "op_id": spec["id"], "step": step,
-                                   "size_bytes": self.recv_size[tid], "start": self.recv_first[tid], "end": now})
-                    self.cond.notify_all()
+                    if self.recv_got[tid] == self.recv_size[tid]:
+                        if self.transfer_events:
+                            spec = self.ops[op_i].spec
+                            self.emit({"kind": "transfer", "job": self.job, "rank": self.rank, "src": src,
+                                       "dst": self.rank, "op_id": spec["id"], "step": step,
+                                       "size_bytes": self.recv_size[tid], "start": self.recv_first[tid],
+                                       "end": now})
+                        self.cond.notify_all()  # the op may be complete
+                    if self.gated_sends:
+                        self.send_cond.notify_all()  # a pipelining gate may open
         except AgentError as e:
             self.fail(str(e))
         except OSError as e:
@@ -371,23 +391,46 @@ class Agent:
                       f"{self.where()}")
 
     # -- sending ------------------------------------------------------------
+    def _advance_prefix(self, op_i: int) -> None:
+        """Count the op's leading receive steps that are complete (call with the lock held)."""
+        op = self.ops[op_i]
+        steps = op.recv_steps
+        while op.recv_prefix < len(steps) and \
+                self.step_got.get((op_i, steps[op.recv_prefix]), 0) >= op.recv_total[steps[op.recv_prefix]]:
+            op.recv_prefix += 1
+
     def _gate_ok(self, x: SendXfer, upto: int) -> bool:
+        """May the send x go up to byte `upto`? Every receive step before its
+        gate step complete, and its gate step's matching share arrived. O(1):
+        a sender checks every queued send on every slice received, and a ring
+        queues all its steps at once."""
         if x.gate_step is None:
             return True
         op = self.ops[x.op]
-        for s in op.recv_steps[: x.gate_index]:
-            if self.step_got.get((x.op, s), 0) < op.recv_total[s]:
-                return False
+        if op.recv_prefix < x.gate_index:
+            return False
         total = op.recv_total[x.gate_step]
         need = math.ceil(total * upto / x.size) if x.size else total
         return self.step_got.get((x.op, x.gate_step), 0) >= need
+
+    def _slice(self, tid: int, sent: int, n: int) -> tuple[memoryview, int]:
+        """The payload of a slice and its CRC32. A transfer's full slices all
+        start at one offset of the payload, so their CRC is computed once."""
+        off = (tid * 7919 + sent) % self.slice_bytes
+        data = self.payload_view[off:off + n]
+        crc = self.crcs.get((off, n))
+        if crc is None:
+            crc = zlib.crc32(data)
+            if n == self.slice_bytes:
+                self.crcs[off, n] = crc
+        return data, crc
 
     def sender(self, peer: int):
         sock = self.conns_out[peer]
         queue = self.send_queues[peer]
         try:
             while True:
-                with self.cond:
+                with self.send_cond:
                     pick = None
                     while pick is None:
                         if self.stop or self.failed:
@@ -398,20 +441,19 @@ class Agent:
                                 pick = (x, n)
                                 break
                         else:
-                            self.cond.wait()
+                            self.send_cond.wait()
                     wait = self._pace(pick[1], time.time())
                 if wait > 0:
                     time.sleep(wait)
                 x, n = pick
-                off = (x.tid * 7919 + x.sent) % self.slice_bytes
-                data = self.payload[off:off + n]
-                sock.sendall(HEADER.pack(x.tid, x.sent, n, zlib.crc32(data)) + data)
+                data, crc = self._slice(x.tid, x.sent, n)
+                _send_frame(sock, HEADER.pack(x.tid, x.sent, n, crc), data)
                 with self.cond:
                     x.sent += n
                     self.bytes_sent += n
                     if x.sent >= x.size:
                         queue.remove(x)
-                        self.cond.notify_all()
+                        self.cond.notify_all()  # the op may be complete
         except OSError as e:
             self.fail(f"rank {self.rank}: send to rank {peer} failed: {e}; {self.where()}")
 
@@ -527,7 +569,7 @@ class Agent:
                                 else:
                                     self.send_queues[x.dst].append(x)
                             active.append(i)
-                            self.cond.notify_all()
+                            self.send_cond.notify_all()
                             progressed = True
                     for i in held:
                         heapq.heappush(ready, i)
@@ -591,10 +633,21 @@ def _op_name(spec: dict) -> str:
     return f"op {spec['id']}" + (f" (iteration {it})" if it is not None else "")
 
 
+def _send_frame(sock, header: bytes, data) -> None:
+    """header + data in one system call, without joining them first."""
+    left = len(header) + len(data)
+    sent = sock.sendmsg([header, data])
+    if sent < left:  # a signal cut it short: send the rest
+        sock.sendall((header + bytes(data))[sent:])
+
+
 def _recv_exact(conn, view, n) -> bool:
+    """Fill view[:n]; False if the peer closed before sending anything.
+    MSG_WAITALL waits in the kernel for the whole frame: one wake-up of
+    this thread per frame, not one per packet."""
     got = 0
     while got < n:
-        k = conn.recv_into(view[got:n], n - got)
+        k = conn.recv_into(view[got:n], n - got, socket.MSG_WAITALL)
         if k == 0:
             if got == 0:
                 return False

@@ -183,26 +183,31 @@ def test_trace_of_a_run_that_died_has_no_dangling_flows():
 
 # -- links.csv ----------------------------------------------------------------------
 
-DUMP_PORTS = """\
-OFPST_PORT reply (OF1.3) (xid=0x2): 4 ports
-  port LOCAL: rx pkts=0, bytes=0, drop=0, errs=0, frame=0, over=0, crc=0
-           tx pkts=0, bytes=0, drop=0, errs=0, coll=0
-           duration=88.694s
-  port  1: rx pkts=10, bytes=796, drop=0, errs=0, frame=0, over=0, crc=0
-           tx pkts=49, bytes=5683, drop=0, errs=?, coll=0
-           duration=88.700s
-  port 12: rx pkts=1500, bytes=13500000, drop=0, errs=0, frame=0, over=0, crc=0
-           tx pkts=?, bytes=?, drop=?, errs=?, coll=?
-           duration=88.700s
-  port  "s1-eth3": rx pkts=3, bytes=42, drop=0, errs=0, frame=0, over=0, crc=0
-           tx pkts=4, bytes=56, drop=0, errs=0, coll=0
+PROC_NET_DEV = """\
+Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo:  123456     100    0    0    0     0          0         0   123456     100    0    0    0     0       0          0
+ab-s1-eth3: 13500000    1500    0    0    0     0          0         0     5683      49    0    0    0     0       0          0
+ab-s10-eth12:98765432101 7    0    0    0     0          0         0 12345678901234 9    0    0    0     0       0          0
 """
 
 
-def test_parse_dump_ports():
-    assert links.parse_dump_ports(DUMP_PORTS) == {"LOCAL": (0, 0), 1: (796, 5683), 12: (13500000, None),
-                                                  "s1-eth3": (42, 56)}
-    assert links.parse_dump_ports("") == {}
+def test_parse_proc_net_dev():
+    from emulator.fidelity import parse_proc_net_dev
+    assert parse_proc_net_dev(PROC_NET_DEV) == {"lo": (123456, 123456), "ab-s1-eth3": (5683, 13500000),
+                                                "ab-s10-eth12": (12345678901234, 98765432101)}
+    assert parse_proc_net_dev("") == {}
+    assert parse_proc_net_dev("garbage: x y\n") == {}
+
+
+def test_read_counters_reads_only_the_devices_asked(monkeypatch):
+    import builtins
+
+    from emulator import fidelity
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda path, *a, **k: io.StringIO(PROC_NET_DEV)
+                        if path == "/proc/net/dev" else real_open(path, *a, **k))
+    assert fidelity.read_counters(["ab-s1-eth3", "gone0"]) == {"ab-s1-eth3": (5683, 13500000)}
 
 
 def test_links_csv_columns_and_units(runs):
@@ -230,39 +235,33 @@ def test_sampler_skips_counter_resets_and_missing_readings():
     assert s.sample(2.0) == []  # a -> b went backwards (reset); b -> a had no baseline
 
 
-def test_counter_reader_reads_ovs_ports_and_kernel_bridges():
+def test_counter_reader_maps_switch_ports_to_directed_links():
+    """Every switch port (OVS or kernel bridge) is a root-namespace device:
+    its tx is switch -> peer, and on a host port its rx is host -> switch."""
     from topologies import rail_optimized
     fab = rail_optimized(2, 2, 1)
-    calls = []
+    asked = []
 
-    def run(argv):
-        calls.append(argv)
-        sw = argv[-1]
-        lines = ["OFPST_PORT reply (OF1.3) (xid=0x2): n ports"]
-        for peer in fab.graph.neighbors(sw):
-            port = fab.port(sw, peer)
-            lines += [f"  port {port:>2}: rx pkts=1, bytes={port * 10}, drop=0, errs=0, frame=0, over=0, crc=0",
-                      f"           tx pkts=1, bytes={port * 100}, drop=0, errs=0, coll=0"]
-        return "\n".join(lines)
+    def read_devs(devs):
+        asked.append(sorted(devs))
+        return {d: (len(d) * 100, len(d)) for d in devs if d != "rail1-h3"}  # one device gone
 
-    def sysfs(devs):
-        return {d: (111, 222) for d in devs}
-
-    read = links.counter_reader(fab, bridge=lambda s: s, intf=lambda n, p: f"{n}-{p}", run=run, read_sysfs=sysfs)
+    read = links.counter_reader(fab, intf=lambda n, p: f"{n}-{p}", read_devs=read_devs)
     got = read()
-    assert {c[-1] for c in calls} == {"rail0", "rail1", "spine0"}
-    assert all(c[:4] == ["ovs-ofctl", "-O", "OpenFlow13", "--no-names"] for c in calls)
-    assert got[("rail0", "spine0")] == fab.port("rail0", "spine0") * 100  # switch tx
-    assert got[("h0", "rail0")] == fab.port("rail0", "h0") * 10            # host -> switch: switch rx
-    assert got[("nvl0", "h0")] == 111 and got[("h0", "nvl0")] == 222       # kernel bridge, from sysfs
-    assert set(got) == set(links.directed_links(fab))
+    assert len(asked) == 1  # one read for every switch
+    assert got[("rail0", "spine0")] == len("rail0-spine0") * 100  # switch tx
+    assert got[("spine0", "rail0")] == len("spine0-rail0") * 100  # the other end's tx
+    assert got[("h0", "rail0")] == len("rail0-h0")                 # host -> switch: switch rx
+    assert got[("nvl0", "h0")] == len("nvl0-h0") * 100 and got[("h0", "nvl0")] == len("nvl0-h0")
+    assert ("rail1", "h3") not in got and ("h3", "rail1") not in got
+    assert set(got) | {("rail1", "h3"), ("h3", "rail1")} == set(links.directed_links(fab))
 
 
 def test_sampler_thread_warns_and_never_raises(tmp_path):
     warnings = []
 
     def broken():
-        raise RuntimeError("ovs-ofctl: no bridge")
+        raise RuntimeError("/proc/net/dev: unreadable")
 
     sampler = links.LinkSampler(open(tmp_path / "links.csv", "w"), broken, {}, scale_link=1, dilation=1, t0=0)
     th = links.SamplerThread(sampler, interval_s=0.01, log=warnings.append).start()
@@ -316,3 +315,51 @@ def test_no_matplotlib_no_plots_and_one_warning(tmp_path, monkeypatch):
 def test_struct_sizes_match_the_agent_wire_format():
     # The test above builds frames by hand; keep it honest if the format moves.
     assert agent_mod.HEADER.size == struct.calcsize("!IQII") and agent_mod.HELLO.size == 4
+
+
+def test_agent_frames_cross_a_socket_whole_with_their_crc():
+    """Frames go out as header + payload view in one call and come back whole;
+    the cached CRC of a transfer's full slices is the payload's CRC."""
+    import socket
+    import zlib
+    ag = agent_mod.Agent({"rank": 3, "job": "j", "ops": [], "slice_bytes": 4096})
+    a, b = socket.socketpair()
+    with a, b:
+        frames = [(7, 0, 4096), (7, 4096, 4096), (7, 8192, 100), (9, 0, 4096)]
+        for tid, sent, n in frames:
+            data, crc = ag._slice(tid, sent, n)
+            assert crc == zlib.crc32(bytes(data)) and len(data) == n
+            agent_mod._send_frame(a, agent_mod.HEADER.pack(tid, sent, n, crc), data)
+        a.shutdown(socket.SHUT_WR)
+        hdr, body = bytearray(agent_mod.HEADER.size), bytearray(4096)
+        for tid, sent, n in frames:
+            assert agent_mod._recv_exact(b, memoryview(hdr), len(hdr))
+            got_tid, got_sent, got_n, crc = agent_mod.HEADER.unpack(hdr)
+            assert (got_tid, got_sent, got_n) == (tid, sent, n)
+            assert agent_mod._recv_exact(b, memoryview(body), n) and zlib.crc32(memoryview(body)[:n]) == crc
+        assert not agent_mod._recv_exact(b, memoryview(hdr), len(hdr))  # closed between frames
+    assert set(ag.crcs) == {((7 * 7919) % 4096, 4096), ((9 * 7919) % 4096, 4096)}  # full slices only
+
+
+def test_agent_send_gate_waits_for_every_earlier_step_then_the_matching_share():
+    """Pipelining gate: a send of step 3 may go up to byte b once steps 0 and 1
+    are complete and b/size of step 2 has arrived; zero-byte steps count as done."""
+    ag = agent_mod.Agent({"rank": 0, "job": "j", "slice_bytes": 100, "ops": [{
+        "id": 0, "kind": "collective", "recvs": [[1, 1, 0, 200], [2, 1, 1, 0], [3, 1, 2, 200]],
+        "sends": [[4, 1, 3, 400]]}]})
+    (x,) = ag.ops[0].sends
+    assert (x.gate_step, x.gate_index) == (2, 2)
+
+    def arrive(step, nbytes):
+        ag.step_got[0, step] = ag.step_got.get((0, step), 0) + nbytes
+        ag._advance_prefix(0)
+
+    arrive(2, 100)  # half the gate step's share is there, but step 0 is not
+    assert not ag._gate_ok(x, 100)
+    arrive(0, 100)
+    assert not ag._gate_ok(x, 100)
+    arrive(0, 100)  # step 0 complete; step 1 is empty
+    assert ag.ops[0].recv_prefix == 2
+    assert ag._gate_ok(x, 200) and not ag._gate_ok(x, 201)
+    arrive(2, 100)
+    assert ag.ops[0].recv_prefix == 3 and ag._gate_ok(x, 400)
