@@ -496,8 +496,8 @@ class Agent:
     def run(self, t0: float):
         """Run the op DAG. Only ops whose dependencies are done are looked at
         (a heap, in plan order) and only started transfers are checked for
-        completion: every received slice wakes this loop, so a pass over all
-        ops would make a long trace's CPU cost quadratic."""
+        completion: every completed transfer wakes this loop, so a pass over
+        all ops would make a long trace's CPU cost quadratic."""
         compute_busy_until = None
         compute_op = None
         waiting = [len(set(op.deps)) for op in self.ops]
