@@ -154,13 +154,13 @@ class PhaseGates:
 
 
 class SendXfer:
-    __slots__ = ("tid", "op", "step", "dst", "size", "sent", "gate_step", "gate_index")
+    __slots__ = ("tid", "op", "step", "dst", "size", "sent", "earlier_left", "gate")
 
     def __init__(self, tid, op, step, dst, size):
         self.tid, self.op, self.step, self.dst, self.size = tid, op, step, dst, size
         self.sent = 0
-        self.gate_step = None   # the latest step before ours in which this rank receives
-        self.gate_index = 0     # how many receive steps must be complete before gate_step
+        self.earlier_left = 0   # receives it depends on, not yet complete
+        self.gate: list[int] = []  # receives it follows slice by slice as they stream in
 
 
 class OpState:
@@ -177,9 +177,6 @@ class OpState:
         self.sends: list[SendXfer] = []
         self.recv_tids: list[int] = []
         # Receive progress per step, for gating sends.
-        self.recv_steps: list[int] = []
-        self.recv_total: dict[int, int] = {}
-        self.recv_prefix = 0  # how many of recv_steps, from the first, are complete
 
 
 class Agent:
@@ -207,7 +204,7 @@ class Agent:
         self.recv_size: dict[int, int] = {}
         self.recv_first: dict[int, float] = {}
         self.recv_meta: dict[int, tuple] = {}   # tid -> (op index, step, src)
-        self.step_got: dict[tuple, int] = {}   # (op index, step) -> bytes received
+        self.waiters: dict[int, list[SendXfer]] = {}  # receive tid -> sends that need it complete
         self.send_queues: dict[int, list[SendXfer]] = {}
         self.conns_out: dict[int, socket.socket] = {}
         self.bytes_sent = 0
@@ -225,24 +222,30 @@ class Agent:
     def _index_ops(self):
         for i, op in enumerate(self.ops):
             spec = op.spec
+            steps: dict[int, list[int]] = {}
             for tid, src, step, nbytes in spec.get("recvs", []):
                 op.recv_tids.append(tid)
                 self.recv_size[tid] = nbytes
                 self.recv_meta[tid] = (i, step, src)
                 self.recv_got.setdefault(tid, 0)
-                op.recv_total[step] = op.recv_total.get(step, 0) + nbytes
-            op.recv_steps = sorted(op.recv_total)
-            self._advance_prefix(i)  # past leading empty steps
-            for tid, dst, step, nbytes in spec.get("sends", []):
+                steps.setdefault(step, []).append(tid)
+            deps = spec.get("send_deps")
+            for k, (tid, dst, step, nbytes) in enumerate(spec.get("sends", [])):
                 x = SendXfer(tid, i, step, dst, nbytes)
-                earlier = [s for s in op.recv_steps if s < step]
-                if earlier:
-                    x.gate_step = earlier[-1]
-                    x.gate_index = len(earlier) - 1
+                if deps is not None:
+                    earlier, x.gate = deps[k]
+                else:  # a plan without dependencies: step order (every earlier receive)
+                    before = sorted(s for s in steps if s < step)
+                    earlier = [t for s in before[:-1] for t in steps[s]]
+                    x.gate = steps[before[-1]] if before else []
+                for t in earlier:
+                    if self.recv_size[t] > 0:
+                        x.earlier_left += 1
+                        self.waiters.setdefault(t, []).append(x)
                 op.sends.append(x)
                 self.send_queues.setdefault(dst, [])
         # Whether any send waits on receives: only then does a slice received wake the senders.
-        self.gated_sends = any(x.gate_step is not None for op in self.ops for x in op.sends)
+        self.gated_sends = any(x.gate or x.earlier_left for op in self.ops for x in op.sends)
 
     # -- output -------------------------------------------------------------
     def emit(self, obj: dict):
@@ -356,16 +359,8 @@ class Agent:
                         raise AgentError(f"checksum mismatch in op {self.ops[op_i].spec['id']} step {step} "
                                          f"from rank {src} at offset {offset}")
                     self.recv_first.setdefault(tid, t_header)
-                    self.recv_got[tid] += length
-                    self.bytes_received += length
                     op_i, step, src = self.recv_meta[tid]
-                    key = (op_i, step)
-                    self.step_got[key] = self.step_got.get(key, 0) + length
-                    if self.step_got[key] >= self.ops[op_i].recv_total[step]:
-                        self._advance_prefix(op_i)
-                    if self.recv_got[tid] > self.recv_size[tid]:
-                        raise AgentError(f"transfer {tid} from rank {src} overran its {self.recv_size[tid]} bytes")
-                    if self.recv_got[tid] == self.recv_size[tid]:
+                    if self._received(tid, length):
                         if self.transfer_events:
                             spec = self.ops[op_i].spec
                             self.emit({"kind": "transfer", "job": self.job, "rank": self.rank, "src": src,
@@ -391,27 +386,31 @@ class Agent:
                       f"{self.where()}")
 
     # -- sending ------------------------------------------------------------
-    def _advance_prefix(self, op_i: int) -> None:
-        """Count the op's leading receive steps that are complete (call with the lock held)."""
-        op = self.ops[op_i]
-        steps = op.recv_steps
-        while op.recv_prefix < len(steps) and \
-                self.step_got.get((op_i, steps[op.recv_prefix]), 0) >= op.recv_total[steps[op.recv_prefix]]:
-            op.recv_prefix += 1
+    def _received(self, tid: int, length: int) -> bool:
+        """Count `length` bytes of receive `tid` (lock held); True when it is complete."""
+        self.recv_got[tid] += length
+        self.bytes_received += length
+        if self.recv_got[tid] > self.recv_size[tid]:
+            raise AgentError(f"transfer {tid} from rank {self.recv_meta[tid][2]} overran its "
+                             f"{self.recv_size[tid]} bytes")
+        if self.recv_got[tid] < self.recv_size[tid]:
+            return False
+        for x in self.waiters.get(tid, ()):
+            x.earlier_left -= 1
+        return True
 
     def _gate_ok(self, x: SendXfer, upto: int) -> bool:
-        """May the send x go up to byte `upto`? Every receive step before its
-        gate step complete, and its gate step's matching share arrived. O(1):
-        a sender checks every queued send on every slice received, and a ring
-        queues all its steps at once."""
-        if x.gate_step is None:
-            return True
-        op = self.ops[x.op]
-        if op.recv_prefix < x.gate_index:
+        """May the send x go up to byte `upto`? The receives it depends on are
+        complete and its gate receives have streamed in the matching share.
+        Cheap: a sender checks its queued sends on every slice received."""
+        if x.earlier_left:
             return False
-        total = op.recv_total[x.gate_step]
-        need = math.ceil(total * upto / x.size) if x.size else total
-        return self.step_got.get((x.op, x.gate_step), 0) >= need
+        if not x.gate:
+            return True
+        # Each followed receive must have streamed in its share: a tree node's
+        # output slice needs that slice from every child.
+        return all(self.recv_got[t] >= (math.ceil(self.recv_size[t] * upto / x.size) if x.size
+                                        else self.recv_size[t]) for t in x.gate)
 
     def _slice(self, tid: int, sent: int, n: int) -> tuple[memoryview, int]:
         """The payload of a slice and its CRC32. A transfer's full slices all

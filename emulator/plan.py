@@ -17,6 +17,7 @@ from topologies import Fabric
 from topologies.errors import InputError
 from traffic.collectives import build_schedule, predict_time_s
 from traffic.collectives.algorithms import effective_gpus_per_server
+from traffic.collectives.schedule import send_dependencies
 from traffic.errors import InputError as TrafficInputError
 from traffic.workload import build_workload
 
@@ -103,6 +104,7 @@ def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -
     instance_tids: dict[tuple, list] = {}   # (collective id, group) -> [(src, dst, step, bytes, tid)]
     pair_tid: dict[str, int] = {}
     sched_cache: dict[tuple, object] = {}
+    deps_cache: dict[tuple, list] = {}
     predict_cache: dict[tuple, float] = {}
     op_index: list[dict[str, int]] = [dict() for _ in range(n)]
     for r in range(n):
@@ -127,11 +129,15 @@ def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -
                     if key not in sched_cache:
                         sched_cache[key] = build_schedule(op.op, op.algorithm, len(group), size, root=root,
                                                           gpus_per_server=gps)
+                    if key not in deps_cache:
+                        deps_cache[key] = send_dependencies(sched_cache[key])
                     lst = []
                     for t in sched_cache[key].transfers:
                         lst.append((group[t.src], group[t.dst], t.step, t.size_bytes, tid))
                         tid += 1
-                    instance_tids[inst] = lst
+                    # Per transfer: the receive tids its sender waits for (earlier: whole; gate: streaming).
+                    deps = [([lst[j][4] for j in e], [lst[j][4] for j in g]) for e, g in deps_cache[key]]
+                    instance_tids[inst] = [(*x, d) for x, d in zip(lst, deps)]
                     hosts = [jp.hosts[g] for g in group]
                     pkey = (key, tuple(hosts))
                     if pkey not in predict_cache:
@@ -140,8 +146,9 @@ def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -
                         predict_cache[pkey])
                 spec.update(op=op.op, algorithm=op.algorithm, group=op.group, size_bytes=op.size_bytes,
                             ranks=len(group))
-                spec["sends"] = [[t, d, st, b] for s, d, st, b, t in instance_tids[inst] if s == r]
-                spec["recvs"] = [[t, s, st, b] for s, d, st, b, t in instance_tids[inst] if d == r]
+                spec["sends"] = [[t, d, st, b] for s, d, st, b, t, _ in instance_tids[inst] if s == r]
+                spec["send_deps"] = [[e, g] for s, _, _, _, _, (e, g) in instance_tids[inst] if s == r]
+                spec["recvs"] = [[t, s, st, b] for s, d, st, b, t, _ in instance_tids[inst] if d == r]
             elif op.kind in ("send", "recv"):
                 src, dst = (r, op.peer) if op.kind == "send" else (op.peer, r)
                 key = f"{op.id}:{src}->{dst}"

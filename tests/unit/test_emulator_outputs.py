@@ -342,24 +342,29 @@ def test_agent_frames_cross_a_socket_whole_with_their_crc():
 
 
 def test_agent_send_gate_waits_for_every_earlier_step_then_the_matching_share():
-    """Pipelining gate: a send of step 3 may go up to byte b once steps 0 and 1
-    are complete and b/size of step 2 has arrived; zero-byte steps count as done."""
+    """Without dependencies in the plan the gate is step order: a send of step 3
+    may go up to byte b once steps 0 and 1 are complete and b/size of step 2
+    has arrived; zero-byte receives count as done."""
     ag = agent_mod.Agent({"rank": 0, "job": "j", "slice_bytes": 100, "ops": [{
         "id": 0, "kind": "collective", "recvs": [[1, 1, 0, 200], [2, 1, 1, 0], [3, 1, 2, 200]],
         "sends": [[4, 1, 3, 400]]}]})
     (x,) = ag.ops[0].sends
-    assert (x.gate_step, x.gate_index) == (2, 2)
-
-    def arrive(step, nbytes):
-        ag.step_got[0, step] = ag.step_got.get((0, step), 0) + nbytes
-        ag._advance_prefix(0)
-
-    arrive(2, 100)  # half the gate step's share is there, but step 0 is not
+    ag._received(3, 100)  # half the gate step's share is there, but step 0 is not
     assert not ag._gate_ok(x, 100)
-    arrive(0, 100)
+    ag._received(1, 100)
     assert not ag._gate_ok(x, 100)
-    arrive(0, 100)  # step 0 complete; step 1 is empty
-    assert ag.ops[0].recv_prefix == 2
+    assert ag._received(1, 100)  # step 0 complete; step 1 is empty
     assert ag._gate_ok(x, 200) and not ag._gate_ok(x, 201)
-    arrive(2, 100)
-    assert ag.ops[0].recv_prefix == 3 and ag._gate_ok(x, 400)
+    assert ag._received(3, 100) and ag._gate_ok(x, 400)
+
+
+def test_agent_send_gate_follows_the_plans_dependencies_not_step_order():
+    """A double binary tree: the send of chunk 1 depends on chunk 1's receives
+    only, so the other tree's slower receive at an earlier step does not hold it."""
+    ag = agent_mod.Agent({"rank": 0, "job": "j", "slice_bytes": 100, "ops": [{
+        "id": 0, "kind": "collective", "recvs": [[1, 1, 0, 200], [2, 2, 1, 200]],
+        "sends": [[3, 1, 2, 200]], "send_deps": [[[], [2]]]}]})
+    (x,) = ag.ops[0].sends
+    assert not ag._gate_ok(x, 100)
+    ag._received(2, 100)  # tid 1 (the other tree, step 0) has nothing yet
+    assert ag._gate_ok(x, 100) and not ag._gate_ok(x, 101)

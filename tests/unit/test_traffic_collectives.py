@@ -183,3 +183,26 @@ def test_effective_gpus_per_server():
     assert effective_gpus_per_server([0, 1, 9, 10], 8) is None         # different rails
     assert effective_gpus_per_server([0, 8, 1, 9], 8) is None          # a server appears twice
     assert effective_gpus_per_server([0, 1], None) is None
+
+
+@pytest.mark.parametrize("alg", ["ring", "tree", "halving-doubling", "direct"])
+@pytest.mark.parametrize("n", [2, 5, 8, 16])
+def test_a_send_waits_for_exactly_the_earlier_receives_of_its_chunks(alg, n):
+    from traffic.collectives.schedule import send_dependencies
+    s = build_schedule("all_reduce", alg, n, 1 << 20)
+    tr = s.transfers
+    for t, (earlier, gate) in zip(tr, send_dependencies(s)):
+        need = {j for j, u in enumerate(tr) if u.dst == t.src and u.step < t.step and set(u.chunks) & set(t.chunks)}
+        assert set(earlier) | set(gate) == need
+        assert not set(earlier) & set(gate)
+        if need:  # followed slice by slice: the latest step's, and those of exactly its chunks
+            last = max(tr[j].step for j in need)
+            assert set(gate) == {j for j in need if tr[j].step == last or set(tr[j].chunks) == set(t.chunks)}
+
+
+def test_the_two_trees_of_a_tree_all_reduce_do_not_wait_on_each_other():
+    from traffic.collectives.schedule import send_dependencies
+    s = build_schedule("all_reduce", "tree", 16, 1 << 20)
+    for t, (earlier, gate) in zip(s.transfers, send_dependencies(s)):
+        assert not earlier  # a node forwards as all its children's data streams in
+        assert all(s.transfers[j].chunks == t.chunks for j in gate)

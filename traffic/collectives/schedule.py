@@ -1,6 +1,8 @@
 """A collective as steps of point-to-point transfers: the unit the host agents replay."""
 from __future__ import annotations
 
+import bisect
+
 from dataclasses import dataclass, field
 
 
@@ -60,3 +62,33 @@ class Schedule:
         for t in self.transfers:
             out[t.step].append(t)
         return out
+
+
+def send_dependencies(schedule: Schedule) -> list[tuple[list[int], list[int]]]:
+    """What each transfer's sender must have received first, by index into
+    schedule.transfers: (earlier, gate). A send carrying chunks C depends on the
+    sender's receives of any chunk in C at earlier steps. It follows a receive
+    slice by slice (gate) when that receive carries exactly its chunks (the
+    send is their reduction or copy, so byte b needs byte b of each: a tree
+    node forwards as both children's data streams in) or is at the latest such
+    step (the pipelining of one step into the next); other receives must be
+    complete first (earlier). By chunks, not step order: the two trees of a
+    double-binary-tree all-reduce carry different chunks and must not wait on
+    each other. Transfers without chunk ids fall back to step order."""
+    tr = schedule.transfers
+    recvs: dict[int, list[int]] = {}
+    for i in sorted(range(len(tr)), key=lambda i: tr[i].step):
+        recvs.setdefault(tr[i].dst, []).append(i)
+    steps = {r: [tr[j].step for j in lst] for r, lst in recvs.items()}
+    out = []
+    for t in tr:
+        mine = set(t.chunks)
+        before = recvs.get(t.src, [])[:bisect.bisect_left(steps.get(t.src, []), t.step)]
+        deps = [j for j in before if not mine or not tr[j].chunks or mine & set(tr[j].chunks)]
+        if not deps:
+            out.append(([], []))
+            continue
+        last = max(tr[j].step for j in deps)
+        follow = [tr[j].step == last or (mine and set(tr[j].chunks) == mine) for j in deps]
+        out.append(([j for j, f in zip(deps, follow) if not f], [j for j, f in zip(deps, follow) if f]))
+    return out
