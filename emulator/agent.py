@@ -222,22 +222,16 @@ class Agent:
     def _index_ops(self):
         for i, op in enumerate(self.ops):
             spec = op.spec
-            steps: dict[int, list[int]] = {}
             for tid, src, step, nbytes in spec.get("recvs", []):
                 op.recv_tids.append(tid)
                 self.recv_size[tid] = nbytes
                 self.recv_meta[tid] = (i, step, src)
                 self.recv_got.setdefault(tid, 0)
-                steps.setdefault(step, []).append(tid)
-            deps = spec.get("send_deps")
-            for k, (tid, dst, step, nbytes) in enumerate(spec.get("sends", [])):
+            sends = spec.get("sends", [])
+            # The plan lists, per send, the receives it waits for (send_dependencies); p2p sends have none.
+            for (tid, dst, step, nbytes), (earlier, gate) in zip(sends, spec.get("send_deps", [([], [])] * len(sends))):
                 x = SendXfer(tid, i, step, dst, nbytes)
-                if deps is not None:
-                    earlier, x.gate = deps[k]
-                else:  # a plan without dependencies: step order (every earlier receive)
-                    before = sorted(s for s in steps if s < step)
-                    earlier = [t for s in before[:-1] for t in steps[s]]
-                    x.gate = steps[before[-1]] if before else []
+                x.gate = gate
                 for t in earlier:
                     if self.recv_size[t] > 0:
                         x.earlier_left += 1

@@ -101,7 +101,7 @@ def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -
               "slice_bytes": exp.testbed.slice_bytes, "start_offset_s": jp.start_offset_s,
               "ops": [], "peers": {}, "inbound": 0} for r in range(n)]
     tid = 0
-    instance_tids: dict[tuple, list] = {}   # (collective id, group) -> [(src, dst, step, bytes, tid)]
+    instance_tids: dict[tuple, list] = {}   # (collective id, group) -> [(src, dst, step, bytes, tid, deps)]
     pair_tid: dict[str, int] = {}
     sched_cache: dict[tuple, object] = {}
     deps_cache: dict[tuple, list] = {}

@@ -255,9 +255,9 @@ class Testbed:
         run's controller, listens on both. A free port is only free when asked:
         a run starting at the same moment can take it first, and then our
         switches would talk to its controller. So a lost race means new ports."""
-        for _ in range(attempts):
+        for attempt in range(attempts):
             ofp_port, self.rest_port = free_port(), free_port()
-            self._start_controller(fabric_path, ofp_port)
+            self._start_controller(fabric_path, ofp_port, restart=attempt > 0)  # controller.out keeps each try
             ports = {ofp_port, self.rest_port}
             state = wait_for(lambda: self._listening(ports), self.ready_timeout_s,
                              f"the controller to listen on ports {sorted(ports)}")

@@ -341,13 +341,13 @@ def test_agent_frames_cross_a_socket_whole_with_their_crc():
     assert set(ag.crcs) == {((7 * 7919) % 4096, 4096), ((9 * 7919) % 4096, 4096)}  # full slices only
 
 
-def test_agent_send_gate_waits_for_every_earlier_step_then_the_matching_share():
-    """Without dependencies in the plan the gate is step order: a send of step 3
-    may go up to byte b once steps 0 and 1 are complete and b/size of step 2
-    has arrived; zero-byte receives count as done."""
+def test_agent_send_gate_waits_for_earlier_receives_then_the_matching_share():
+    """A send of step 3 may go up to byte b once its earlier receives are
+    complete and b/size of its gate receive has arrived; zero-byte receives
+    count as done."""
     ag = agent_mod.Agent({"rank": 0, "job": "j", "slice_bytes": 100, "ops": [{
         "id": 0, "kind": "collective", "recvs": [[1, 1, 0, 200], [2, 1, 1, 0], [3, 1, 2, 200]],
-        "sends": [[4, 1, 3, 400]]}]})
+        "sends": [[4, 1, 3, 400]], "send_deps": [[[1, 2], [3]]]}]})
     (x,) = ag.ops[0].sends
     ag._received(3, 100)  # half the gate step's share is there, but step 0 is not
     assert not ag._gate_ok(x, 100)

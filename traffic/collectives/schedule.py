@@ -74,7 +74,7 @@ def send_dependencies(schedule: Schedule) -> list[tuple[list[int], list[int]]]:
     step (the pipelining of one step into the next); other receives must be
     complete first (earlier). By chunks, not step order: the two trees of a
     double-binary-tree all-reduce carry different chunks and must not wait on
-    each other. Transfers without chunk ids fall back to step order."""
+    each other."""
     tr = schedule.transfers
     recvs: dict[int, list[int]] = {}
     for i in sorted(range(len(tr)), key=lambda i: tr[i].step):
@@ -84,11 +84,11 @@ def send_dependencies(schedule: Schedule) -> list[tuple[list[int], list[int]]]:
     for t in tr:
         mine = set(t.chunks)
         before = recvs.get(t.src, [])[:bisect.bisect_left(steps.get(t.src, []), t.step)]
-        deps = [j for j in before if not mine or not tr[j].chunks or mine & set(tr[j].chunks)]
+        deps = [j for j in before if mine & set(tr[j].chunks)]
         if not deps:
             out.append(([], []))
             continue
         last = max(tr[j].step for j in deps)
-        follow = [tr[j].step == last or (mine and set(tr[j].chunks) == mine) for j in deps]
+        follow = [tr[j].step == last or set(tr[j].chunks) == mine for j in deps]
         out.append(([j for j, f in zip(deps, follow) if not f], [j for j, f in zip(deps, follow) if f]))
     return out
