@@ -7,16 +7,9 @@ import os
 import signal
 import sys
 
-from experiment.model import ConfigError
-from traffic.errors import one_line
+from badinput import InputError, one_line
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
-
-
-def _input_errors():
-    from topologies import InputError as TopoErr
-    from traffic.errors import InputError as TrafficErr
-    return ConfigError, TopoErr, TrafficErr
 
 
 def cmd_run(args) -> int:
@@ -28,14 +21,14 @@ def cmd_run(args) -> int:
 
     exp = model.load(args.experiment, args.set)
     if args.auto_scale and exp.sweep:
-        raise ConfigError("--auto-scale", "an experiment without a sweep: section (calibrate one point alone: "
+        raise InputError("--auto-scale", "an experiment without a sweep: section (calibrate one point alone: "
                           "--auto-scale --set 'sweep={}' plus its overrides; then put the chosen scale in the file)",
                           f"sweep: with {len(exp.sweep)} points", args.experiment)
     out = args.out or os.path.join("results", exp.name)
     try:
         os.makedirs(out, exist_ok=True)
     except OSError as e:
-        raise ConfigError("--out", "a folder that can be created and written", f"{out} ({e.strerror})") from None
+        raise InputError("--out", "a folder that can be created and written", f"{out} ({e.strerror})") from None
 
     def on_signal(signum, _frame):
         raise Interrupted(signal.Signals(signum).name)
@@ -142,7 +135,7 @@ def cmd_compare(args) -> int:
     from experiment.outputs import report
 
     if len(args.dirs) < 2:
-        raise ConfigError("DIR", "at least two run folders to compare", len(args.dirs))
+        raise InputError("DIR", "at least two run folders to compare", len(args.dirs))
     return report.compare(args.dirs, sys.stdout, plot=args.plot)
 
 
@@ -259,7 +252,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except _input_errors() as e:
+    except InputError as e:
         print(f"dtnet: {one_line(str(e))}", file=sys.stderr)
         return EXIT_INPUT
     except KeyboardInterrupt:

@@ -3,7 +3,7 @@
 Real-cluster units are stated in the file (``link_gbps``, ``size_bytes``,
 ``compute_ms``); the ``scale`` section says how they shrink to fit the
 machine. Unknown keys, wrong types and out-of-range values raise
-ConfigError, whose message is one line naming the file and key.
+InputError, whose message is one line naming the file and key.
 """
 from __future__ import annotations
 
@@ -15,10 +15,9 @@ from dataclasses import asdict, dataclass, field
 
 import yaml
 
+from badinput import InputError
 from experiment import placement
-from topologies import InputError as TopoInputError
 from topologies import build as build_fabric
-from topologies.errors import InputError
 
 ROUTINGS = ("shortest", "ecmp", "congestion-aware", "coschedule")
 DATAPATHS = ("auto", "kernel", "userspace", "afxdp")
@@ -26,10 +25,6 @@ DATAPATHS = ("auto", "kernel", "userspace", "afxdp")
 MAX_EMULATED_MBPS = 1000.0
 MIN_EMULATED_MBPS = 0.1
 MAX_INT = (1 << 63) - 1
-
-
-class ConfigError(InputError):
-    """A bad experiment file: 'file: key: expected X, found Y', one line."""
 
 
 @dataclass(frozen=True)
@@ -173,24 +168,24 @@ def load(path: str, overrides: list[str] | None = None) -> Experiment:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except OSError as e:
-        raise ConfigError("file", "a readable experiment file", e.strerror, path) from None
+        raise InputError("file", "a readable experiment file", e.strerror, path) from None
     except UnicodeDecodeError as e:
-        raise ConfigError("file", "a UTF-8 text file", f"byte {e.object[e.start]:#04x} at offset {e.start}",
+        raise InputError("file", "a UTF-8 text file", f"byte {e.object[e.start]:#04x} at offset {e.start}",
                           path) from None
     try:
         data = yaml.load(text, Loader=_Loader)
     except _DuplicateKey as e:
-        raise ConfigError(f"line {e.problem_mark.line + 1}", "each key once in a mapping",
+        raise InputError(f"line {e.problem_mark.line + 1}", "each key once in a mapping",
                           e.problem, path) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "yaml"
-        raise ConfigError(where, "valid YAML", getattr(e, "problem", None) or str(e), path) from None
+        raise InputError(where, "valid YAML", getattr(e, "problem", None) or str(e), path) from None
     except RecursionError:
-        raise ConfigError("yaml", "a document nested a few levels deep", "nesting too deep to read",
+        raise InputError("yaml", "a document nested a few levels deep", "nesting too deep to read",
                           path) from None
     if data is None:
-        raise ConfigError("top level", "a mapping of experiment keys (name, topology, scale, jobs)",
+        raise InputError("top level", "a mapping of experiment keys (name, topology, scale, jobs)",
                           "an empty document", path)
     data = apply_overrides(data, overrides or [], path)
     return parse(data, path)
@@ -202,7 +197,7 @@ def apply_overrides(data, overrides: list[str], file: str | None = None):
     for item in overrides:
         keypath, eq, value = item.partition("=")
         if not eq or not keypath:
-            raise ConfigError("--set", "key.path=value", item, file)
+            raise InputError("--set", "key.path=value", item, file)
         try:
             parsed = yaml.safe_load(value)
         except yaml.YAMLError:
@@ -229,21 +224,21 @@ def set_path(data, keypath: str, value, file: str | None = None, label: str = "-
             try:
                 node = node[int(part)]
             except (ValueError, IndexError):
-                raise ConfigError(f"{label} " + ".".join(parts[:i + 1]), "a list index", part, file) from None
+                raise InputError(f"{label} " + ".".join(parts[:i + 1]), "a list index", part, file) from None
             continue
         if not isinstance(node, dict):
-            raise ConfigError(f"{label} " + ".".join(parts[:i + 1]), "a mapping", node, file)
+            raise InputError(f"{label} " + ".".join(parts[:i + 1]), "a mapping", node, file)
         node = node.setdefault(part, {})
     last = parts[-1]
     if isinstance(node, list):
         try:
             node[int(last)] = value
         except (ValueError, IndexError):
-            raise ConfigError(f"{label} {keypath}", "a list index", last, file) from None
+            raise InputError(f"{label} {keypath}", "a list index", last, file) from None
     elif isinstance(node, dict):
         node[last] = value
     else:
-        raise ConfigError(f"{label} {keypath}", "a mapping", node, file)
+        raise InputError(f"{label} {keypath}", "a mapping", node, file)
 
 
 class _Section:
@@ -251,7 +246,7 @@ class _Section:
 
     def __init__(self, data, key: str, file):
         if not isinstance(data, dict):
-            raise ConfigError(key or "top level", "a mapping", data, file)
+            raise InputError(key or "top level", "a mapping", data, file)
         self.data, self.key, self.file, self.used = data, key, file, set()
 
     def path(self, name):
@@ -261,21 +256,21 @@ class _Section:
         self.used.add(name)
         if name not in self.data:
             if default is ...:
-                raise ConfigError(self.path(name), f"a value ({expected or _tname(types)})", None, self.file)
+                raise InputError(self.path(name), f"a value ({expected or _tname(types)})", None, self.file)
             return default
         value = self.data[name]
         if isinstance(value, bool) and bool not in _as_tuple(types):
-            raise ConfigError(self.path(name), expected or _tname(types), value, self.file)
+            raise InputError(self.path(name), expected or _tname(types), value, self.file)
         if not isinstance(value, types):
-            raise ConfigError(self.path(name), expected or _tname(types), value, self.file)
+            raise InputError(self.path(name), expected or _tname(types), value, self.file)
         if check is not None and not check(value):
-            raise ConfigError(self.path(name), expected or "a valid value", value, self.file)
+            raise InputError(self.path(name), expected or "a valid value", value, self.file)
         return value
 
     def done(self):
         for k in self.data:
             if k not in self.used:
-                raise ConfigError(self.path(k), "no such key here (allowed: " +
+                raise InputError(self.path(k), "no such key here (allowed: " +
                                   ", ".join(sorted(self.used)) + ")", k, self.file)
 
 
@@ -309,7 +304,7 @@ def _check_numbers(data, file) -> None:
             stack += reversed(children)  # popped in file order
         elif isinstance(node, float) and not math.isfinite(node) or \
                 isinstance(node, int) and not isinstance(node, bool) and abs(node) > MAX_INT:
-            raise ConfigError(path or "top level", "a finite number within 64 bits", node, file)
+            raise InputError(path or "top level", "a finite number within 64 bits", node, file)
 
 
 def parse(data, file: str | None = None) -> Experiment:
@@ -320,12 +315,9 @@ def parse(data, file: str | None = None) -> Experiment:
 
     topo = dict(top.get("topology", dict))
     if not isinstance(topo.get("kind"), str):
-        raise ConfigError("topology.kind", "a fabric kind", topo.get("kind"), file)
+        raise InputError("topology.kind", "a fabric kind", topo.get("kind"), file)
     topo.setdefault("link_gbps", 400)
-    try:
-        fabric = build_fabric(topo["kind"], {k: v for k, v in topo.items() if k != "kind"}, file=file)
-    except TopoInputError as e:
-        raise ConfigError(e.key, e.expected, e.found, file) from None
+    fabric = build_fabric(topo["kind"], {k: v for k, v in topo.items() if k != "kind"}, file=file)
     # Every builder default spelled out, so config.yaml states the fabric in full.
     topo = {"kind": topo["kind"], **fabric.params, "link_gbps": topo["link_gbps"]}
 
@@ -338,7 +330,7 @@ def parse(data, file: str | None = None) -> Experiment:
     for a, b, d in fabric.links():
         mbps = d["link_gbps"] * 1000 * scale.link
         if not MIN_EMULATED_MBPS <= mbps <= MAX_EMULATED_MBPS:
-            raise ConfigError("scale.link", f"emulated link rates within {MIN_EMULATED_MBPS}.."
+            raise InputError("scale.link", f"emulated link rates within {MIN_EMULATED_MBPS}.."
                               f"{MAX_EMULATED_MBPS:.0f} Mb/s (link {a}-{b} would be {mbps:.3g} Mb/s)",
                               scale.link, file)
 
@@ -372,7 +364,7 @@ def parse(data, file: str | None = None) -> Experiment:
         js = _Section(jr, f"jobs[{i}]", file)
         jname = js.get("name", str, f"j{i}")
         if jname in names:
-            raise ConfigError(f"jobs[{i}].name", "a unique job name", jname, file)
+            raise InputError(f"jobs[{i}].name", "a unique job name", jname, file)
         names.add(jname)
         hosts = _hosts(js.get("hosts", (str, list, dict), "all"), fabric, f"jobs[{i}].hosts", file)
         workload = js.get("workload", dict)
@@ -383,14 +375,14 @@ def parse(data, file: str | None = None) -> Experiment:
         order = js.get("order", str, "as-listed", check=lambda v: v in ORDERS,
                        expected="one of " + ", ".join(ORDERS))
         if order == "rail-aligned" and fabric.kind != "rail-optimized":
-            raise ConfigError(f"jobs[{i}].order", "as-listed on a fabric that is not rail-optimized",
+            raise InputError(f"jobs[{i}].order", "as-listed on a fabric that is not rail-optimized",
                               order, file)
         js.done()
         jobs.append(Job(jname, hosts, workload, start_ms, order))
     try:
         placed = placement.place([(j.name, j.hosts) for j in jobs], fabric)
     except InputError as e:
-        raise ConfigError(e.key, e.expected, e.found, file) from None
+        raise InputError(e.key, e.expected, e.found, file) from None
     ranked = {h for hosts in placed for h in hosts}
     faults = _faults(top.get("faults", list, []), fabric, ranked, file)
     capture = _capture(top.get("capture", dict, {}), fabric, file)
@@ -414,14 +406,14 @@ def _faults(items, fabric, ranked_hosts, file) -> tuple:
         fs = _Section(fr, key, file)
         kinds = [k for k in FAULT_KINDS if k in fr]
         if len(kinds) != 1:
-            raise ConfigError(key, "exactly one of " + ", ".join(FAULT_KINDS), sorted(fr), file)
+            raise InputError(key, "exactly one of " + ", ".join(FAULT_KINDS), sorted(fr), file)
         at_ms = float(fs.get("at_ms", NUM, check=lambda v: v >= 0, expected="milliseconds >= 0"))
         kind = kinds[0]
         if kind == "link":
             link = fs.get("link", list, check=lambda v: len(v) == 2 and all(isinstance(n, str) for n in v),
                           expected="two node names, [a, b]")
             if not fabric.graph.has_edge(*link):
-                raise ConfigError(f"{key}.link", "two nodes joined by a link of this fabric", link, file)
+                raise InputError(f"{key}.link", "two nodes joined by a link of this fabric", link, file)
             fault = Fault(at_ms, link=tuple(link), state=_state(fs))
         elif kind == "switch":
             sw = fs.get("switch", str, check=lambda v: v in fabric.openflow_switches,
@@ -430,7 +422,7 @@ def _faults(items, fabric, ranked_hosts, file) -> tuple:
         elif kind == "straggler":
             host = fs.get("straggler", str, check=lambda v: v in ranked_hosts, expected="a host that runs a rank")
             if host in stragglers:
-                raise ConfigError(f"{key}.straggler", "one straggler fault per host", host, file)
+                raise InputError(f"{key}.straggler", "one straggler fault per host", host, file)
             stragglers.add(host)
             factor = float(fs.get("factor", NUM, check=lambda v: 1 <= v <= 1000,
                                   expected="a slowdown factor in 1..1000"))
@@ -453,11 +445,11 @@ def _capture(data, fabric, file) -> Capture:
     links = cs.get("links", list, [])
     for j, link in enumerate(links):
         if not (isinstance(link, list) and len(link) == 2 and all(isinstance(n, str) for n in link)):
-            raise ConfigError(f"capture.links[{j}]", "two node names, [a, b]", link, file)
+            raise InputError(f"capture.links[{j}]", "two node names, [a, b]", link, file)
         if not fabric.graph.has_edge(*link):
-            raise ConfigError(f"capture.links[{j}]", "two nodes joined by a link of this fabric", link, file)
+            raise InputError(f"capture.links[{j}]", "two nodes joined by a link of this fabric", link, file)
     if len({frozenset(ln) for ln in links}) != len(links):
-        raise ConfigError("capture.links", "each link once", links, file)
+        raise InputError("capture.links", "each link once", links, file)
     cap = Capture(
         links=tuple(tuple(ln) for ln in links),
         max_packets=cs.get("max_packets", int, 2000, check=lambda v: 1 <= v <= 10_000_000,
@@ -477,34 +469,34 @@ def _sweep(data, file) -> tuple:
     items = ss.get("list", list, None)
     ss.done()
     if (grid is None) == (items is None):
-        raise ConfigError("sweep", "either grid: {key.path: [values]} or list: [{key.path: value}, ...]",
+        raise InputError("sweep", "either grid: {key.path: [values]} or list: [{key.path: value}, ...]",
                           data, file)
 
     def key_ok(key, where):
         if not isinstance(key, str) or not key or key.split(".")[0] == "sweep" or "" in key.split("."):
-            raise ConfigError(where, "a dotted key path outside sweep, e.g. controller.routing", key, file)
+            raise InputError(where, "a dotted key path outside sweep, e.g. controller.routing", key, file)
 
     if grid is not None:
         if not grid:
-            raise ConfigError("sweep.grid", "at least one key.path: [values]", grid, file)
+            raise InputError("sweep.grid", "at least one key.path: [values]", grid, file)
         for k, values in grid.items():
             key_ok(k, f"sweep.grid.{k}")
             if not isinstance(values, list) or not values:
-                raise ConfigError(f"sweep.grid.{k}", "a non-empty list of values", values, file)
+                raise InputError(f"sweep.grid.{k}", "a non-empty list of values", values, file)
         points = [tuple(zip(grid, combo)) for combo in itertools.product(*grid.values())]
     else:
         if not items:
-            raise ConfigError("sweep.list", "at least one point", items, file)
+            raise InputError("sweep.list", "at least one point", items, file)
         points = []
         for i, item in enumerate(items):
             if not isinstance(item, dict) or not item:
-                raise ConfigError(f"sweep.list[{i}]", "a mapping of key.path: value", item, file)
+                raise InputError(f"sweep.list[{i}]", "a mapping of key.path: value", item, file)
             for k in item:
                 key_ok(k, f"sweep.list[{i}].{k}")
             points.append(tuple(item.items()))
     for i, p in enumerate(points):
         if p in points[:i]:
-            raise ConfigError("sweep", "distinct points", dict(p), file)
+            raise InputError("sweep", "distinct points", dict(p), file)
     return tuple(points)
 
 
@@ -546,29 +538,29 @@ def _hosts(hosts, fabric, key, file):
     all_hosts = fabric.hosts
     if isinstance(hosts, str):
         if hosts != "all":
-            raise ConfigError(key, "'all', a list of host names, {count: N} or {servers: ...}", hosts, file)
+            raise InputError(key, "'all', a list of host names, {count: N} or {servers: ...}", hosts, file)
         return hosts
     if isinstance(hosts, list):
         if not hosts:
-            raise ConfigError(key, "at least one host", hosts, file)
+            raise InputError(key, "at least one host", hosts, file)
         for h in hosts:
             if h not in all_hosts:
-                raise ConfigError(key, f"host names of this fabric (h0..h{len(all_hosts) - 1})", h, file)
+                raise InputError(key, f"host names of this fabric (h0..h{len(all_hosts) - 1})", h, file)
         if len(set(hosts)) != len(hosts):
-            raise ConfigError(key, "distinct host names", hosts, file)
+            raise InputError(key, "distinct host names", hosts, file)
         return hosts
     sec = _Section(hosts, key, file)
     if "servers" in hosts:
         if fabric.kind != "rail-optimized":
-            raise ConfigError(f"{key}.servers", "a rail-optimized fabric (servers exist only there)",
+            raise InputError(f"{key}.servers", "a rail-optimized fabric (servers exist only there)",
                               fabric.kind, file)
         n = fabric.params["servers"]
         servers = sec.get("servers", (int, list), expected=f"a count in 1..{n} or a list of server ids")
         if isinstance(servers, int) and not 1 <= servers <= n:
-            raise ConfigError(f"{key}.servers", f"a count in 1..{n}", servers, file)
+            raise InputError(f"{key}.servers", f"a count in 1..{n}", servers, file)
         if isinstance(servers, list) and (not servers or len(set(servers)) != len(servers) or not all(
                 isinstance(s, int) and not isinstance(s, bool) and 0 <= s < n for s in servers)):
-            raise ConfigError(f"{key}.servers", f"distinct server ids in 0..{n - 1}", servers, file)
+            raise InputError(f"{key}.servers", f"distinct server ids in 0..{n - 1}", servers, file)
         sec.done()
         return {"servers": servers}
     count = sec.get("count", int, check=lambda v: 1 <= v <= len(all_hosts),
@@ -579,7 +571,7 @@ def _hosts(hosts, fabric, key, file):
     if how == "random":
         out["seed"] = sec.get("seed", int, 0)
     elif "seed" in hosts:
-        raise ConfigError(f"{key}.seed", "no seed unless placement is random", hosts["seed"], file)
+        raise InputError(f"{key}.seed", "no seed unless placement is random", hosts["seed"], file)
     sec.done()
     return out
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 
-from topologies.errors import InputError
+from badinput import InputError
 
 PLACEMENTS = ("packed", "spread", "random")
 

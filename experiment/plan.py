@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from experiment.model import ConfigError, Experiment, jobs_hosts, resolve_path
+from badinput import InputError
+from experiment.model import Experiment, jobs_hosts, resolve_path
 from topologies import Fabric
-from topologies.errors import InputError
 from traffic.collectives import build_schedule, predict_time_s
 from traffic.collectives.algorithms import effective_gpus_per_server
 from traffic.collectives.schedule import send_dependencies
-from traffic.errors import InputError as TrafficInputError
 from traffic.workload import build_workload
 
 BASE_PORT = 20000
@@ -52,7 +51,7 @@ def build_plans(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
     try:
         placed = jobs_hosts(exp.jobs, fabric)
     except InputError as e:
-        raise ConfigError(e.key, e.expected, e.found, exp.source) from None
+        raise InputError(e.key, e.expected, e.found, exp.source) from None
     jobs = []
     for ji, (job, hosts) in enumerate(zip(exp.jobs, placed)):
         workload = dict(job.workload)
@@ -61,15 +60,15 @@ def build_plans(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
         try:
             trace = build_workload(workload, len(hosts), gpus_per_server=_gps(fabric, hosts),
                                    file=exp.source)
-        except TrafficInputError as e:
+        except InputError as e:
             if e.file is not None and e.file != exp.source:
                 raise  # a trace file the workload names: the fault and its key are in that file
             key = str(e.key)
             if not key.startswith("jobs"):
                 key = f"jobs[{ji}].{key}" if key.startswith("workload") else f"jobs[{ji}].workload.{key}"
-            raise ConfigError(key, e.expected, e.found, exp.source) from None
+            raise InputError(key, e.expected, e.found, exp.source) from None
         if trace.nranks != len(hosts):
-            raise ConfigError(f"jobs[{ji}].hosts", f"{trace.nranks} hosts (the workload's rank count)",
+            raise InputError(f"jobs[{ji}].hosts", f"{trace.nranks} hosts (the workload's rank count)",
                               len(hosts), exp.source)
         jp = JobPlan(job.name, ji, hosts, trace, start_offset_s=job.start_ms / 1000.0 * dilation)
         jp.ranks = _rank_plans(exp, fabric, jp, dilation)

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 
 import yaml
 
+from badinput import InputError
 from experiment import model
 from experiment.engine import Interrupted, RunFailure
-from experiment.model import ConfigError, Experiment
+from experiment.model import Experiment
 from experiment.plan import build_plans
 
 POINTS_DIR = "points"
@@ -78,7 +79,7 @@ def slugs(points: list[tuple]) -> list[str]:
 
 def expand(exp: Experiment) -> list[Point]:
     """The sweep's points as experiments; a point that makes the experiment invalid is a
-    ConfigError naming the point."""
+    InputError naming the point."""
     base = {k: v for k, v in exp.raw.items() if k != "sweep"}
     out = []
     for i, (overrides, slug) in enumerate(zip(exp.sweep, slugs(list(exp.sweep)))):
@@ -88,8 +89,8 @@ def expand(exp: Experiment) -> list[Point]:
             model.set_path(data, key, copy.deepcopy(value), exp.source, label=f"{where}:")
         try:
             pexp = model.parse(data, exp.source)
-        except ConfigError as e:
-            raise ConfigError(f"{where}: {e.key}", e.expected, e.found, exp.source) from None
+        except InputError as e:
+            raise InputError(f"{where}: {e.key}", e.expected, e.found, exp.source) from None
         out.append(Point(i, overrides, slug, pexp))
     return out
 
@@ -99,8 +100,8 @@ def check(points: list[Point]) -> None:
     for p in points:
         try:
             build_plans(p.exp, p.exp.fabric())
-        except ConfigError as e:
-            raise ConfigError(f"sweep point {p.index} ({p.slug}): {e.key}", e.expected, e.found,
+        except InputError as e:
+            raise InputError(f"sweep point {p.index} ({p.slug}): {e.key}", e.expected, e.found,
                               p.exp.source) from None
 
 

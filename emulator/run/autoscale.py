@@ -176,7 +176,7 @@ def plan_probes(exp: Experiment, cal_dir: str) -> ProbePlan:
 
 
 def at_rung(data: dict, exp: Experiment, rung: int) -> Experiment:
-    """data at scale = exp's scale x FACTOR ** rung (the dilation unchanged); ConfigError when out of range."""
+    """data at scale = exp's scale x FACTOR ** rung (the dilation unchanged); InputError when out of range."""
     d = copy.deepcopy(data)
     d["scale"] = {"link": exp.scale.link * FACTOR ** rung, "bytes": exp.scale.bytes * FACTOR ** rung}
     return model.parse(d, exp.source)
@@ -245,7 +245,7 @@ def calibrate(exp: Experiment, out_dir: str, run, log=print) -> tuple[Experiment
     def valid(rung: int) -> bool:
         try:
             pexp = at_rung(plan.data, exp, rung)
-        except model.ConfigError:
+        except model.InputError:
             return False
         return rung > 0 or slowest_link_mbps(pexp) >= record["min_link_mbps"]
 

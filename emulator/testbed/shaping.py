@@ -66,22 +66,3 @@ def offload_cmd(devs: list[str]) -> str:
     stalls with them on (checksums never filled in)."""
     return "; ".join(f"ethtool -K {d} tx off tso off gso off gro off >/dev/null 2>&1" for d in devs)
 
-
-def parse_tc_class_stats(text: str) -> dict[str, dict]:
-    """Parse `tc -s class show` output into {dev: {bytes, packets, overlimits}} for class 5:1."""
-    out: dict[str, dict] = {}
-    dev = None
-    for line in text.splitlines():
-        parts = line.split()
-        if line.startswith("class htb 5:1") and " dev " in line:
-            dev = parts[parts.index("dev") + 1] if "dev" in parts else None
-        elif line.startswith("class htb 5:1"):
-            dev = None
-        elif dev and parts[:1] == ["Sent"]:
-            # Sent 123 bytes 4 pkt (dropped 0, overlimits 5 requeues 0)
-            stats = {"bytes": int(parts[1]), "packets": int(parts[3])}
-            if "overlimits" in parts:
-                stats["overlimits"] = int(parts[parts.index("overlimits") + 1])
-            out[dev] = stats
-            dev = None
-    return out

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from experiment.model import ConfigError
+from badinput import InputError
 
 
 def read_flows(path: str) -> dict:
@@ -25,16 +25,16 @@ def read_flows(path: str) -> dict:
         from scapy.layers.l2 import Ether
         from scapy.utils import PcapReader
     except ImportError:
-        raise ConfigError("pcap-stats", "scapy installed (pip install scapy)", "no scapy", path) from None
+        raise InputError("pcap-stats", "scapy installed (pip install scapy)", "no scapy", path) from None
     flows: dict[tuple, dict] = {}
     other = {"packets": 0, "bytes": 0}
     total = {"packets": 0, "bytes": 0, "first": None, "last": None}
     try:
         reader = PcapReader(path)
     except OSError as e:
-        raise ConfigError("file", "a readable pcap file", e.strerror, path) from None
+        raise InputError("file", "a readable pcap file", e.strerror, path) from None
     except Scapy_Exception as e:
-        raise ConfigError("file", "a pcap or pcapng file", str(e), path) from None
+        raise InputError("file", "a pcap or pcapng file", str(e), path) from None
     conf.layers.filter([Ether, IP, IPv6, TCP, UDP])  # dissect only what a five-tuple needs
     try:
         with reader:
@@ -61,7 +61,7 @@ def read_flows(path: str) -> dict:
                     f["retrans_bytes"] += f["_seq"].seen_again(seq, payload)
                 f["first"], f["last"] = min(f["first"], t), max(f["last"], t)
     except Scapy_Exception as e:
-        raise ConfigError("file", "a whole pcap file", str(e), path) from None
+        raise InputError("file", "a whole pcap file", str(e), path) from None
     finally:
         conf.layers.unfilter()
     rows = []

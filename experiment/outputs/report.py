@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 
-from experiment.model import ConfigError
+from badinput import InputError
 from experiment.outputs import summary as summary_tables
 from experiment.outputs import links as links_mod
 
@@ -30,43 +30,43 @@ SUMMARY_CONTRACT = {
 
 
 def check_contract(data, spec=SUMMARY_CONTRACT, key: str = "") -> None:
-    """Raise ConfigError(key, expected, found) at the first place data breaks spec."""
+    """Raise InputError(key, expected, found) at the first place data breaks spec."""
     if isinstance(spec, dict):
         if not isinstance(data, dict):
-            raise ConfigError(key or "top level", "a mapping", type(data).__name__)
+            raise InputError(key or "top level", "a mapping", type(data).__name__)
         for k, sub in spec.items():
             if k not in data:
-                raise ConfigError(f"{key}.{k}" if key else k, "a value", "nothing")
+                raise InputError(f"{key}.{k}" if key else k, "a value", "nothing")
             check_contract(data[k], sub, f"{key}.{k}" if key else k)
     elif isinstance(spec, list):
         if not isinstance(data, list):
-            raise ConfigError(key, "a list", type(data).__name__)
+            raise InputError(key, "a list", type(data).__name__)
         for i, item in enumerate(data):
             check_contract(item, spec[0], f"{key}[{i}]")
     else:
         types = spec if isinstance(spec, tuple) else (spec,)
         if not isinstance(data, types) or (isinstance(data, bool) and bool not in types):
-            raise ConfigError(key, " or ".join(t.__name__ for t in types), data)
+            raise InputError(key, " or ".join(t.__name__ for t in types), data)
 
 
 def load_summary(run_dir: str) -> dict:
     """summary.json of a run folder, checked against the contract."""
     path = os.path.join(run_dir, "summary.json")
     if not os.path.isdir(run_dir):
-        raise ConfigError("folder", "a run folder written by `dtnet run`", "no such folder", run_dir)
+        raise InputError("folder", "a run folder written by `dtnet run`", "no such folder", run_dir)
     try:
         with open(path) as f:
             data = json.load(f)
     except FileNotFoundError:
-        raise ConfigError("file", "summary.json written by `dtnet run`", "no such file", path) from None
+        raise InputError("file", "summary.json written by `dtnet run`", "no such file", path) from None
     except OSError as e:
-        raise ConfigError("file", "a readable summary.json", e.strerror, path) from None
+        raise InputError("file", "a readable summary.json", e.strerror, path) from None
     except ValueError as e:
-        raise ConfigError("json", "valid JSON", str(e), path) from None
+        raise InputError("json", "valid JSON", str(e), path) from None
     try:
         check_contract(data)
-    except ConfigError as e:
-        raise ConfigError(e.key, e.expected, e.found, path) from None
+    except InputError as e:
+        raise InputError(e.key, e.expected, e.found, path) from None
     return data
 
 
@@ -77,7 +77,7 @@ def _load_links(run_dir: str) -> list[dict] | None:
     try:
         return links_mod.read_csv(path)
     except (OSError, ValueError, KeyError) as e:
-        raise ConfigError("links.csv", "t_s,link,src,dst,util,gbps rows", str(e), path) from None
+        raise InputError("links.csv", "t_s,link,src,dst,util,gbps rows", str(e), path) from None
 
 
 # -- dtnet report -------------------------------------------------------------
@@ -156,7 +156,7 @@ def compare(run_dirs: list[str], out, plot: str | None = None) -> int:
         try:
             plots.comparison_chart(runs, [f"{label} {s['name']}" for label, s in zip(labels, runs)], plot)
         except OSError as e:
-            raise ConfigError("--plot", "a writable PNG path", e.strerror, plot) from None
+            raise InputError("--plot", "a writable PNG path", e.strerror, plot) from None
         out.write(f"\nchart: {plot}\n")
     return 0
 

@@ -5,10 +5,10 @@ import struct
 
 import pytest
 
+from badinput import InputError
 from dtnet import cli
 from emulator.testbed import capture
 from experiment import model
-from experiment.model import ConfigError
 from experiment.outputs import pcapstats
 from topologies import from_spec
 
@@ -36,7 +36,7 @@ def test_capture_config_fills_defaults_and_round_trips():
     ({"link": []}, "capture.link"),
 ])
 def test_bad_captures_name_the_key(cap, key):
-    with pytest.raises(ConfigError) as e:
+    with pytest.raises(InputError) as e:
         _exp(cap)
     assert str(e.value).startswith(f"c.yaml: {key}:")
 

@@ -48,7 +48,7 @@ def test_every_fault_kind_parses_and_round_trips(tmp_path):
      "one straggler"),
 ])
 def test_bad_faults_are_one_line_errors_naming_the_key(tmp_path, fault, key, words):
-    with pytest.raises(model.ConfigError) as e:
+    with pytest.raises(model.InputError) as e:
         load(tmp_path, fault)
     msg = str(e.value)
     assert "\n" not in msg and f": {key}: " in msg and words in msg, msg
@@ -58,7 +58,7 @@ def test_stall_timeout_is_a_testbed_key(tmp_path):
     p = tmp_path / "e.yaml"
     p.write_text(BASE)
     assert model.load(str(p), ["testbed.stall_timeout_s=12"]).testbed.stall_timeout_s == 12.0
-    with pytest.raises(model.ConfigError, match="testbed.stall_timeout_s"):
+    with pytest.raises(model.InputError, match="testbed.stall_timeout_s"):
         model.load(str(p), ["testbed.stall_timeout_s=0.5"])
 
 

@@ -1,12 +1,11 @@
 """Placement of jobs on hosts: packed, spread, random, whole servers; jobs never share a host."""
 import pytest
 
+from badinput import InputError
 from experiment import model, placement
-from experiment.model import ConfigError
 from experiment.outputs.summary import aggregate
 from experiment.plan import build_plans
 from topologies import from_spec
-from topologies.errors import InputError
 
 FAT = from_spec("fat-tree:k=4")                                    # h0,h1 on edge0_0; h2,h3 on edge0_1; ...
 LEAF = from_spec("leaf-spine:leaves=3,spines=2,hosts_per_leaf=4")  # h0..h3 on leaf0; ...
@@ -114,13 +113,13 @@ def test_config_fills_placement_defaults_and_round_trips():
     ({"count": 4, "extra": 1}, "jobs[0].hosts.extra", None),
 ])
 def test_bad_placements_name_the_key(hosts, key, topology):
-    with pytest.raises(ConfigError) as e:
+    with pytest.raises(InputError) as e:
         _exp(hosts, topology=topology)
     assert f"e.yaml: {key}:" in str(e.value)
 
 
 def test_jobs_sharing_hosts_fail_at_load_naming_both():
-    with pytest.raises(ConfigError) as e:
+    with pytest.raises(InputError) as e:
         _exp({"servers": [0]}, ["h3", "h4"])
     assert str(e.value).startswith("e.yaml: jobs[1].hosts:") and "jobs j0 and j1 both have h3" in str(e.value)
 

@@ -4,9 +4,9 @@ import os
 
 import pytest
 
+from badinput import InputError
 from emulator.testbed.shaping import htb_cmds
 from experiment import model
-from experiment.model import ConfigError
 from experiment.outputs.summary import bus_factor, job_results
 from experiment.plan import build_plans
 
@@ -77,7 +77,7 @@ def test_rail_aligned_order_crosses_servers_on_one_rail():
     (["prediction.alpha_s=1e-6"], "prediction.alpha_s"),
 ])
 def test_bad_input_names_file_and_key(sets, key):
-    with pytest.raises((ConfigError,)) as ei:
+    with pytest.raises((InputError,)) as ei:
         exp = model.load(os.path.join(EXP, "ring-fat-tree.yaml"), sets)
         build_plans(exp, exp.fabric())
     msg = str(ei.value)
@@ -169,7 +169,7 @@ def test_faults_parse_and_check_the_link(tmp_path):
                      ("{at_ms: -1, link: [agg0_0, core0], state: down}", "faults[0].at_ms"),
                      ("{at_ms: 5, link: [agg0_0, core0], state: down, when: 3}", "faults[0].when")):
         p.write_text(base + f"faults: [{bad}]\n")
-        with pytest.raises(model.ConfigError, match=key.replace("[", r"\[").replace("]", r"\]")):
+        with pytest.raises(model.InputError, match=key.replace("[", r"\[").replace("]", r"\]")):
             model.load(str(p))
 
 

@@ -30,7 +30,7 @@ def test_a_run_summary_meets_the_contract(runs):
 def test_contract_check_names_the_broken_key(runs, breakage, key):
     s = json.loads((runs["fast"][0] / "summary.json").read_text())
     breakage(s)
-    with pytest.raises(cli.ConfigError) as ei:
+    with pytest.raises(cli.InputError) as ei:
         report.check_contract(s)
     assert ei.value.key == key
 
