@@ -13,7 +13,7 @@ from traffic.collectives import ALGORITHMS, effective_gpus_per_server
 from traffic.models import DTYPE_BYTES, GPUS, PRESETS, Gpu, Model, attention_flops, attention_params, \
     expert_params, logits_flops, mlp_dense_params, mlp_flops, model_from_spec, padded_vocab
 from traffic.spec import SpecReader
-from traffic.trace import Op, Trace, _no_gc
+from traffic.trace import Op, Trace, no_gc
 
 DIMS = ("tp", "dp", "pp")
 SCHEDULES = ("1f1b", "gpipe")
@@ -330,7 +330,7 @@ def generate(model: Model, par: ParallelConfig, *, gpu: str = "a100", efficiency
                algorithms, iterations, bucket_size_bytes, dtype, grad_dtype)
     groups = _groups(job)
     ops: dict[int, list[Op]] = {}
-    with _no_gc():
+    with no_gc():
         for p in range(par.pp):
             plan = _stage_plan(_StageBuilder(job, p).build())
             for d in range(par.dp):

@@ -349,7 +349,7 @@ def _entries(lst, table, where, file):
 
 def dump(trace: Trace, path) -> None:
     """Writes the whole file or nothing: on any failure, what was at `path` stays as it was."""
-    with _no_gc():
+    with no_gc():
         text = json.dumps(to_dict(trace), separators=(",", ":"))  # dumps runs the C encoder; dump does not
     tmp = f"{os.fspath(path)}.{os.getpid()}.tmp"
     try:
@@ -364,7 +364,7 @@ def dump(trace: Trace, path) -> None:
 
 
 @contextlib.contextmanager
-def _no_gc():
+def no_gc():
     """Millions of small acyclic objects: the cyclic collector would rescan them over and over."""
     was = gc.isenabled()
     gc.disable()
@@ -377,7 +377,7 @@ def _no_gc():
 
 def load(path) -> Trace:
     """Reads and validates a trace file; every problem is an InputError naming the file."""
-    with _no_gc():
+    with no_gc():
         d = read_json(path, "trace")
         t = from_dict(d, file=str(path))
         t.validate(file=str(path))

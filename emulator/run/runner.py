@@ -22,7 +22,8 @@ from emulator.testbed.lifecycle import Testbed
 from emulator.testbed.process import stop_process
 from experiment.engine import RunFailure
 from experiment.model import Experiment, write_resolved
-from experiment.outputs.summary import SUMMARY_VERSION, aggregate, job_results, read_events, traffic_results
+from experiment.outputs.summary import build as build_summary
+from experiment.outputs.summary import read_events
 from experiment.outputs.write import write_after_run, write_json
 from experiment.plan import build_plans
 
@@ -73,7 +74,7 @@ def _run(exp: Experiment, out_dir: str, log, calibration: dict | None = None) ->
         ctx["error"] = str(e)
         raise
     finally:
-        summary = _summarize(exp, fabric, jobs, events_path, ctx)
+        summary = summarize(exp, fabric, jobs, events_path, ctx)
         write_json(os.path.join(out_dir, "summary.json"), summary)
         write_after_run(out_dir, exp, jobs, summary, ctx["t_start"], log)  # trace.json, plots/
     return summary
@@ -266,13 +267,10 @@ def _monitored_links(tb: Testbed) -> dict:
     return out
 
 
-def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
+def summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
+    """summary.json of an emulator run: the shared figures plus the testbed's own sections."""
     events = read_events(events_path)
-    dil = exp.scale.dilation
-    per_job = [job_results(j.name, events, dil, j.predicted_s) for j in jobs]
-    host_total = sum(fabric.host_link_gbps(h) for j in jobs for h in j.hosts)
     totals = ctx["totals"]
-    received = totals.get("bytes_received") or sum(e.get("size_bytes", 0) for e in events if e["kind"] == "transfer")
     t_start, t_end = ctx["t_start"] or 0, ctx["t_end"] or time.time()
     fid = fidelity.evaluate(ctx["monitor"], events, t_start, t_end)
     if ctx.get("ovs_send_buffer") is not None:
@@ -282,23 +280,9 @@ def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
     if totals and totals["bytes_sent"] != totals["bytes_received"]:
         ctx["status"] = "incomplete"
         ctx["error"] = (f"bytes sent {totals['bytes_sent']} != bytes received {totals['bytes_received']}")
-    return {
-        "version": SUMMARY_VERSION,
-        "name": exp.name,
-        "status": ctx["status"],
-        "error": ctx["error"],
-        "topology": {**exp.topology, **fabric.counts()},
-        "scale": {"link": exp.scale.link, "bytes": exp.scale.bytes, "dilation": dil},
-        "routing": exp.routing,
+    return build_summary(exp, fabric, jobs, events, status=ctx["status"], error=ctx["error"],
+                         bytes_received=totals.get("bytes_received"), engine={
         "datapath": ctx["datapath"],
-        "jobs": per_job,
-        "aggregate": aggregate(per_job, events, dil),
-        "prediction": {"model": "alpha-beta (traffic.collectives.model.predict_time_s): each rank's NIC at its "
-                                "host link rate, NVLink inside a server, pipelined by the agents' slices, "
-                                "no contention",
-                       "latency_s": exp.prediction.latency_us * 1e-6,
-                       "pipeline_slice_bytes": exp.testbed.slice_bytes / exp.scale.bytes},
-        "traffic": traffic_results(events, received, exp.scale.link, exp.scale.bytes, host_total),
         "tcp": ctx.get("tcp", {}),
         "integrity": {"bytes_sent_emulated": totals.get("bytes_sent"),
                       "bytes_received_emulated": totals.get("bytes_received"),
@@ -307,8 +291,7 @@ def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
         "controller": ctx["controller"] or {},
         "faults": ctx["faults"].applied if ctx.get("faults") else [],
         "capture": ctx["capture"].results if ctx.get("capture") else [],
-        "announcements": relay.summarize(events, dil),
+        "announcements": relay.summarize(events, exp.scale.dilation),
         "duration_s_wall": (t_end - t_start) if ctx["t_start"] else None,
         **({"calibration": ctx["calibration"]} if ctx.get("calibration") else {}),
-    }
-
+    })

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 
-from emulator.run.runner import _summarize
+from emulator.run.runner import summarize
 from experiment import model
 from experiment.outputs.links import LinkSampler, directed_links
 from experiment.outputs.write import write_after_run
@@ -102,7 +102,7 @@ def make_run(run_dir, slow: float = 1.0, log=None) -> dict:
     sampler.close()
     ctx = {"status": "complete", "error": None, "datapath": "userspace", "controller": {"counters": {}},
            "totals": {}, "t_start": T0, "t_end": max(e["end"] for e in evs), "monitor": None}
-    summary = _summarize(exp, fabric, jobs, events_path, ctx)
+    summary = summarize(exp, fabric, jobs, events_path, ctx)
     write_json(os.path.join(run_dir, "summary.json"), summary)
     write_after_run(run_dir, exp, jobs, summary, T0, log or (lambda msg: None))
     return summary
