@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from controller.cosched import AnnounceError, CoScheduler, parse_announcement
 from controller.flows import CongestionConfig, FlowKey, FlowScheduler
 from controller.load import LinkLoad
-from controller.routing import ROUTE_TABLE, NextHops, check_policy, switch_routes
+from controller.routing import DEFAULT_POLICY, ROUTE_TABLE, NextHops, check_policy, switch_routes
 from controller.rules import COOKIE_FLOW_BASE, COOKIE_FLOW_MASK, GROUP_ALL, FlowDelete, GroupDelete
 from topologies.fabric import Fabric
 
@@ -58,7 +58,7 @@ def _route_ports(group) -> tuple | None:
 class FabricController:
     """Routing state of one fabric: which switches are up, and what they must hold."""
 
-    def __init__(self, fabric: Fabric, routing: str = "ecmp", config: CongestionConfig | None = None):
+    def __init__(self, fabric: Fabric, routing: str = DEFAULT_POLICY, config: CongestionConfig | None = None):
         check_policy(routing)
         self.fabric = fabric
         self.routing = routing
