@@ -14,7 +14,8 @@ from collections import deque
 
 from dataclasses import dataclass
 
-from controller.cosched import AnnounceError, CoScheduler, parse_announcement
+from badinput.schema import to_dict
+from controller.cosched import AnnounceError, Answer, CoScheduler, parse_announcement
 from controller.flows import CongestionConfig, FlowKey, FlowScheduler
 from controller.load import LinkLoad
 from controller.routing import DEFAULT_POLICY, ROUTE_TABLE, NextHops, check_policy, switch_routes
@@ -267,11 +268,10 @@ class FabricController:
         except AnnounceError as e:
             return 400, {"error": str(e)}
         if self.cosched is None:
-            return 200, {"version": 1, "job": ann.job, "start_offset_s": 0.0, "priority": 0,
-                         "placements": [], "coschedule": False}
+            return 200, to_dict(Answer(ann.job))
         answer = self.cosched.announce(ann, now)
         self.sched.pinned = self.cosched.pins()
-        return 200, dict(answer, coschedule=True)
+        return 200, answer
 
     # -- inspection ---------------------------------------------------------
     def state(self, now: float) -> dict:

@@ -13,6 +13,9 @@ import subprocess
 import sys
 import time
 
+from badinput import InputError
+from badinput.schema import to_json
+from emulator.agent import protocol
 from emulator.run import autoscale, fidelity, linksampler, relay
 from emulator.run.faults import FaultInjector
 from emulator.run.watchdog import Watchdog
@@ -88,21 +91,21 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
     try:
         for jp in jobs:
             for plan in jp.ranks:
-                path = os.path.join(out_dir, "plans", jp.name, f"rank{plan['rank']}.json")
+                path = os.path.join(out_dir, "plans", jp.name, f"rank{plan.rank}.json")
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 with open(path, "w") as f:
-                    json.dump(plan, f)
-                err = open(os.path.join(out_dir, "plans", jp.name, f"rank{plan['rank']}.err"), "w")
-                p = tb.host(plan["host"]).popen([sys.executable, "-m", "emulator.agent", path],
-                                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                                text=True, bufsize=1)
+                    f.write(to_json(plan, skip_defaults=True))
+                err = open(os.path.join(out_dir, "plans", jp.name, f"rank{plan.rank}.err"), "w")
+                p = tb.host(plan.host).popen([sys.executable, "-m", "emulator.agent", path],
+                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                             text=True, bufsize=1)
                 err.close()
-                agents.append((jp.name, plan["rank"], p))
+                agents.append((jp.name, plan.rank, p))
                 if cosched is not None:
-                    nic_mbps = exp.emulated_mbps(tb.fabric.host_link_gbps(plan["host"]))
-                    cosched.add(jp.name, plan["rank"], p.stdin, nic_mbps)
-                tb.state.add_pid(f"agent/{jp.name}/{plan['rank']}", p.pid)
-                sel.register(p.stdout, selectors.EVENT_READ, (jp.name, plan["rank"], p))
+                    nic_mbps = exp.emulated_mbps(tb.fabric.host_link_gbps(plan.host))
+                    cosched.add(jp.name, plan.rank, p.stdin, nic_mbps)
+                tb.state.add_pid(f"agent/{jp.name}/{plan.rank}", p.pid)
+                sel.register(p.stdout, selectors.EVENT_READ, (jp.name, plan.rank, p))
         n = len(agents)
         reader = LineReader()
         log(f"[run] {n} agents started; waiting for their connections")
@@ -133,28 +136,32 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
 
             def handle(job, rank, line):
                 try:
-                    msg = json.loads(line)
+                    data = json.loads(line)
                 except ValueError:
                     return
-                ctl = msg.get("ctl")
                 now = time.time()
-                if ctl == "beat":
-                    watch.beat((job, rank), msg, now)
-                elif ctl == "ready":
-                    ready.add((job, rank))
-                elif ctl == "done":
-                    done[(job, rank)] = msg
-                    watch.finished((job, rank))
-                elif ctl == "error":
-                    watch.error((job, rank), msg.get("msg"), now)
-                elif ctl == "announce":
-                    if cosched is not None:
-                        events.write(json.dumps(cosched.handle(job, rank, msg)) + "\n")
-                        events.flush()
-                else:
+                if not isinstance(data, dict) or "ctl" not in data:  # an event
                     events.write(line)
                     events.flush()
                     watch.progress((job, rank), now)
+                    return
+                try:
+                    msg = protocol.read(data)
+                except InputError as e:
+                    watch.error((job, rank), f"a line the runner cannot read: {e}", now)
+                    return
+                if isinstance(msg, protocol.Beat):
+                    watch.beat((job, rank), msg, now)
+                elif isinstance(msg, protocol.Ready):
+                    ready.add((job, rank))
+                elif isinstance(msg, protocol.Done):
+                    done[(job, rank)] = msg
+                    watch.finished((job, rank))
+                elif isinstance(msg, protocol.Error):
+                    watch.error((job, rank), msg.msg, now)
+                elif isinstance(msg, protocol.Announce) and cosched is not None:
+                    events.write(json.dumps(cosched.handle(job, rank, msg)) + "\n")
+                    events.flush()
 
             deadline = time.monotonic() + exp.testbed.ready_timeout_s
             while len(ready) < n:
@@ -170,8 +177,9 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
             ctx["t_start"] = t0
             log(f"[run] replaying {sum(len(j.trace.ops[0]) for j in jobs)} ops per rank "
                 f"(dilation {exp.scale.dilation:g}x)")
+            go = protocol.line(protocol.Go(t0))
             for _, _, p in agents:
-                p.stdin.write(f"go {t0!r}\n")
+                p.stdin.write(go)
                 p.stdin.flush()
             watch.start(time.time())
             ctx["faults"] = FaultInjector(tb, exp.faults, t0, exp.scale.dilation, events_path, log).start()
@@ -184,9 +192,9 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
             ctx["t_end"] = time.time()
             mon.stop()
             ctx["tcp"] = _tcp_counters(tb, jobs)
-            ctx["totals"] = {"bytes_sent": sum(m["bytes_sent"] for m in done.values()),
-                             "bytes_received": sum(m["bytes_received"] for m in done.values()),
-                             "checksum_errors": sum(m["checksum_errors"] for m in done.values())}
+            ctx["totals"] = {"bytes_sent": sum(m.bytes_sent for m in done.values()),
+                             "bytes_received": sum(m.bytes_received for m in done.values()),
+                             "checksum_errors": sum(m.checksum_errors for m in done.values())}
     finally:
         if ctx.get("capture"):
             ctx["capture"].stop()

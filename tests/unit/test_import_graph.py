@@ -212,3 +212,24 @@ def test_the_private_check_sees_both_ways_in(code, hits):
 ])
 def test_the_layer_check_knows_the_arrows(module, code, hits):
     assert len(layer_breaks(module, ast.parse(code))) == hits
+
+
+# The agent starts 32 times per run on 2 cores: it reads its contracts and nothing else of the project.
+AGENT_MAY_REACH = {"badinput", "badinput.schema", "experiment", "experiment.rankplan"}
+
+
+def test_the_agent_reaches_only_the_stdlib_and_its_contracts():
+    import sys
+
+    graph = _graph()
+    seen, todo = set(), ["emulator.agent.__main__"]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += graph.get(m, {})
+    outside = {m for m in seen if not m.startswith("emulator.agent")} - AGENT_MAY_REACH - {"emulator"}
+    assert outside == set()
+    third = {mod.split(".")[0] for m in seen for mod, _, _, _ in _imports(TREES[m])
+             if mod.split(".")[0] not in PACKAGES and mod.split(".")[0] not in sys.stdlib_module_names}
+    assert third == set()
