@@ -11,8 +11,9 @@ import textwrap
 
 import pytest
 
-from emulator.runner import parse_snmp_tcp
-from emulator.testbed import Testbed, wait_for
+from emulator.run.runner import parse_snmp_tcp
+from emulator.testbed.lifecycle import Testbed
+from emulator.testbed.process import wait_for
 from tests.integration.helpers import assert_nothing_left
 from topologies import leaf_spine
 
