@@ -12,7 +12,7 @@ No Mininet, no Ryu, no root: numpy and scipy only.
 from flowsim.maxmin import max_min_rates
 from flowsim.network import Net
 from flowsim.routing import EcmpRouter, Router, ShortestRouter
-# from flowsim.engine import Fault, JobSpec, Params, Simulation, Straggler
+from flowsim.engine import Fault, JobSpec, Params, Simulation, Straggler
 
 __all__ = ["EcmpRouter", "Fault", "JobSpec", "Net", "Params", "Router", "ShortestRouter", "Simulation",
            "Straggler", "max_min_rates"]
