@@ -436,22 +436,33 @@ class Simulation:
             self._op_done(g, i)
 
     # ---- transfers ---------------------------------------------------------------------
-    def _conn(self, j: int, src: int, dst: int) -> int:
-        k = (j, src, dst)
-        c = self.conn_of.get(k)
-        if c is None:
-            c = len(self.C_src)
-            self.conn_of[k] = c
-            self.C_src.append(int(self.rank_host[self.rank_base[j] + src]))
-            self.C_dst.append(int(self.rank_host[self.rank_base[j] + dst]))
-            self.C_job.append(j)
+    def _conns(self, j: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Connection ids of many (src, dst) rank pairs of job j; new ones hashed in one go."""
+        src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+        out = np.empty(len(src), np.int64)
+        new = []
+        for k, (s, d) in enumerate(zip(src.tolist(), dst.tolist())):
+            c = self.conn_of.get((j, s, d))
+            if c is None:
+                c = self.conn_of[j, s, d] = len(self.C_src) + len(new)
+                new.append((s, d))
+            out[k] = c
+        if new:
+            ns = np.array([s for s, _ in new], np.int64)
+            nd = np.array([d for _, d in new], np.int64)
+            hs = self.rank_host[self.rank_base[j] + ns]
+            hd = self.rank_host[self.rank_base[j] + nd]
+            ids = len(self.C_src) + np.arange(len(new))
             # The agent's connection: a kernel-chosen source port; one per ordered pair and job.
-            sport = 32768 + (c % 28232)
-            self.C_key.append(int(five_tuple_hash(self.net.host_ip[self.C_src[-1]], self.net.host_ip[self.C_dst[-1]],
-                                                  sport, self.p.base_port + j)))
-            self.C_path.append(None)
-            self.counters["connections"] += 1
-        return c
+            keys = five_tuple_hash(self.net.host_ip[hs], self.net.host_ip[hd], 32768 + ids % 28232,
+                                   self.p.base_port + j)
+            self.C_src.extend(hs.tolist())
+            self.C_dst.extend(hd.tolist())
+            self.C_job.extend([j] * len(new))
+            self.C_key.extend(keys.tolist())
+            self.C_path.extend([None] * len(new))
+            self.counters["connections"] += len(new)
+        return out
 
     def _create_transfers(self, inst: _Inst, t):
         n = t.n
@@ -472,7 +483,8 @@ class Simulation:
         w0 = self._append("W", "n_W", base + t.waiter)
         self.T_ws[sl], self.T_we[sl] = w0 + t.waiter_ptr[:-1], w0 + t.waiter_ptr[1:]
         j, grp = inst.job, inst.group
-        self.T_conn[sl] = [self._conn(j, grp[s], grp[d]) for s, d in zip(t.src.tolist(), t.dst.tolist())]
+        g = np.asarray(grp, np.int64)
+        self.T_conn[sl] = self._conns(j, g[t.src], g[t.dst])
         self.n_T = base + n
         self.counters["transfers"] += n
         # Receives of zero bytes are complete from the start (their earlier-waiters owe nothing).
@@ -491,7 +503,7 @@ class Simulation:
         self.T_state[base], self.T_inst[base], self.T_local[base], self.T_earlier[base] = 0, len(self.inst_list), 0, 0
         self.T_gs[base] = self.T_ge[base] = self.n_G
         self.T_ws[base] = self.T_we[base] = self.n_W
-        self.T_conn[base] = self._conn(inst.job, inst.group[0], inst.group[1])
+        self.T_conn[base] = self._conns(inst.job, [inst.group[0]], [inst.group[1]])[0]
         self.n_T = base + 1
         self.counters["transfers"] += 1
         if size == 0:
@@ -555,8 +567,8 @@ class Simulation:
         shape = inst.tmpl
         b = len(self.B_inst)
         inst.bundle = b
-        conns = np.array([self._conn(inst.job, inst.group[s], inst.group[d])
-                          for s, d in zip(shape.src.tolist(), shape.dst.tolist())], np.int64)
+        g = np.asarray(inst.group, np.int64)
+        conns = self._conns(inst.job, g[shape.src], g[shape.dst])
         work = float(shape.bytes.max()) if len(shape.bytes) else 0.0
         self.B_inst.append(inst)
         self.B_conns.append(conns)

@@ -39,35 +39,45 @@ def max_min_rates(a: sp.spmatrix, capacity: np.ndarray, mult: np.ndarray | None 
     that is down: entities on it get 0); mult: identical entities per column (default 1);
     cap: per-entity upper bound (inf: none). An entity with no link and no cap gets inf.
     """
-    a = sp.csr_matrix(a)
-    at = a.T.tocsr()
+    a = sp.csc_matrix(a)
     n_links, n_ent = a.shape
     mult = np.ones(n_ent) if mult is None else np.asarray(mult, dtype=float)
     cap = np.full(n_ent, np.inf) if cap is None else np.asarray(cap, dtype=float)
     rem = np.asarray(capacity, dtype=float).copy()
     rate = np.zeros(n_ent)
-    unfrozen = mult > 0
+    # The matrix holds some columns (cols); live marks those still rising. It is cut down to
+    # the live columns whenever they drop below 70% of it, so late rounds cost what is left.
+    cols = np.flatnonzero(mult > 0)
+    w = a[:, cols].tocsr()
+    wt = w.T.tocsr()
+    live = np.ones(len(cols), bool)
     rounds = 0
-    while unfrozen.any():
+    while live.any():
         rounds += 1
-        n = a @ (mult * unfrozen)
+        m = mult[cols] * live
+        n = w @ m
         used = n > 0
         share = np.full(n_links, np.inf)
         share[used] = np.maximum(rem[used], 0.0) / n[used]
-        lvl_link = share.min() if n_links else np.inf
-        lvl_cap = cap[unfrozen].min()
-        lvl = min(lvl_link, lvl_cap)
+        c = np.where(live, cap[cols], np.inf)
+        lvl = min(share.min() if n_links else np.inf, c.min())
         if not np.isfinite(lvl):  # what is left crosses no link and has no cap
-            rate[unfrozen] = np.inf
+            rate[cols[live]] = np.inf
             break
         limit = lvl * (1 + REL_TOL) + 1e-300
         sat = used & (share <= limit)
-        on_sat = (at @ sat.astype(float)) > 0
-        capped = unfrozen & (cap <= limit)
-        newly = unfrozen & (on_sat | capped)
-        rate[newly] = np.where(capped[newly], np.minimum(cap[newly], lvl), lvl)
-        rem -= a @ (mult * rate * newly)
-        unfrozen &= ~newly
+        capped = live & (c <= limit)
+        newly = capped | (live & ((wt @ sat.astype(float)) > 0))
+        r = np.where(capped, np.minimum(c, lvl), lvl) * newly
+        rate[cols[newly]] = r[newly]
+        rem -= w @ (m * r)
+        live &= ~newly
+        if 0 < live.sum() < 0.7 * len(cols):
+            keep = np.flatnonzero(live)
+            cols = cols[keep]
+            w = w.tocsc()[:, keep].tocsr()
+            wt = w.T.tocsr()
+            live = np.ones(len(cols), bool)
     if return_rounds:
         return rate, rounds
     return rate
