@@ -4,8 +4,8 @@
 - no private name (``_x``) of one module used by another, whether imported or reached as
   ``module._x`` (tests may reach into what they test; the project, bench/ and examples/ may not);
 - layers: each package imports only the packages below it, and the engine-neutral ones
-  (traffic/, topologies/, experiment/, the controller's policy modules) import no Mininet,
-  Ryu or psutil.
+  (traffic/, topologies/, experiment/, the controller's policy modules), like the flow-level
+  engine (flowsim/), import no Mininet, Ryu or psutil.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import os
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PACKAGES = ("badinput", "topologies", "traffic", "controller", "experiment", "emulator", "dtnet")
+PACKAGES = ("badinput", "topologies", "traffic", "controller", "experiment", "emulator", "flowsim", "dtnet")
 # Each package and the project packages it may import: arrows point one way, down this list.
 MAY_IMPORT = {
     "badinput": set(),
@@ -24,12 +24,14 @@ MAY_IMPORT = {
     "controller": {"badinput", "topologies"},
     "experiment": {"badinput", "topologies", "traffic", "controller"},
     "emulator": {"badinput", "topologies", "traffic", "controller", "experiment"},
+    "flowsim": {"badinput", "topologies", "traffic", "controller", "experiment"},
     "dtnet": set(PACKAGES) - {"dtnet"},
 }
 HEAVY = ("mininet", "ryu", "os_ken", "eventlet", "psutil")
 # The only modules of an engine-neutral package that may import a HEAVY package.
 ADAPTERS = {"controller.ryu_app", "controller.run"}
-NEUTRAL = ("badinput", "topologies", "traffic", "controller", "experiment")
+# What must run without root: the engine-neutral layers, and the flow-level engine.
+NEUTRAL = ("badinput", "topologies", "traffic", "controller", "experiment", "flowsim")
 
 
 def _modules(folders) -> dict[str, str]:
