@@ -18,6 +18,7 @@ import yaml
 from badinput import InputError
 from controller.routing import DEFAULT_POLICY, POLICIES
 from experiment import placement
+from experiment.engine import DEFAULT_ENGINE, ENGINES
 from topologies import build as build_fabric
 
 ROUTINGS = tuple(POLICIES)
@@ -105,7 +106,7 @@ class Capture:
 
 @dataclass(frozen=True)
 class Testbed:
-    """How the emulator runs the experiment (README: Experiment files)."""
+    """How the emulator runs the experiment (README: Writing experiments)."""
     datapath: str = setting("auto", str, lambda v: v in DATAPATHS, "one of " + ", ".join(DATAPATHS))
     slice_bytes: int = setting(16384, int, lambda v: 512 <= v <= 1 << 24, "an integer in 512..16777216")
     queue_packets: int = setting(1000, int, lambda v: 2 <= v <= 100000, "an integer in 2..100000")
@@ -137,6 +138,7 @@ class Experiment:
     capture: Capture = Capture()
     prediction: Prediction = Prediction()
     sweep: tuple = ()  # points, each a tuple of (key.path, value) overrides
+    engine: str = DEFAULT_ENGINE  # which engine runs it (experiment.engine.ENGINES)
     source: str | None = None
     raw: dict = field(default_factory=dict, compare=False)
 
@@ -331,6 +333,8 @@ def parse(data, file: str | None = None) -> Experiment:
     top = _Section(data, "", file)
     name = top.get("name", str, check=lambda s: s and "/" not in s, expected="a name without '/'")
     description = top.get("description", str, "")
+    engine = top.get("engine", str, DEFAULT_ENGINE, check=lambda v: v in ENGINES,
+                     expected="one of " + ", ".join(ENGINES))
 
     topo = dict(top.get("topology", dict))
     if not isinstance(topo.get("kind"), str):
@@ -396,7 +400,7 @@ def parse(data, file: str | None = None) -> Experiment:
     top.done()
     return Experiment(name=name, topology=topo, scale=scale, routing=routing, jobs=tuple(jobs),
                       testbed=testbed, description=description, faults=faults, capture=capture,
-                      prediction=prediction, sweep=sweep,
+                      prediction=prediction, sweep=sweep, engine=engine,
                       source=file, raw=data)
 
 
@@ -506,6 +510,7 @@ def to_dict(exp: Experiment) -> dict:
     return {
         "name": exp.name,
         "description": exp.description,
+        "engine": exp.engine,
         "topology": dict(exp.topology),
         "scale": {"link": exp.scale.link, "bytes": exp.scale.bytes},
         "controller": {"routing": exp.routing},

@@ -32,7 +32,7 @@ from experiment.plan import build_plans
 
 
 def run_experiment(exp: Experiment, out_dir: str, log=print, prepare=None) -> dict:
-    """Raises runstate.LeaseError at once when out_dir is another live run's folder.
+    """Raises FolderBusy at once when out_dir is another live run's folder.
 
     prepare(exp) -> (exp, calibration record) runs first, while the folder is held: `--auto-scale`
     (emulator.run.autoscale) probes there and picks the scale; the record goes into summary.json."""
