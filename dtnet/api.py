@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from badinput import InputError
 from dtnet import engines
 from experiment import model, sweep
-from experiment.engine import RunFailure
 from experiment.outputs import links, report
 from experiment.outputs.summary import read_events
 from experiment.plan import build_plans

@@ -9,7 +9,6 @@ import glob
 import json
 import os
 import signal
-import subprocess
 
 from emulator.testbed import runstate
 
