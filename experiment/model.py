@@ -578,30 +578,6 @@ def _hosts(hosts, fabric, key, file):
     return out
 
 
-def job_hosts(job: Job, fabric) -> list[str]:
-    """The hosts of one job placed alone, in rank order; see jobs_hosts for several jobs."""
-    return jobs_hosts((job,), fabric)[0]
-
-
-def jobs_hosts(jobs, fabric) -> list[list[str]]:
-    """The fabric hosts of each job, in rank order; no two jobs share a host."""
-    placed = placement.place([(j.name, j.hosts) for j in jobs], fabric)
-    return [rail_aligned(h, fabric) if j.order == "rail-aligned" else h for j, h in zip(jobs, placed)]
-
-
-def rail_aligned(hosts: list[str], fabric) -> list[str]:
-    """Order hosts server by server, alternating GPU direction ("snake"), so
-    that each step from one server to the next joins GPUs on the same rail."""
-    by_server: dict[int, list[str]] = {}
-    for h in hosts:
-        by_server.setdefault(fabric.node(h)["server"], []).append(h)
-    out = []
-    for i, s in enumerate(sorted(by_server)):
-        gpus = sorted(by_server[s], key=lambda h: fabric.node(h)["gpu"])
-        out += gpus if i % 2 == 0 else gpus[::-1]
-    return out
-
-
 def resolve_path(exp: Experiment, path: str) -> str:
     """Paths inside an experiment are relative to the experiment file."""
     return _beside(exp.source, path)

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, replace
 
 from badinput import InputError
 from controller.cosched import VERSION as ANNOUNCEMENT_VERSION
-from experiment.model import Experiment, jobs_hosts, resolve_path
+from experiment.model import Experiment, resolve_path
+from experiment.placement import jobs_hosts
 from experiment.rankplan import Op, Peer, PhaseBody, Phases, RankPlan, Recv, Send, Straggler
 from topologies import Fabric
 from traffic.collectives import build_schedule, predict_time_s

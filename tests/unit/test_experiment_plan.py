@@ -6,7 +6,7 @@ import pytest
 
 from badinput import InputError
 from emulator.testbed.shaping import htb_cmds
-from experiment import model
+from experiment import model, placement
 from experiment.outputs.summary import bus_factor, job_results
 from experiment.plan import build_plans
 
@@ -58,7 +58,7 @@ def test_same_server_peers_use_nvlink_addresses():
 def test_rail_aligned_order_crosses_servers_on_one_rail():
     exp = model.load(os.path.join(EXP, "ring-rail-32.yaml"))
     fab = exp.fabric()
-    hosts = model.job_hosts(exp.jobs[0], fab)
+    hosts = placement.job_hosts(exp.jobs[0], fab)
     for a, b in zip(hosts, hosts[1:] + hosts[:1]):
         if not fab.same_server(a, b):
             assert fab.node(a)["gpu"] == fab.node(b)["gpu"]
