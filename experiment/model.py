@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 import yaml
 
 from badinput import InputError
+from badinput.paths import check_name
 from experiment import placement
 from topologies import build as build_fabric
 
@@ -310,7 +311,7 @@ def _check_numbers(data, file) -> None:
 def parse(data, file: str | None = None) -> Experiment:
     _check_numbers(data, file)
     top = _Section(data, "", file)
-    name = top.get("name", str, check=lambda s: s and "/" not in s, expected="a name without '/'")
+    name = check_name(top.get("name", str), "name", file)  # results/<name>/ by default
     description = top.get("description", str, "")
 
     topo = dict(top.get("topology", dict))
@@ -362,7 +363,7 @@ def parse(data, file: str | None = None) -> Experiment:
     names = set()
     for i, jr in enumerate(jobs_raw):
         js = _Section(jr, f"jobs[{i}]", file)
-        jname = js.get("name", str, f"j{i}")
+        jname = check_name(js.get("name", str, f"j{i}"), f"jobs[{i}].name", file)  # plans/<job>/ in the run folder
         if jname in names:
             raise InputError(f"jobs[{i}].name", "a unique job name", jname, file)
         names.add(jname)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from badinput.paths import inside
 from experiment.outputs import links as links_mod
 from experiment.outputs.summary import _fmt_b
 
@@ -179,16 +180,15 @@ def write_all(out_dir: str, summary: dict, log=print) -> list[str]:
     except ImportError:
         log("[run] warning: no plots: matplotlib is not installed (pip install matplotlib)")
         return []
-    folder = os.path.join(out_dir, "plots")
-    os.makedirs(folder, exist_ok=True)
+    os.makedirs(inside(out_dir, "plots"), exist_ok=True)
     jobs = [("iteration_time", lambda p: iteration_times(summary, p)),
             ("cct", lambda p: cct_distribution(summary, p))]
-    csv_path = os.path.join(out_dir, "links.csv")
+    csv_path = inside(out_dir, "links.csv")
     if os.path.exists(csv_path):
         jobs.append(("links", lambda p: link_heatmap(links_mod.read_csv(csv_path), p, summary.get("name", ""))))
     written = []
     for key, draw in jobs:
-        path = os.path.join(folder, FILES[key])
+        path = inside(out_dir, "plots", FILES[key])
         try:
             if draw(path):
                 written.append(path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+from badinput.paths import inside
 from experiment.outputs import chrometrace, plots
 from experiment.outputs.summary import read_events
 
@@ -20,8 +21,8 @@ def write_json(path: str, data) -> None:
 def write_after_run(out_dir: str, exp, jobs, summary: dict, t0: float | None, log=print) -> None:
     """trace.json and plots/ from what the run wrote; a failure is a warning, never a failed run."""
     try:
-        events = read_events(os.path.join(out_dir, "events.jsonl"))
-        chrometrace.write(os.path.join(out_dir, "trace.json"), events, [(j.name, j.hosts) for j in jobs],
+        events = read_events(inside(out_dir, "events.jsonl"))
+        chrometrace.write(inside(out_dir, "trace.json"), events, [(j.name, j.hosts) for j in jobs],
                           exp.scale.dilation, exp.scale.bytes, t0=t0, name=exp.name)
     except Exception as e:  # noqa: BLE001
         log(f"[run] warning: trace.json not written: {type(e).__name__}: {e}")
