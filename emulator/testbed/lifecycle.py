@@ -155,7 +155,7 @@ class Testbed:
         switches would talk to its controller. So a lost race means new ports."""
         for attempt in range(attempts):
             ofp_port, self.rest_port = free_port(), free_port()
-            self._start_controller(fabric_path, ofp_port, restart=attempt > 0)  # controller.out keeps each try
+            self._start_controller(fabric_path, ofp_port, restart=attempt > 0)  # controller.log keeps each try
             ports = {ofp_port, self.rest_port}
             state = wait_for(lambda: self._listening(ports), self.ready_timeout_s,
                              f"the controller to listen on ports {sorted(ports)}")
@@ -163,7 +163,7 @@ class Testbed:
                 return ofp_port
             self.log(f"[testbed] controller could not listen on {sorted(ports)}; trying other ports")
         raise TestbedError(f"controller exited with status {self.ctl_proc.returncode} "
-                           f"(see {self.run_dir}/controller.out)")
+                           f"(see {inside(self.run_dir, 'controller.log')})")
 
     def _listening(self, ports: set[int]) -> str | None:
         if self.ctl_proc.poll() is not None:
@@ -177,13 +177,13 @@ class Testbed:
 
     def _start_controller(self, fabric_path: str, ofp_port: int, restart: bool = False):
         self._ctl_args = (fabric_path, ofp_port)
-        log_path = inside(self.run_dir, "controller.log")
         cmd = [sys.executable, "-m", "controller.run", "--fabric", fabric_path, "--routing", self.routing,
                "--ofp-port", str(ofp_port), "--rest-host", "127.0.0.1", "--rest-port", str(self.rest_port),
-               "--log-file", log_path,
                # The controller reports and decides in real-cluster Gb/s.
                "--link-scale", repr(self.scale_link)]
-        self._ctl_log = open(inside(self.run_dir, "controller.out"), "a" if restart else "w")
+        # One log: Ryu logs to stderr, and a crash's traceback lands there too (a --log-file
+        # would only repeat the log lines).
+        self._ctl_log = open(inside(self.run_dir, "controller.log"), "a" if restart else "w")
         # Its own session, so a Ctrl-C at the terminal reaches us, not it:
         # we stop it ourselves during teardown.
         self.ctl_proc = subprocess.Popen(cmd, stdout=self._ctl_log, stderr=subprocess.STDOUT,
@@ -272,7 +272,7 @@ class Testbed:
     def _controller_ready(self) -> bool:
         if self.ctl_proc.poll() is not None:
             raise TestbedError(f"controller exited with status {self.ctl_proc.returncode} "
-                               f"(see {self.run_dir}/controller.out)")
+                               f"(see {inside(self.run_dir, 'controller.log')})")
         st = self.controller_status()
         return bool(st and st.get("ready"))
 
