@@ -222,24 +222,31 @@ def set_path(data, keypath: str, value, file: str | None = None, label: str = "-
     parts = keypath.split(".")
     for i, part in enumerate(parts[:-1]):
         if isinstance(node, list):
-            try:
-                node = node[int(part)]
-            except (ValueError, IndexError):
-                raise InputError(f"{label} " + ".".join(parts[:i + 1]), "a list index", part, file) from None
+            node = node[_index(node, part, f"{label} " + ".".join(parts[:i + 1]), file)]
             continue
         if not isinstance(node, dict):
             raise InputError(f"{label} " + ".".join(parts[:i + 1]), "a mapping", node, file)
         node = node.setdefault(part, {})
     last = parts[-1]
     if isinstance(node, list):
-        try:
-            node[int(last)] = value
-        except (ValueError, IndexError):
-            raise InputError(f"{label} {keypath}", "a list index", last, file) from None
+        node[_index(node, last, f"{label} {keypath}", file)] = value
     elif isinstance(node, dict):
         node[last] = value
     else:
         raise InputError(f"{label} {keypath}", "a mapping", node, file)
+
+
+def _index(items: list, part: str, key: str, file) -> int:
+    """part as an index of items, or an error that says how long the list is."""
+    have = f"0..{len(items) - 1} (the list has {len(items)} item{'s' * (len(items) != 1)})" if items \
+        else "none (the list is empty)"
+    try:
+        i = int(part)
+    except ValueError:
+        i = None
+    if i is None or not 0 <= i < len(items):
+        raise InputError(key, f"a list index in {have}", part, file)
+    return i
 
 
 class _Section:
