@@ -215,10 +215,11 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("out", nargs="*", help="run folders to clean (default: every dead run this machine knows)")
     cl.set_defaults(func=cmd_clean)
 
-    rp = sub.add_parser("report", help="print a finished run's tables from its folder",
+    rp = sub.add_parser("report", help="print a finished run's (or sweep's) tables from its folder",
                         description="The tables `dtnet run` prints at its end, read from DIR/summary.json, plus "
-                                    "the busiest links from DIR/links.csv when it exists.")
-    rp.add_argument("dir", metavar="DIR", help="a run folder written by `dtnet run`")
+                                    "the busiest links from DIR/links.csv when it exists. For a sweep's folder, "
+                                    "the sweep table, from DIR/sweep.csv.")
+    rp.add_argument("dir", metavar="DIR", help="a run or sweep folder written by `dtnet run`")
     rp.set_defaults(func=cmd_report)
 
     cp = sub.add_parser("compare", help="put runs side by side, with ratios against the first",

@@ -183,6 +183,27 @@ def write_csv(path: str, points: list[Point], status: dict, summaries: dict) -> 
     return rows
 
 
+def read_csv(path: str) -> list[dict]:
+    """sweep.csv's rows back, each cell as write_csv had it: None, true/false, a number or text."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if not {"point", "status"} <= set(reader.fieldnames or ()):
+            raise ValueError(f"expected the columns point, status, ..., found {reader.fieldnames}")
+        return [{k: _uncell(v) for k, v in r.items()} for r in reader]
+
+
+def _uncell(text):
+    if text in ("", None):
+        return None
+    if text in ("true", "false"):
+        return text == "true"
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, (int, float)) else text
+
+
 def bar(done: int, total: int, width: int = 20) -> str:
     filled = round(width * done / total) if total else width
     return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total}"
