@@ -127,6 +127,7 @@ class Experiment:
     capture: Capture = Capture()
     prediction: Prediction = Prediction()
     sweep: tuple = ()  # points, each a tuple of (key.path, value) overrides
+    point: str = field(default="", compare=False)  # the sweep point it is (its folder under points/), or ""
     source: str | None = None
     raw: dict = field(default_factory=dict, compare=False)
 
@@ -534,7 +535,8 @@ def to_dict(exp: Experiment) -> dict:
 def write_resolved(exp: Experiment, path: str, notes=()) -> None:
     """config.yaml of a run: `dtnet run DIR/config.yaml` repeats it. notes: more comment lines."""
     with open(path, "w") as f:
-        f.write(f"# {exp.name}: the experiment as run, from {exp.source or 'a mapping'}, with --set overrides\n"
+        source = repr(exp.source)[1:-1] if exp.source else "a mapping"  # a line break would end the comment
+        f.write(f"# {exp.name}: the experiment as run, from {source}, with --set overrides\n"
                 "# applied and every default filled in. `dtnet run` this file to repeat the run.\n")
         for line in notes:
             f.write("# " + " ".join(str(line).splitlines()) + "\n")

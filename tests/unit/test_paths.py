@@ -12,7 +12,7 @@ from badinput import InputError
 from badinput.paths import check_name, inside
 from emulator.run.runner import write_plan
 from emulator.testbed import capture, clean, lifecycle, runstate
-from experiment import sweep
+from experiment import model, sweep
 from topologies import single_switch
 from topologies.fabric import Fabric
 
@@ -123,3 +123,13 @@ def test_every_path_in_a_run_folder_is_named_through_inside():
                         and ast.unparse(node.args[0]) in RUN_FOLDERS:
                     found.append(f"{f.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
     assert found == [], "use badinput.paths.inside: " + "; ".join(found)
+
+
+def test_a_line_break_in_the_experiment_path_stays_in_the_comment_of_config_yaml(tmp_path):
+    """config.yaml names its source in a comment line: a path with a line break must not end it."""
+    data = {"name": "x", "topology": {"kind": "single-switch", "hosts": 2}, "scale": {"link": 2.5e-5, "bytes": 1e-3},
+            "jobs": [{"workload": {"collective": "all_reduce", "size_bytes": 1024}}]}
+    exp = model.parse(data, "odd\ncontroller: {routing: shortest}\n#.yaml")
+    model.write_resolved(exp, str(tmp_path / "config.yaml"))
+    again = model.load(str(tmp_path / "config.yaml"))
+    assert again.routing == exp.routing == "ecmp"
