@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import dataclasses
 import hashlib
 import json
 import os
@@ -90,7 +91,7 @@ def expand(exp: Experiment) -> list[Point]:
         for key, value in overrides:
             model.set_path(data, key, copy.deepcopy(value), exp.source, label=f"{where}:")
         try:
-            pexp = model.parse(data, exp.source)
+            pexp = dataclasses.replace(model.parse(data, exp.source), point=slug)
         except InputError as e:
             raise InputError(f"{where}: {e.key}", e.expected, e.found, exp.source) from None
         out.append(Point(i, overrides, slug, pexp))

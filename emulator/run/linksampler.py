@@ -1,6 +1,6 @@
 """The emulator's link counter sampler: links.csv from the switches' port counters.
 
-Once a second during the replay it reads every switch port's byte counters
+Every quarter second during the replay it reads every switch port's byte counters
 and hands them to experiment.outputs.links.LinkSampler. Every switch port,
 OVS or kernel bridge, is a device in the root namespace (on the AF_XDP
 datapath a switch-to-switch port is the veth into the link namespace), so
@@ -15,10 +15,11 @@ import threading
 import time
 
 from badinput.paths import inside
+from emulator.run.fidelity import LINK_SAMPLE_S
 from emulator.run.fidelity import read_counters as read_dev_counters
 from experiment.outputs.links import LinkSampler, directed_links
 
-INTERVAL_S = 1.0
+INTERVAL_S = LINK_SAMPLE_S  # one read of /proc/net/dev: ~60 us for 120 devices
 
 
 class SamplerThread:
@@ -86,7 +87,7 @@ def counter_reader(fabric, intf, read_devs=read_dev_counters):
 
 
 def start(tb, out_dir: str, scale_link: float, dilation: float, t0: float, log=print) -> SamplerThread | None:
-    """Sample the testbed's links into out_dir/links.csv each second until stop().
+    """Sample the testbed's links into out_dir/links.csv every INTERVAL_S until stop().
     None (and a warning) when sampling cannot start: the run goes on without it."""
     try:
         read = counter_reader(tb.fabric, tb.intf)
