@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 
 from badinput import InputError
+from badinput.paths import inside
 from dtnet import engines
 from experiment import model, sweep
 from experiment.outputs import links, report
@@ -251,7 +252,7 @@ class Run:
     def links(self) -> Table:
         """links.csv: per directed link and second, utilization and real-cluster Gb/s (empty
         when the run wrote none)."""
-        path = os.path.join(self.folder, "links.csv")
+        path = inside(self.folder, "links.csv")
         if not os.path.exists(path):
             return Table([], links.COLUMNS)
         try:
@@ -261,7 +262,7 @@ class Run:
 
     def events(self) -> Table:
         """events.jsonl, one row per event (its kind, job, rank, start, end and the rest)."""
-        evs = read_events(os.path.join(self.folder, "events.jsonl"))
+        evs = read_events(inside(self.folder, "events.jsonl"))
         extra = sorted({k for e in evs for k in e} - set(EVENT_COLUMNS))
         return Table(evs, [*EVENT_COLUMNS, *extra])
 
@@ -302,12 +303,13 @@ def build(data: dict, file: str | None = None) -> Experiment:
 
 def read(folder: str) -> Run | SweepRun:
     """A finished run's folder (or a sweep's), read back; InputError when it is not one."""
-    if os.path.exists(os.path.join(folder, sweep.CSV_NAME)) and not os.path.exists(os.path.join(folder, "summary.json")):
-        with open(os.path.join(folder, sweep.CSV_NAME), newline="") as f:
+    csv_path = inside(folder, sweep.CSV_NAME)
+    if os.path.exists(csv_path) and not os.path.exists(inside(folder, "summary.json")):
+        with open(csv_path, newline="") as f:
             rows = list(csv.DictReader(f))
         done = {"points": len(rows), "complete": sum(r["status"] == "complete" for r in rows), "skipped": [],
                 "failed": [r["point"] for r in rows if r["status"] != "complete"], "rows": rows}
-        runs = {r["point"]: Run(os.path.join(folder, sweep.POINTS_DIR, r["point"])) for r in rows
+        runs = {r["point"]: Run(inside(folder, sweep.POINTS_DIR, r["point"])) for r in rows
                 if r["status"] == "complete"}
         return SweepRun(folder, done, runs)
     return Run(folder)
