@@ -50,11 +50,9 @@ def to_json(obj, skip_defaults: bool = False) -> str:
 def from_dict(cls, data, file=None, key: str = ""):
     """A cls read from its JSON form; InputError(file, key, expected, found) at the first fault."""
     try:
-        return _reader(cls)(data, key)
-    except InputError as e:
-        if file is None or e.file is not None:
-            raise
-        raise InputError(e.key, e.expected, e.found, file) from None
+        return _reader(cls)(data)
+    except _Fault as f:
+        raise InputError(_join(key, reversed(f.parts)) or "top level", f.expected, f.found, file) from None
 
 
 def from_json(cls, text: str, file=None):
@@ -67,8 +65,19 @@ def from_json(cls, text: str, file=None):
     return from_dict(cls, data, file)
 
 
-def _at(key: str, name) -> str:
-    return f"{key}.{name}" if key else str(name)
+class _Fault(Exception):
+    """A fault deep inside a value; each reader on the way out adds its part of the key, so a
+    value that reads cleanly builds no key strings (plans hold tens of thousands of values)."""
+
+    def __init__(self, expected, found, part=None):
+        self.expected, self.found, self.parts = expected, found, [] if part is None else [part]
+
+
+def _join(key: str, parts) -> str:
+    out = key
+    for p in parts:
+        out = f"{out}[{p}]" if isinstance(p, int) else (f"{out}.{p}" if out else str(p))
+    return out
 
 
 def _fields(cls) -> list:
@@ -90,29 +99,29 @@ def _reader(tp):
 def _make_reader(tp):
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is bool:
-        def read(v, key):
+        def read(v):
             if not isinstance(v, bool):
-                raise InputError(key, "true or false", v)
+                raise _Fault("true or false", v)
             return v
     elif tp is int:
-        def read(v, key):
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise InputError(key, "an integer", v)
+        def read(v):
+            if v.__class__ is not int:  # bool is an int subclass, and not a count
+                raise _Fault("an integer", v)
             return v
     elif tp is float:
-        def read(v, key):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise InputError(key, "a finite number", v)
+        def read(v):
+            if (v.__class__ is not float and v.__class__ is not int) or not math.isfinite(v):
+                raise _Fault("a finite number", v)
             return float(v)
     elif tp is str:
-        def read(v, key):
+        def read(v):
             if not isinstance(v, str):
-                raise InputError(key, "a string", v)
+                raise _Fault("a string", v)
             return v
     elif tp is dict:
-        def read(v, key):
+        def read(v):
             if not isinstance(v, dict):
-                raise InputError(key, "a mapping", v)
+                raise _Fault("a mapping", v)
             return v
     elif origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
@@ -120,33 +129,38 @@ def _make_reader(tp):
             raise TypeError(f"only X | None unions are contract types, not {tp}")
         item = _reader(inner[0])
 
-        def read(v, key):
-            return None if v is None else item(v, key)
+        def read(v):
+            return None if v is None else item(v)
     elif origin is tuple:
         if len(args) != 2 or args[1] is not Ellipsis:
             raise TypeError(f"only tuple[X, ...] is a contract type, not {tp}")
         item = _reader(args[0])
 
-        def read(v, key):
+        def read(v):
             if not isinstance(v, list):
-                raise InputError(key, "a list", v)
-            return tuple(item(x, f"{key}[{i}]") for i, x in enumerate(v))
+                raise _Fault("a list", v)
+            try:
+                return tuple(map(item, v))
+            except _Fault as f:
+                f.parts.append(next(i for i, x in enumerate(v) if _fails(item, x)))
+                raise
     elif origin is dict:
         k_tp, v_item = args[0], _reader(args[1])
         if k_tp not in (str, int):
             raise TypeError(f"dict keys are str or int in a contract, not {k_tp}")
 
-        def read(v, key):
+        def read(v):
             if not isinstance(v, dict):
-                raise InputError(key, "a mapping", v)
+                raise _Fault("a mapping", v)
             out = {}
             for k, x in v.items():
-                if k_tp is int:
-                    if not (isinstance(k, str) and k.lstrip("-").isdigit()):
-                        raise InputError(_at(key, k), "an integer key", k)
-                    out[int(k)] = v_item(x, _at(key, k))
-                else:
-                    out[k] = v_item(x, _at(key, k))
+                if k_tp is int and not (isinstance(k, str) and k.lstrip("-").isdigit()):
+                    raise _Fault("an integer key", k, k)
+                try:
+                    out[int(k) if k_tp is int else k] = v_item(x)
+                except _Fault as f:
+                    f.parts.append(k)
+                    raise
             return out
     elif dataclasses.is_dataclass(tp):
         return _contract_reader(tp)
@@ -155,32 +169,43 @@ def _make_reader(tp):
     return read
 
 
+def _fails(item, x) -> bool:
+    try:
+        item(x)
+    except _Fault:
+        return True
+    return False
+
+
 def _contract_reader(cls):
-    def read(v, key):
+    name = cls.__name__
+    want = cls.__dataclass_fields__["version"].default if "version" in cls.__dataclass_fields__ else None
+
+    def read(v):
         if not isinstance(v, dict):
-            raise InputError(key or "top level", f"a JSON object ({cls.__name__})", v)
+            raise _Fault(f"a JSON object ({name})", v)
         fields = _fields(cls)
-        names = {name for name, _, _ in fields}
-        for k in v:
-            if k not in names:
-                raise InputError(_at(key, k), f"no such key in {cls.__name__} (allowed: {', '.join(sorted(names))})",
-                                 k)
-        if "version" in names:
-            want = cls.__dataclass_fields__["version"].default
-            if v.get("version") != want:
-                raise InputError(_at(key, "version"), f"{cls.__name__} version {want}", v.get("version"))
+        if len(v) > len(fields) or any(k not in cls.__dataclass_fields__ for k in v):
+            k = next(k for k in v if k not in cls.__dataclass_fields__)
+            raise _Fault(f"no such key in {name} (allowed: {', '.join(sorted(cls.__dataclass_fields__))})", k, k)
+        if want is not None and v.get("version") != want:
+            raise _Fault(f"{name} version {want}", v.get("version"), "version")
         values = {}
-        for name, reader, default in fields:
-            if name in v:
-                values[name] = reader(v[name], _at(key, name))
+        for field_name, reader, default in fields:
+            if field_name in v:
+                try:
+                    values[field_name] = reader(v[field_name])
+                except _Fault as f:
+                    f.parts.append(field_name)
+                    raise
             elif default is dataclasses.MISSING:
-                raise InputError(_at(key, name), "a value", "nothing")
+                raise _Fault("a value", "nothing", field_name)
         obj = cls(**values)
         check = getattr(obj, "check", None)
         if check is not None:
             try:
                 check()
             except InputError as e:
-                raise InputError(_at(key, e.key), e.expected, e.found) from None
+                raise _Fault(e.expected, e.found, e.key) from None
         return obj
     return read
