@@ -67,7 +67,7 @@ def test_corpus_is_complete_and_described():
     assert on_disk == set(MANIFEST) | helpers
     assert len(MANIFEST) >= 45
     for entry, spec in MANIFEST.items():
-        assert entry.split("/")[0] in ("experiments", "traces", "rest") + IMPORTERS, entry
+        assert entry.split("/")[0] in ("experiments", "traces", "rest", "fabrics") + IMPORTERS, entry
         assert spec.get("why") and spec.get("error"), entry
         assert not set(spec) - {"why", "error", "names", "inputs", "args", "pad_to"}, entry
 
@@ -107,6 +107,11 @@ def test_run_rejects_experiment_and_keeps_out(entry, tmp_path, capsys, no_testbe
 @pytest.mark.parametrize("entry", _entries("traces"))
 def test_trace_show_rejects_trace(entry, capsys):
     _assert_input_error(*_dtnet(["trace", "show", _path(entry, entry)], capsys), entry)
+
+
+@pytest.mark.parametrize("entry", _entries("fabrics"))
+def test_topo_show_rejects_fabric_file(entry, capsys):
+    _assert_input_error(*_dtnet(["topo", "show", _path(entry, entry)], capsys), entry)
 
 
 @pytest.mark.parametrize("entry", _entries(*IMPORTERS))
