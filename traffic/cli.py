@@ -121,6 +121,8 @@ def cmd_import(args) -> int:
     _save(trace, args.out)
     n = sum(len(v) for v in trace.ops.values())
     print(f"wrote {args.out}: {trace.nranks} ranks, {n} ops from {len(args.paths)} {args.format} file(s)")
+    if trace.meta.get("assumed"):  # what the source did not say and the import supplied
+        print(f"assumed: {one_line(str(trace.meta['assumed']))}")
     return 0
 
 
