@@ -19,7 +19,7 @@ from topologies import single_switch
 CORPUS = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "badinput"))
 with open(os.path.join(CORPUS, "expected.yaml")) as _f:
     MANIFEST = yaml.safe_load(_f)
-IMPORTERS = ("chakra", "aicb", "kineto")
+IMPORTERS = ("chakra", "aicb", "kineto", "pytorch-et")
 GOOD_ANNOUNCEMENT = json.dumps({"version": 1, "job": "good", "collective": "all_reduce", "period_s": 0.5,
                                 "flows": [{"src": "h0", "dst": "h1", "size_bytes": 1 << 20}]}).encode()
 

@@ -123,3 +123,67 @@ def test_the_cli_imports_a_real_trace(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "4 ranks" in printed and "assumed: process groups inferred" in printed
     assert cli.main(["trace", "show", str(out)]) == 0
+
+
+# ---- the same runs' execution traces --------------------------------------------------------
+
+from traffic.importers import chakra, pytorch_et  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def ddp_et():
+    return pytorch_et.load(_files("ddp", "et"), kineto=_files("ddp", "kineto"))
+
+
+def test_et_ddp_matches_the_program(ddp_et):
+    assert ddp_et.groups == {"pg0": [0, 1, 2, 3]}
+    for r in range(RANKS):
+        ops = ddp_et.ops[r]
+        anc = _closure(ops)
+        coll = _collectives(ddp_et, r)
+        assert [(o.op, o.size_bytes, o.iteration) for o in coll] == \
+            [("all_reduce", DDP_BUCKETS[0], 0), ("all_reduce", DDP_BUCKETS[1], 0),
+             ("all_reduce", DDP_BUCKETS[0], 1), ("all_reduce", DDP_BUCKETS[1], 1)]
+        for it in (0, 1):
+            first, second = [o for o in coll if o.iteration == it]
+            compute = [o for o in ops if o.kind == "compute" and o.iteration == it]
+            # Layer 1's backward runs beside bucket 0; DDP copies both buckets back (tensor
+            # dependencies) before the optimizer step, which the profiler times.
+            beside = [o for o in compute if _concurrent(ops, o.id, first.id)]
+            assert sum(o.duration_s for o in beside) > 0
+            step = next(o for o in compute if o.label.startswith("Optimizer.step"))
+            assert {first.id, second.id} <= anc[step.id] and step.duration_s > 0
+
+
+def test_et_two_groups_with_the_profilers_threads():
+    t = pytorch_et.load(_files("two-pg", "et"), kineto=_files("two-pg", "kineto"))
+    by_ranks = {tuple(v): k for k, v in t.groups.items()}
+    assert set(by_ranks) == {(0, 1), (2, 3), (0, 2), (1, 3)}
+    for r in range(RANKS):
+        tp, dp = by_ranks[tuple(sorted((r, r ^ 1)))], by_ranks[tuple(sorted((r, r ^ 2)))]
+        coll = _collectives(t, r)
+        assert [(o.group, o.size_bytes) for o in coll] == [(tp, TP_BYTES), (dp, DP_BYTES)] * 2
+        ops, anc = t.ops[r], _closure(t.ops[r])
+        for it in (0, 1):
+            dp_op = [o for o in coll if o.iteration == it][1]
+            mm = next(o for o in ops if o.iteration == it and o.label == "aten::matmul" and o.duration_s > 0
+                      and _concurrent(ops, o.id, dp_op.id))
+            update = next(o for o in ops if o.iteration == it and o.label == "aten::mul")
+            assert dp_op.id in anc[update.id] and mm.id not in anc[dp_op.id]  # g feeds the update
+
+
+def test_et_without_profiler_traces_says_what_it_lacks():
+    t = pytorch_et.load(_files("ddp", "et"))
+    assert "compute is 0 s" in t.meta["assumed"]
+    assert all(o.duration_s == 0 for ops in t.ops.values() for o in ops)
+    assert [o.size_bytes for o in _collectives(t, 0)] == DDP_BUCKETS * 2
+    # Two groups per rank and no worker threads to tell them apart: refuse, do not guess.
+    from traffic.errors import InputError
+    with pytest.raises(InputError, match="process groups: expected collectives whose process group the trace "
+                                         "tells .*pass --kineto"):
+        pytorch_et.load(_files("two-pg", "et"))
+
+
+def test_chakra_import_reads_pytorch_execution_traces():
+    t = chakra.load(_files("ddp", "et"))
+    assert t.meta["format"] == "pytorch-et" and len(_collectives(t, 3)) == 4

@@ -140,7 +140,8 @@ OVERLAP_TOLERANCE_US = 50.0  # no member leaves a collective before every member
 MAX_SEARCH_STEPS = 200_000
 
 
-def infer_groups(seqs: dict, rank_pgs: dict, pg_ranks: dict, files: dict, units_per_group: int | None = None):
+def infer_groups(seqs: dict, rank_pgs: dict, pg_ranks: dict, files: dict, units_per_group: int | None = None,
+                 with_count: bool = False):
     """Which process group each collective used, when the events do not say (gloo's CPU events
     carry no group). seqs: rank -> [(op, size, unit, start_us, end_us)] in issue order, where
     collectives of one unit (a gloo worker thread: each belongs to one group) share a group;
@@ -173,7 +174,7 @@ def infer_groups(seqs: dict, rank_pgs: dict, pg_ranks: dict, files: dict, units_
             for (r, i), g in zip(flat, found[0]):
                 if i is not None:
                     out[r].append(g)
-            return out, note
+            return (out, note, len(found)) if with_count else (out, note)
         if steps > MAX_SEARCH_STEPS:
             raise InputError("process groups", f"collectives whose groups can be told apart within "
                              f"{MAX_SEARCH_STEPS} steps (record with the NCCL backend, whose record_param_comms "
