@@ -12,7 +12,7 @@ import functools
 import gc
 import math
 
-from topologies.errors import InputError
+from badinput import InputError
 from topologies.fabric import Fabric
 
 DEFAULT_LINK_GBPS = 400.0

@@ -13,15 +13,10 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from topologies.errors import InputError
+from badinput import InputError
 
 HOST = "host"
 SWITCH = "switch"
-
-# Host interface 0 faces the fabric, interface 1 the server's NVLink domain.
-FABRIC_INTF = 0
-NVLINK_INTF = 1
-
 
 # Hosts are numbered in blocks of one /16 each (.0.0 and .255.255 skipped), the fabric
 # address in 10.(2b).x.y and the NVLink address in 10.(2b+1).x.y for block b. Fabrics
@@ -140,12 +135,6 @@ class Fabric:
 
     def port(self, node: str, peer: str) -> int:
         return self.graph.edges[node, peer]["ports"][node]
-
-    def peer_at(self, node: str, port: int) -> str | None:
-        for nbr in self.graph.neighbors(node):
-            if self.graph.edges[node, nbr]["ports"][node] == port:
-                return nbr
-        return None
 
     def attachment(self, host: str) -> tuple[str, int]:
         """The (switch, port) where a host's first fabric interface (eth0) plugs in."""

@@ -31,7 +31,7 @@ import re
 import networkx as nx
 
 from topologies.builders import MAX_HOSTS, MAX_LINKS, MAX_SWITCHES
-from topologies.errors import InputError
+from badinput import InputError
 from topologies.fabric import HOST, SWITCH, Fabric
 
 TOP_KEYS = ("name", "description", "link_gbps", "nodes", "links")

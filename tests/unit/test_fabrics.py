@@ -5,7 +5,8 @@ import os
 import networkx as nx
 import pytest
 
-from topologies import (MAX_HOSTS, Fabric, InputError, fat_tree, from_spec, hpn, leaf_spine, load_fabric_file,
+from badinput import InputError
+from topologies import (MAX_HOSTS, Fabric, fat_tree, from_spec, hpn, leaf_spine, load_fabric_file,
                         rail_optimized, single_switch, superpod)
 from topologies.show import show
 
@@ -207,7 +208,7 @@ def test_graphml_as_networkx_writes_it(tmp_path):
     assert f.node("s0")["layer"] == "tor"
     bad = tmp_path / "bad.graphml"
     bad.write_text(GRAPHML.replace('target="s0"/>', 'target="s9"/>', 1))
-    with pytest.raises(InputError, match=r"links\[0\].b: expected a node named in nodes, found 's9'"):
+    with pytest.raises(InputError, match=r"links\[0\].b: expected a node named in nodes, found s9"):
         load_fabric_file(str(bad))
 
 
@@ -221,7 +222,7 @@ def test_a_fabric_file_feeds_the_controller_routes():
 
 def test_mininet_adapter_takes_the_new_fabrics():
     pytest.importorskip("mininet")
-    from emulator.mntopo import FabricTopo
+    from emulator.testbed.mntopo import FabricTopo
     for fab in (hpn(segments=1, hosts_per_segment=2, gpus_per_host=2, aggs_per_plane=2), superpod(1),
                 load_fabric_file(EXAMPLE)):
         topo = FabricTopo(fabric=fab)

@@ -8,7 +8,7 @@ import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.json_format import MessageToJson
 
-from traffic.errors import InputError
+from badinput import InputError
 from traffic.importers import chakra
 
 F = descriptor_pb2.FieldDescriptorProto
@@ -259,7 +259,7 @@ def test_num_ops_without_a_peak_rate_is_an_error(tmp_path):
 
 
 def test_the_cli_says_what_it_assumed(tmp_path, capsys):
-    from emulator import cli
+    from dtnet import cli
     paths = _write_nodes(tmp_path, [_flops_rank(), _flops_rank()])
     out = tmp_path / "t.json"
     assert cli.main(["trace", "import", "chakra", *paths, "--gpu-tflops", "989", "--out", str(out)]) == 0

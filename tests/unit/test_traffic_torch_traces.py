@@ -117,7 +117,7 @@ def test_two_pg_blocking_and_overlapped_collectives(two_pg):
 
 
 def test_the_cli_imports_a_real_trace(tmp_path, capsys):
-    from emulator import cli
+    from dtnet import cli
     out = tmp_path / "t.json"
     assert cli.main(["trace", "import", "kineto", *_files("two-pg", "kineto"), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -178,7 +178,7 @@ def test_et_without_profiler_traces_says_what_it_lacks():
     assert all(o.duration_s == 0 for ops in t.ops.values() for o in ops)
     assert [o.size_bytes for o in _collectives(t, 0)] == DDP_BUCKETS * 2
     # Two groups per rank and no worker threads to tell them apart: refuse, do not guess.
-    from traffic.errors import InputError
+    from badinput import InputError
     with pytest.raises(InputError, match="process groups: expected collectives whose process group the trace "
                                          "tells .*pass --kineto"):
         pytorch_et.load(_files("two-pg", "et"))

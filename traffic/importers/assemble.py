@@ -9,8 +9,8 @@ import gzip
 import json
 import zlib
 
+from badinput import InputError
 from traffic.collectives import ALGORITHMS
-from traffic.errors import InputError
 from traffic.trace import Op, Trace
 
 

@@ -33,7 +33,7 @@ import bisect
 import json
 from dataclasses import dataclass, field
 
-from traffic.errors import InputError
+from badinput import InputError
 from traffic.importers.assemble import Assembler, infer_groups, read_json_gz
 from traffic.trace import is_finite_number
 

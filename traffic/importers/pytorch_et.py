@@ -25,7 +25,7 @@ from __future__ import annotations
 import bisect
 import json
 
-from traffic.errors import InputError
+from badinput import InputError
 from traffic.importers.assemble import Assembler, infer_groups, read_json_gz
 from traffic.importers.kineto import GLOO_THREADS, _op_name
 
