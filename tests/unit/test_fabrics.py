@@ -228,3 +228,15 @@ def test_mininet_adapter_takes_the_new_fabrics():
         topo = FabricTopo(fabric=fab)
         assert len(topo.hosts()) == fab.counts()["hosts"]
         assert len(topo.links()) == fab.counts()["links"]
+
+
+def test_an_experiment_names_a_fabric_file(tmp_path):
+    from experiment import model
+    exp = model.load(os.path.join(REPO, "experiments", "fabric-file-dual-tor.yaml"))
+    assert exp.topology == {"file": EXAMPLE}
+    assert exp.fabric().counts() == load_fabric_file(EXAMPLE).counts()
+    assert model.parse(model.to_dict(exp), file=exp.source) == exp
+    moved = tmp_path / "e.yaml"  # a relative path is relative to the experiment file
+    text = open(os.path.join(REPO, "experiments", "fabric-file-dual-tor.yaml")).read()
+    moved.write_text(text.replace("file: fabrics/dual-tor-4gpu.yaml", f"file: {EXAMPLE}"))
+    assert model.load(str(moved)).topology == {"file": EXAMPLE}
