@@ -189,3 +189,29 @@ def test_a_trace_without_collectives_is_an_error(tmp_path):
     ev = [_k(0, 10, 7, 1), _k(20, 10, 7, 2), {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 5}]
     with pytest.raises(InputError, match="traceEvents: expected at least one collective"):
         kineto.load(_write(tmp_path, [ev, ev]))
+
+
+def test_gpu_step_waits_for_the_last_steps_collectives(tmp_path):
+    """The all-reduce ends during the last backward kernel, so the next step's first kernel shows
+    no wait; the step boundary (ProfilerStep, by launch time) still orders them."""
+    def rank_events():
+        step = lambda n, ts, dur: {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}",  # noqa: E731
+                                   "ts": ts, "dur": dur, "pid": 1, "tid": 1}
+        ar = {"Collective name": "allreduce", "In msg nelems": 1024, "Out msg nelems": 1024, "dtype": "Float",
+              "Process Group Ranks": "[0, 1]", "Process Group Name": "0"}
+        return [step(0, 0, 100), step(1, 100, 100), _launch(1, 1), _launch(2, 2), _launch(3, 3), _launch(101, 4),
+                _k(10, 100, 7, 1), _k(20, 50, 20, 2, name="ncclDevKernel_AllReduce", **ar),
+                _k(110, 90, 7, 3), _k(200, 10, 7, 4)]
+    t = kineto.load(_write(tmp_path, [rank_events(), rank_events()]))
+    ops = t.ops[0]
+    ar = next(o for o in ops if o.kind == "collective")
+    first_of_1 = next(o for o in ops if o.iteration == 1)
+    assert ar.iteration == 0 and ar.id in first_of_1.deps
+
+
+def test_record_param_comms_without_details_is_named(tmp_path):
+    rpc = {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": 0, "dur": 10, "pid": 1, "tid": 1,
+           "args": {"Input Dims": [[1024], []], "Input type": ["float", "Scalar"]}}
+    ev = [rpc, _launch(2, 1), _k(20, 10, 20, 1, name="ncclKernel_AllReduce_RING_LL_Sum_float")]
+    with pytest.raises(InputError, match=r"traceEvents\[0\].args: expected record_param_comms with Collective name"):
+        kineto.load(_write(tmp_path, [ev]))

@@ -19,8 +19,10 @@ ops of different lanes are concurrent, except where the trace records an order:
 - waits: an op that starts after its lane sat idle (>= MIN_GAP_US) depends on every
   collective of another lane that ended during that idle time (a DDP optimizer step waiting
   for its gradient buckets); not when a GPU kernel merely waited for its launch. With
-  ProfilerStep#N annotations, a CPU thread's first work of step N+1 also depends on the
-  collectives it issued in step N (wait() leaves no trace when the collective ended first).
+  ProfilerStep#N annotations, a lane's first compute of step N+1 also depends on the
+  collectives of step N (issued by that CPU thread; for GPU streams, all of them): a wait on
+  a collective that had already ended leaves no trace. GPU kernels count in the step that
+  launched them.
 Consecutive compute of a lane merges into one op (its busy time, the union of its intervals),
 cut wherever a dependency enters or leaves. Sizes follow nccl-tests: all_gather counts its
 output, every other collective its input. Process groups: from the events' args, else from
@@ -204,8 +206,11 @@ def _atoms(rank, events, path, nranks) -> list[Atom]:
     else:
         atoms = _cpu_atoms(cpu, path, nranks)
     steps.sort()
-    for a in atoms:
-        a.iteration = next((k for k, (s, e, _) in enumerate(steps) if s <= a.ts < e), None)
+    starts = [s for s, _, _ in steps]
+    for a in atoms:  # a GPU kernel belongs to the step that launched it: it runs later
+        t = a.launch if a.launch is not None else a.ts
+        k = bisect.bisect_right(starts, t) - 1
+        a.iteration = k if k >= 0 and t < steps[k][1] else None
     atoms.sort(key=lambda a: (a.ts, a.idx))
     _dependencies(atoms)
     return atoms
@@ -235,7 +240,7 @@ def _collective_from_args(args, where, path, nranks, name):
 
 def _gpu_atoms(gpu, runtime, comm_cpu, path, nranks):
     rpcs = sorted((ts, end, i, args, ev.get("tid")) for ts, end, i, ev, args in comm_cpu
-                  if ev.get("name") == "record_param_comms" and "Collective name" in args)
+                  if ev.get("name") == "record_param_comms")
     atoms = []
     for ts, end, i, ev, args in gpu:
         name = str(ev.get("name", ""))
@@ -253,6 +258,10 @@ def _gpu_atoms(gpu, runtime, comm_cpu, path, nranks):
                     raise InputError(where, "an NCCL kernel with its collective in args (Collective name, In msg "
                                      "nelems, dtype, ...) or launched inside a record_param_comms op",
                                      f"{name[:40]} without either", file=path)
+                if "Collective name" not in rpc[3]:
+                    raise InputError(f"traceEvents[{rpc[2]}].args", "record_param_comms with Collective name, "
+                                     "dtype, msg nelems and the group (PyTorch 2.1 and later record them)",
+                                     "only Input Dims", file=path)
                 a.comm = _collective_from_args(rpc[3], f"traceEvents[{rpc[2]}]", path, nranks, name)
         atoms.append(a)
     return atoms
@@ -417,18 +426,21 @@ def _iteration_waits(atoms, lanes):
     issued: dict[tuple, list[int]] = {}
     for k, a in enumerate(atoms):
         if a.comm and a.iteration is not None:
-            lane = a.comm["issue"][0] if "issue" in a.comm else None
+            # CPU: the thread that issued it; GPU: any compute stream (the optimizer's waits
+            # are stream waits on NCCL's events)
+            lane = a.comm["issue"][0] if "issue" in a.comm else "gpu"
             issued.setdefault((lane, a.iteration), []).append(k)
     for lane, ks in lanes.items():
-        if lane[0] != "cpu" or not ks:
+        if not ks:
             continue
+        key = lane if lane[0] == "cpu" else "gpu"
         seen = set()
         for k in ks:
             it = atoms[k].iteration
             if it is None or it in seen or atoms[k].comm:
                 continue
             seen.add(it)
-            atoms[k].deps.update(issued.get((lane, it - 1), ()))
+            atoms[k].deps.update(issued.get((key, it - 1), ()))
 
 
 def _last_before(ks, atoms, t):
