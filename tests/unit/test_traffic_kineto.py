@@ -215,3 +215,21 @@ def test_record_param_comms_without_details_is_named(tmp_path):
     ev = [rpc, _launch(2, 1), _k(20, 10, 20, 1, name="ncclKernel_AllReduce_RING_LL_Sum_float")]
     with pytest.raises(InputError, match=r"traceEvents\[0\].args: expected record_param_comms with Collective name"):
         kineto.load(_write(tmp_path, [ev]))
+
+
+def test_a_recorded_stream_wait_orders_two_streams(tmp_path):
+    """Stream 9 waits (cudaStreamWaitEvent) on an event recorded on stream 7 after kernel 2:
+    stream 9's next kernel depends on kernel 2, though it starts long after (no timing hint)."""
+    def rank_events():
+        ar = {"Collective name": "allreduce", "In msg nelems": 1024, "Out msg nelems": 1024, "dtype": "Float",
+              "Process Group Ranks": "[0, 1]", "Process Group Name": "0"}
+        wait = {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": 9, "ts": 5, "dur": 1,
+                "args": {"stream": 9, "wait_on_stream": 7, "correlation": 13, "wait_on_cuda_event_record_corr_id": 12}}
+        return [_launch(1, 10), _launch(2, 11), _launch(3, 12), _launch(4, 13), _launch(5, 14), _launch(6, 15), wait,
+                _k(0, 100, 7, 10), _k(100, 100, 7, 11), _k(200, 100, 7, 15),
+                _k(1000, 10, 9, 14), _k(1100, 20, 20, 16, name="ncclDevKernel_AllReduce", **ar)]
+    t = kineto.load(_write(tmp_path, [rank_events(), rank_events()]))
+    ops = t.ops[0]
+    side = next(o for o in ops if o.kind == "compute" and o.duration_s == pytest.approx(10e-6))
+    k2 = [o for o in ops if o.kind == "compute" and o is not side and _reaches(ops, o.id, side.id)]
+    assert sum(o.duration_s for o in k2) == pytest.approx(200e-6)  # kernels 1 and 2, not kernel 3

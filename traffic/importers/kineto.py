@@ -16,6 +16,8 @@ ops of different lanes are concurrent, except where the trace records an order:
 - issue: a gloo collective depends on its thread's work before its c10d call; an NCCL kernel
   on the last compute kernel that was launched before it and had ended when it started
   (the event NCCL's stream waits on is recorded after that launch);
+- recorded stream waits (cuda_sync "Stream Wait Event", cudaStreamWaitEvent): the waiting
+  stream's next kernel depends on the recorded stream's last kernel before the event;
 - waits: an op that starts after its lane sat idle (>= MIN_GAP_US) depends on every
   collective of another lane that ended during that idle time (a DDP optimizer step waiting
   for its gradient buckets); not when a GPU kernel merely waited for its launch. With
@@ -128,6 +130,7 @@ class Atom:
     launch: float | None = None
     corr: int | None = None
     iteration: int | None = None   # from the ProfilerStep#N it falls in
+    after: list = field(default_factory=list)  # atoms it waits for by a recorded stream wait
 
 
 def load(paths: list[str], algorithm: str = "ring") -> "Trace":  # noqa: F821
@@ -178,7 +181,7 @@ def _args(ev, i, path):
 
 
 def _atoms(rank, events, path, nranks) -> list[Atom]:
-    gpu, cpu, runtime, comm_cpu, steps = [], [], {}, [], []
+    gpu, cpu, runtime, comm_cpu, steps, waits = [], [], {}, [], [], []
     for i, ev in enumerate(events):
         if not isinstance(ev, dict) or ev.get("ph", "X") != "X":
             continue
@@ -186,6 +189,12 @@ def _atoms(rank, events, path, nranks) -> list[Atom]:
         if cat in GPU_CATS:
             ts, end = _num(ev, i, path, "kernel")
             gpu.append((ts, end, i, ev, _args(ev, i, path)))
+        elif cat == "cuda_sync" and ev.get("name") == "Stream Wait Event":
+            a = _args(ev, i, path)
+            if all(isinstance(a.get(k), int) for k in ("stream", "wait_on_stream", "correlation",
+                                                        "wait_on_cuda_event_record_corr_id")):
+                waits.append((ev.get("pid"), a["stream"], a["correlation"], a["wait_on_stream"],
+                              a["wait_on_cuda_event_record_corr_id"]))
         elif cat in CPU_CATS or cat in ("cuda_runtime", "cuda_driver"):
             ts, end = _num(ev, i, path, "CPU event")
             args = _args(ev, i, path)
@@ -203,6 +212,7 @@ def _atoms(rank, events, path, nranks) -> list[Atom]:
                 comm_cpu.append((ts, end, i, ev, args))
     if gpu:
         atoms = _gpu_atoms(gpu, runtime, comm_cpu, path, nranks)
+        _stream_waits(atoms, waits)
     else:
         atoms = _cpu_atoms(cpu, path, nranks)
     steps.sort()
@@ -265,6 +275,24 @@ def _gpu_atoms(gpu, runtime, comm_cpu, path, nranks):
                 a.comm = _collective_from_args(rpc[3], f"traceEvents[{rpc[2]}]", path, nranks, name)
         atoms.append(a)
     return atoms
+
+
+def _stream_waits(atoms, waits):
+    """cudaStreamWaitEvent, as the profiler records it (cuda_sync "Stream Wait Event"): the
+    first kernel launched on the waiting stream after the wait depends on the last kernel
+    launched on the recorded stream before the event was recorded."""
+    by_lane: dict[tuple, list[Atom]] = {}
+    for a in atoms:
+        if a.corr is not None:
+            by_lane.setdefault(a.lane, []).append(a)
+    for lst in by_lane.values():
+        lst.sort(key=lambda a: a.corr)
+    for pid, stream, corr, on_stream, rec_corr in waits:
+        waiting, recorded = by_lane.get(("gpu", pid, stream), []), by_lane.get(("gpu", pid, on_stream), [])
+        target = next((a for a in waiting if a.corr > corr), None)
+        source = next((a for a in reversed(recorded) if a.corr < rec_corr), None)
+        if target is not None and source is not None and source is not target:
+            target.after.append(source)
 
 
 def _enclosing(rpcs, launch):
@@ -390,8 +418,10 @@ def _dependencies(atoms: list[Atom]) -> None:
             split.append(a)
         atoms[:] = sorted(split, key=lambda a: (a.ts, a.idx))
     lanes: dict[tuple, list[int]] = {}
+    index = {id(a): k for k, a in enumerate(atoms)}
     for k, a in enumerate(atoms):
         lanes.setdefault(a.lane, []).append(k)
+        a.deps.update(index[id(b)] for b in a.after if id(b) in index)
     comm_ends = sorted((a.end, k) for k, a in enumerate(atoms) if a.comm)
     ends = [e for e, _ in comm_ends]
     compute_by_end = sorted((a.end, k) for k, a in enumerate(atoms) if not a.comm)
