@@ -1,11 +1,13 @@
 """Fabric build time and memory as the host count grows, for every builder.
 
-Run: python bench/bench_fabric.py [--max-hosts 131072] [--cli]
+Run: python bench/bench_fabric.py [--max-hosts 131072] [--cli] [--baseline CHECKOUT]
 Each point builds one fabric in a fresh child process (so its peak RSS is that fabric's
 alone) and reports build seconds, peak RSS, hosts, links, microseconds per host and per
 link, and the growth of time and memory against the builder's previous point: a linear
 builder shows a time ratio close to the host ratio. Issue 14's target: 131,072 hosts in
-under 10 s. With --cli it also times `dtnet topo show SPEC` as a user runs it.
+under 10 s. With --cli it also times `dtnet topo show SPEC` as a user runs it. With
+--baseline it builds single-switch fabrics of 2,000 to 20,000 hosts with another checkout's
+topologies/ too (PYTHONPATH=CHECKOUT), each pair side by side, and prints the ratio.
 """
 from __future__ import annotations
 
@@ -44,8 +46,10 @@ def child(spec: str) -> None:
                       "switches": c["switches"]}))
 
 
-def point(spec: str) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", spec], capture_output=True, text=True, check=True)
+def point(spec: str, root: str | None = None) -> dict:
+    env = dict(os.environ, PYTHONPATH=root) if root else None
+    argv = [sys.executable, __file__, "--child", spec] + (["--root", root] if root else [])
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, env=env)
     return json.loads(out.stdout)
 
 
@@ -60,11 +64,21 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max-hosts", type=int, default=TARGET_HOSTS)
     ap.add_argument("--cli", action="store_true", help="also time `dtnet topo show` on the largest point")
+    ap.add_argument("--baseline", metavar="CHECKOUT", help="another checkout to compare single-switch builds with")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--root", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
+        if args.root:  # the baseline's topologies/, not ours
+            sys.path.insert(0, args.root)
+            sys.modules.pop("topologies", None)
         child(args.child)
         return 0
+    if args.baseline:
+        print(f"{'hosts':>8}{'baseline s':>12}{'this s':>9}{'ratio':>8}")
+        for n in (2000, 5000, 10000, 20000):
+            old, new = point(f"single-switch:hosts={n}", os.path.abspath(args.baseline)), point(f"single-switch:hosts={n}")
+            print(f"{n:>8}{old['build_s']:>12.2f}{new['build_s']:>9.2f}{old['build_s'] / new['build_s']:>7.0f}x")
     print(f"{'builder':<15}{'hosts':>8}{'links':>9}{'build s':>9}{'RSS MB':>8}{'us/host':>9}{'us/link':>9}"
           f"{'x hosts':>9}{'x time':>8}{'x mem':>7}  spec")
     worst = []
