@@ -8,8 +8,8 @@ import math
 import os
 from dataclasses import dataclass, field, fields
 
+from badinput import InputError
 from traffic.collectives import ALGORITHMS, OPS
-from traffic.errors import InputError
 from traffic.files import read_json
 
 FORMAT = "dtnet-trace"

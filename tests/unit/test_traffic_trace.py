@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from traffic.errors import InputError
+from badinput import InputError
 from traffic.trace import Op, Trace, dump, find_cycle, load, to_dict
 from traffic.workload import build_workload
 

@@ -1,7 +1,7 @@
 """build_workload: the experiment file's `workload:` forms."""
 import pytest
 
-from traffic.errors import InputError
+from badinput import InputError
 from traffic.trace import dump
 from traffic.workload import build_workload
 

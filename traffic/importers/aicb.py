@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 
-from traffic.errors import InputError
+from badinput import InputError
 from traffic.importers.assemble import Assembler
 from traffic.trace import MAX_SIZE_BYTES
 
