@@ -67,9 +67,12 @@ case "${1:-}" in
         log "building wheels into $2"
         "$PY" -m pip wheel -q --wheel-dir "$2" "${PIP_BASE[@]}" "${PIP_RYU_DEPS[@]}"
         "$PY" -m pip wheel -q --wheel-dir "$2" --no-build-isolation "${PIP_RYU[@]}"
-        # dtnet's own dependencies: build dtnet's wheel to resolve them, keep only theirs.
-        "$PY" -m pip wheel -q --wheel-dir "$2" --no-build-isolation "$ROOT[test]"
-        rm -f "$2"/dtnet-*.whl
+        # dtnet's own dependencies (setup.cfg), without building dtnet itself.
+        mapfile -t deps < <("$PY" -c 'import configparser, sys
+c = configparser.ConfigParser(); c.read(sys.argv[1])
+for key in ("install_requires",): print(c["options"][key].strip())
+print(c["options.extras_require"]["test"].strip())' "$ROOT/setup.cfg" | grep -v '^\s*$')
+        "$PY" -m pip wheel -q --wheel-dir "$2" "${deps[@]}"
         log "wheelhouse ready: $(ls "$2" | wc -l) wheels"
         exit 0 ;;
     "") ;;

@@ -34,7 +34,7 @@ stage_facts() {
     grep -m1 'model name' /proc/cpuinfo
     echo "hypervisor: $(systemd-detect-virt 2>/dev/null || echo unknown)"
     modprobe openvswitch && echo "openvswitch module: loaded"
-    "$PY" -c 'from emulator import testbed as t; print("datapath auto ->", t.detect_datapath("auto"))'
+    "$PY" -c 'from emulator.testbed.datapath import detect_datapath as d; print("datapath auto ->", d("auto"))'
     ip link add dtnetprobe0 type dummy
     if tc qdisc add dev dtnetprobe0 root netem delay 1ms; then echo "netem: yes"; else echo "netem: no"; fi
     ip link del dtnetprobe0
@@ -56,7 +56,7 @@ stage_ring() {
 stage_latency() {
     rm -rf "$OUT/lab-latency"
     "$DTNET" run experiments/lab-latency.yaml --out "$OUT/lab-latency" &&
-        "$DTNET" report "$OUT/lab-latency"
+        cat "$OUT/lab-latency/sweep.csv"
 }
 
 for st in "$@"; do
