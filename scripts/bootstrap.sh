@@ -70,8 +70,8 @@ case "${1:-}" in
         # dtnet's own dependencies (setup.cfg), without building dtnet itself.
         mapfile -t deps < <("$PY" -c 'import configparser, sys
 c = configparser.ConfigParser(); c.read(sys.argv[1])
-for key in ("install_requires",): print(c["options"][key].strip())
-print(c["options.extras_require"]["test"].strip())' "$ROOT/setup.cfg" | grep -v '^\s*$')
+print("\n".join((c["options"]["install_requires"] + " " + c["options.extras_require"]["test"]).split()))' \
+            "$ROOT/setup.cfg")
         "$PY" -m pip wheel -q --wheel-dir "$2" "${deps[@]}"
         log "wheelhouse ready: $(ls "$2" | wc -l) wheels"
         exit 0 ;;
@@ -84,18 +84,9 @@ if [[ $EUID -ne 0 ]]; then
     exit 2
 fi
 
-missing=()
-for p in "${APT_PKGS[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-    log "apt-get install ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    # iperf3 asks whether to start a daemon; answer no.
-    echo "iperf3 iperf3/start_daemon boolean false" | debconf-set-selections
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+# shellcheck source=apt-ensure.sh
+source "$ROOT/scripts/apt-ensure.sh"
+apt_ensure "${APT_PKGS[@]}"
 
 # The userspace switch sends every port's packets through ONE AF_PACKET
 # socket, made once with the default send buffer (net.core.wmem_default,

@@ -49,16 +49,9 @@ if [[ $force -eq 0 && -f "$BOX" && "$(cat "$BOX.stamp" 2>/dev/null)" == "$stamp_
     exit 0
 fi
 
-need=()
-for p in debootstrap qemu-utils grub-pc-bin e2fsprogs fdisk vagrant; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
-done
-if ((${#need[@]})); then
-    log "apt-get install ${need[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+# shellcheck source=apt-ensure.sh
+source "$ROOT/scripts/apt-ensure.sh"
+apt_ensure debootstrap qemu-utils grub-pc-bin e2fsprogs fdisk vagrant
 INSECURE_PUB="$(ls /usr/share/rubygems-integration/all/gems/vagrant-*/keys/vagrant.pub 2>/dev/null | head -1)"
 [[ -f "$INSECURE_PUB" ]] || { echo "lab-box.sh: Vagrant's insecure public key not found (package vagrant)" >&2; exit 1; }
 
