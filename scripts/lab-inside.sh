@@ -7,8 +7,8 @@
 #
 # Stages: facts (kernel, modules, qdiscs), unit (tests/unit), integration
 # (shaping, spine, controller and faults tests on this kernel's datapath),
-# ring (experiments/ring-fat-tree.yaml), latency (experiments/lab-latency.yaml,
-# a 1 MiB ring with and without netem latency).
+# ring (experiments/ring-fat-tree.yaml), latency (tests/integration/test_latency.py
+# and experiments/lab-latency.yaml, a 1 MiB ring with and without netem latency).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:?usage: lab-inside.sh OUT STAGE...}"
@@ -55,6 +55,7 @@ stage_ring() {
 }
 stage_latency() {
     rm -rf "$OUT/lab-latency"
+    "$PY" -m pytest -v -m mininet -p no:cacheprovider tests/integration/test_latency.py &&
     "$DTNET" run experiments/lab-latency.yaml --out "$OUT/lab-latency" &&
         cat "$OUT/lab-latency/sweep.csv"
 }
