@@ -65,16 +65,11 @@ timed() {  # timed NAME CMD...: run, record seconds and status
 }
 
 # --- host packages and the box (no lock: no VM runs yet) -------------------
+# shellcheck source=apt-ensure.sh
+source "$ROOT/scripts/apt-ensure.sh"
 host_packages() {
-    local need=() p
-    for p in vagrant vagrant-libvirt libvirt-daemon-system libvirt-clients qemu-system-x86 \
-             qemu-utils debootstrap grub-pc-bin rsync openssh-client dnsmasq-base; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
-    done
-    ((${#need[@]})) || return 0
-    log "apt-get install ${need[*]}"
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    apt_ensure vagrant vagrant-libvirt libvirt-daemon-system libvirt-clients qemu-system-x86 \
+        qemu-utils debootstrap grub-pc-bin rsync openssh-client dnsmasq-base
 }
 timed host-packages host_packages
 timed box bash "$ROOT/scripts/lab-box.sh"
