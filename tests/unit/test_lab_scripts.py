@@ -3,7 +3,9 @@
 synced. Booting the VM is scripts/lab-check.sh's job, not a unit test's."""
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -83,8 +85,18 @@ def test_vagrantfile_and_lab_check_sync_the_same_tree():
 
 def test_vagrantfile_sizes_memory_for_the_readme():
     vf = (ROOT / "Vagrantfile").read_text()
-    default_mb = int(re.search(r'DTNET_LAB_MEMORY_MB", "(\d+)"', vf).group(1))
+    default_mb = int(re.search(r'env_count\("DTNET_LAB_MEMORY_MB", (\d+)\)', vf).group(1))
     # `dtnet trace show` of the README's GPT-3 175B / 1024-GPU trace peaked at 4.3 GB.
     assert default_mb >= 6144
     assert vf.count("memory = memory_mb") == 2  # both providers
     assert 'path: "scripts/lab-provision.sh"' in vf
+
+
+@pytest.mark.skipif(shutil.which("vagrant") is None, reason="vagrant is not installed")
+@pytest.mark.parametrize("name,value", [("DTNET_LAB_MEMORY_MB", "8G"), ("DTNET_LAB_CPUS", "0")])
+def test_vagrantfile_refuses_a_bad_setting_in_one_line(name, value):
+    env = {**os.environ, name: value}
+    r = subprocess.run(["vagrant", "validate", "--ignore-provider"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr == f"Vagrantfile: {name}: expected a positive whole number, found '{value}'\n"
