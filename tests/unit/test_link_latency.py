@@ -37,6 +37,13 @@ def test_latency_is_real_microseconds_stretched_by_the_dilation():
     assert _exp().latency_us == 0 and _exp().link_delay_us == 0
 
 
+def test_a_fabric_file_takes_a_latency_too():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    exp = model.load(os.path.join(root, "experiments", "fabric-file-dual-tor.yaml"), ["topology.latency_us=5"])
+    assert exp.latency_us == 5 and exp.topology["file"].endswith("dual-tor-4gpu.yaml")
+    assert len(exp.fabric().hosts) == 4
+
+
 def test_config_yaml_keeps_the_latency_and_omits_a_zero(tmp_path):
     for latency, written in ((7.5, 7.5), (None, None)):
         path = tmp_path / "config.yaml"
