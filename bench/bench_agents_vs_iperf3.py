@@ -17,10 +17,10 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from emulator import config  # noqa: E402
-from emulator.iperf import iperf3_flows  # noqa: E402
-from emulator.runner import run_experiment  # noqa: E402
-from emulator.testbed import Testbed  # noqa: E402
+from emulator.run.runner import run_experiment  # noqa: E402
+from emulator.testbed.iperf import iperf3_flows  # noqa: E402
+from emulator.testbed.lifecycle import Testbed  # noqa: E402
+from experiment import model  # noqa: E402
 
 FABRICS = {
     "single-switch:hosts=8": "ring-single-switch.yaml",
@@ -30,7 +30,7 @@ FABRICS = {
 
 def iperf3_ring(exp, out_dir, duration_s=8):
     fabric = exp.fabric()
-    hosts = config.job_hosts(exp.jobs[0], fabric)
+    hosts = model.job_hosts(exp.jobs[0], fabric)
     ring = [(h, hosts[(i + 1) % len(hosts)]) for i, h in enumerate(hosts)]
     with Testbed(fabric, out_dir, routing=exp.routing, scale_link=exp.scale.link,
                  datapath=exp.testbed.datapath, log=lambda *_: None) as tb:
@@ -50,7 +50,7 @@ def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     print(f"{'fabric':<24}{'iperf3 Mb/s':>13}{'agents Mb/s':>13}{'ratio':>8}   (median of {args.repeat}, emulated units)")
     for spec, name in FABRICS.items():
-        exp = config.load(os.path.join(root, "experiments", name), ["jobs.0.workload.iterations=5"])
+        exp = model.load(os.path.join(root, "experiments", name), ["jobs.0.workload.iterations=5"])
         ip, ag = [], []
         for _ in range(args.repeat):
             with tempfile.TemporaryDirectory() as d:

@@ -24,10 +24,10 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from emulator import config  # noqa: E402
-from emulator.iperf import iperf3_flows  # noqa: E402
-from emulator.runner import run_experiment  # noqa: E402
-from emulator.testbed import Testbed  # noqa: E402
+from emulator.run.runner import run_experiment  # noqa: E402
+from emulator.testbed.iperf import iperf3_flows  # noqa: E402
+from emulator.testbed.lifecycle import Testbed  # noqa: E402
+from experiment import model  # noqa: E402
 
 FABRICS = {
     "fat-tree": {"kind": "fat-tree", "k": 4},
@@ -49,7 +49,7 @@ def experiment(fabric: str, workload: str, rate_mbps: float, datapath: str):
     if workload == "stride":
         wl = {**wl, "stride": STRIDE[fabric]}
     order = "rail-aligned" if fabric == "rail-optimized" and workload == "ring" else "as-listed"
-    return config.parse({
+    return model.parse({
         "name": f"capacity-{fabric}-{workload}",
         "topology": {**FABRICS[fabric], "link_gbps": 400},
         "scale": {"link": link, "bytes": link * DILATION},

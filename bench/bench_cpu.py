@@ -37,9 +37,9 @@ import psutil
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.bench_capacity import WORKLOADS, experiment  # noqa: E402
-from emulator.iperf import iperf3_flows  # noqa: E402
-from emulator.runner import run_experiment  # noqa: E402
-from emulator.testbed import Testbed  # noqa: E402
+from emulator.run.runner import run_experiment  # noqa: E402
+from emulator.testbed.iperf import iperf3_flows  # noqa: E402
+from emulator.testbed.lifecycle import Testbed  # noqa: E402
 
 CATEGORIES = ("ovs-vswitchd", "ryu", "agents", "iperf3", "mininet shells", "dtnet", "spawned",
               "kernel threads", "other")

@@ -5,7 +5,7 @@ Runs one experiment at several link scales, keeping the time dilation
 more or fewer packets per second. If a result does not change while the CPU
 idle share drops, CPU idle was not what limited it; where the result starts
 to fall, the emulation stopped keeping up. That is the evidence behind the
-fidelity thresholds (emulator/fidelity.py) and the README's recommended scale.
+fidelity thresholds (emulator/run/fidelity.py) and the README's recommended scale.
 
     sudo .venv/bin/python bench/bench_fidelity_scale.py experiments/ring-fat-tree.yaml \
         --links 6.25e-6,1.25e-5,2.5e-5,5e-5 [--repeat 2]
@@ -20,8 +20,8 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from emulator import config  # noqa: E402
-from emulator.runner import run_experiment  # noqa: E402
+from emulator.run.runner import run_experiment  # noqa: E402
+from experiment import model  # noqa: E402
 
 
 def check(summary: dict, name: str) -> dict:
@@ -29,7 +29,7 @@ def check(summary: dict, name: str) -> dict:
 
 
 def one_run(path: str, link: float, dilation: float, out_dir: str) -> dict:
-    exp = config.load(path, [f"scale.link={link!r}", f"scale.bytes={link * dilation!r}"])
+    exp = model.load(path, [f"scale.link={link!r}", f"scale.bytes={link * dilation!r}"])
     s = run_experiment(exp, out_dir, log=lambda *_: None)
     busbw = [c["busbw_gbps"] for j in s["jobs"] for c in j["collectives"]]
     cpu = check(s, "cpu")
@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     ap.add_argument("--links", default="6.25e-6,1.25e-5,2.5e-5,5e-5", help="scale.link values, comma-separated")
     ap.add_argument("--repeat", type=int, default=1)
     args = ap.parse_args(argv)
-    base = config.load(args.experiment, [])
+    base = model.load(args.experiment, [])
     dilation = base.scale.dilation
     link_gbps = base.topology.get("link_gbps", 400)
     print(f"{base.name}: dilation {dilation:g} fixed; link {link_gbps} Gb/s real")

@@ -29,8 +29,9 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from emulator import shaping  # noqa: E402
-from emulator.testbed import Testbed, wait_for  # noqa: E402
+from emulator.testbed import shaping  # noqa: E402
+from emulator.testbed.lifecycle import Testbed  # noqa: E402
+from emulator.testbed.process import wait_for  # noqa: E402
 from topologies import single_switch  # noqa: E402
 
 MECHANISMS = ("none", "queue", "meter", "so_pacing", "app_pacing")

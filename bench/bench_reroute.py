@@ -23,8 +23,8 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from emulator import config  # noqa: E402
-from emulator.runner import run_experiment  # noqa: E402
+from emulator.run.runner import run_experiment  # noqa: E402
+from experiment import model  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--experiment", default=os.path.join(ROOT, "experiments", "stride-fat-tree.yaml"))
     args = ap.parse_args(argv)
-    exp = config.load(args.experiment, ["controller.routing=congestion-aware"])
+    exp = model.load(args.experiment, ["controller.routing=congestion-aware"])
     obs, dec, detect = [], [], []
     with tempfile.TemporaryDirectory(prefix="dtnet-reroute-") as tmp:
         for i in range(args.repeat):

@@ -25,9 +25,10 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from emulator import config, runstate  # noqa: E402
-from emulator.runner import Interrupted, RunFailure, run_experiment  # noqa: E402
-from emulator.testbed import TestbedError  # noqa: E402
+from emulator.run.runner import run_experiment  # noqa: E402
+from emulator.testbed import runstate  # noqa: E402
+from experiment import model  # noqa: E402
+from experiment.engine import Interrupted, RunFailure  # noqa: E402
 
 EXPERIMENT = {
     "name": "soak",
@@ -69,7 +70,7 @@ def cycle(i: int, base: str, interrupt: bool) -> dict:
     exp_data = json.loads(json.dumps(EXPERIMENT))
     if interrupt:
         exp_data["jobs"][0]["workload"]["iterations"] = INTERRUPTED_ITERATIONS
-    exp = config.parse(exp_data)
+    exp = model.parse(exp_data)
     timer = []
 
     def log(msg):
@@ -86,7 +87,7 @@ def cycle(i: int, base: str, interrupt: bool) -> dict:
             outcome, error = "incomplete", summary["error"]
     except Interrupted:
         outcome = "interrupted"
-    except (RunFailure, TestbedError) as e:
+    except RunFailure as e:
         outcome, error = "failed", str(e)
     finally:
         for t in timer:

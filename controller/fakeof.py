@@ -331,6 +331,3 @@ class FakeNetwork:
             out.append(Trace(DELIVERED if ok else MISDELIVERED, nodes + (peer,), "", queues))
             return
         self._at(peer, peer_port, pkt, nodes, queues, all_buckets, out)
-
-    def flow_count(self) -> dict[str, int]:
-        return {s: len(fs.flows) for s, fs in self.switches.items()}

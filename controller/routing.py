@@ -14,7 +14,7 @@ from collections import deque
 from controller.rules import (COOKIE_ARP, COOKIE_DETECT, COOKIE_MISS, COOKIE_ROUTE, ETH_ARP, ETH_IPV4,
                               IPPROTO_TCP, PRIORITY_ARP, PRIORITY_DETECT, PRIORITY_MISS, PRIORITY_ROUTE,
                               FlowRule, GroupRule)
-from topologies.errors import InputError
+from badinput import InputError
 from topologies.fabric import Fabric
 
 # Every policy routes on top of one base table; the congestion-aware ones add

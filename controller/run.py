@@ -52,9 +52,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def check_inputs(fabric_path: str, routing: str, **cfg) -> None:
     """Fail before Ryu starts, with one line, on a bad fabric, routing name or setting."""
+    from badinput import InputError
     from controller.flows import CongestionConfig
     from controller.routing import check_policy
-    from topologies.errors import InputError
     from topologies.fabric import Fabric
     try:
         check_policy(routing)

@@ -6,7 +6,7 @@ Spec strings: ``single-switch:hosts=8``, ``fat-tree:k=4``,
 """
 from __future__ import annotations
 
-from topologies.errors import InputError
+from badinput import InputError
 from topologies.fabric import Fabric
 
 DEFAULT_LINK_GBPS = 400.0

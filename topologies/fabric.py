@@ -13,16 +13,12 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from topologies.errors import InputError
+from badinput import InputError
 
 HOST = "host"
 SWITCH = "switch"
 
 # Host interface 0 faces the fabric, interface 1 the server's NVLink domain.
-FABRIC_INTF = 0
-NVLINK_INTF = 1
-
-
 def _ip(net: int, index: int) -> str:
     n = index + 1  # .0 is the network address
     if n >= 1 << 16:
@@ -107,12 +103,6 @@ class Fabric:
 
     def port(self, node: str, peer: str) -> int:
         return self.graph.edges[node, peer]["ports"][node]
-
-    def peer_at(self, node: str, port: int) -> str | None:
-        for nbr in self.graph.neighbors(node):
-            if self.graph.edges[node, nbr]["ports"][node] == port:
-                return nbr
-        return None
 
     def attachment(self, host: str) -> tuple[str, int]:
         """The (switch, port) where a host's fabric interface plugs in."""

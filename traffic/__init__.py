@@ -2,8 +2,7 @@
 
 Pure Python with numpy only (protobuf for the Chakra importer); no root, no Mininet.
 """
-from traffic.errors import InputError
 from traffic.trace import Op, Trace, dump, load
 from traffic.workload import build_workload
 
-__all__ = ["InputError", "Op", "Trace", "build_workload", "dump", "load"]
+__all__ = ["Op", "Trace", "build_workload", "dump", "load"]

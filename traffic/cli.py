@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from badinput import InputError, one_line
 from traffic.collectives import ALGORITHMS
-from traffic.errors import InputError, one_line
 from traffic.models import DTYPE_BYTES, GPUS, PRESETS
 from traffic.parallel import SCHEDULES
 from traffic.trace import MAX_DISTINCT_OPS, MAX_ITERATIONS, MAX_RANKS

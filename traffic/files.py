@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from traffic.errors import InputError
+from badinput import InputError
 
 
 def read_json(path, key: str):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, fields
 
-from traffic.errors import InputError
+from badinput import InputError
 from traffic.spec import SpecReader
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from badinput import InputError
 from traffic.collectives import ALGORITHMS, effective_gpus_per_server
 from traffic.models import DTYPE_BYTES, GPUS, PRESETS, Gpu, Model, attention_flops, attention_params, \
     expert_params, logits_flops, mlp_dense_params, mlp_flops, model_from_spec, padded_vocab
-from traffic.errors import InputError
 from traffic.layout import Layout
 from traffic.spec import SpecReader
 from traffic.trace import MAX_DISTINCT_OPS, MAX_ITERATIONS, MAX_RANKS, Op, RankClass, Trace, _no_gc

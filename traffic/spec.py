@@ -1,7 +1,7 @@
 """Reading the experiment file's `workload:` mapping: typed keys, defaults, no unknown keys."""
 from __future__ import annotations
 
-from traffic.errors import InputError
+from badinput import InputError
 from traffic.trace import is_finite_number
 
 _MISSING = object()

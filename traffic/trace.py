@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from traffic.errors import InputError
+from badinput import InputError
 from traffic.files import read_json
 from traffic.layout import DIMS, FAMILIES, Layout, decode_runs, encode_runs, parse_peer, peer_rule
 

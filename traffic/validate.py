@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from badinput import InputError
 from traffic.collectives import ALGORITHMS, OPS
-from traffic.errors import InputError
 from traffic.layout import FAMILIES, parse_peer
 from traffic.trace import KINDS, MAX_EXPANDED_OPS, MAX_RANKS, MAX_SIZE_BYTES, Trace, _is_int, expand, \
     is_finite_number, topological_order

@@ -4,8 +4,8 @@ Four forms, told apart by their leading key: `collective`, `model`, `trace`, `pa
 """
 from __future__ import annotations
 
+from badinput import InputError
 from traffic.collectives import ALGORITHMS, OPS
-from traffic.errors import InputError
 from traffic.spec import SpecReader
 from traffic.trace import MAX_ITERATIONS, MAX_RANKS, Op, RankClass, Trace
 

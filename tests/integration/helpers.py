@@ -7,13 +7,13 @@ import time
 
 import psutil
 
-from emulator import runstate
+from emulator.testbed import runstate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def dtnet(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "emulator.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "dtnet", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT)
 
 
@@ -42,7 +42,7 @@ def assert_nothing_left(out):
 def start_run(out, experiment="ring-fat-tree.yaml", *sets, iterations=50):
     """Start `dtnet run` in the background and return (process, output lines so
     far) once the replay has begun: a condition, not a sleep."""
-    args = [sys.executable, "-m", "emulator.cli", "run", os.path.join(ROOT, "experiments", experiment),
+    args = [sys.executable, "-m", "dtnet", "run", os.path.join(ROOT, "experiments", experiment),
             "--out", str(out), "--set", f"jobs.0.workload.iterations={iterations}"]
     for s in sets:
         args += ["--set", s]

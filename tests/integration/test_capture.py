@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from emulator.agent import HEADER, WARMUP_BYTES
+from emulator.agent.replay import HEADER, WARMUP_BYTES
 from tests.integration.helpers import assert_nothing_left, dtnet
 
 pytestmark = pytest.mark.mininet

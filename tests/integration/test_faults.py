@@ -107,7 +107,7 @@ def test_a_straggler_stretches_compute_bound_iterations_by_its_factor(tmp_path):
 def test_two_runs_at_once_do_not_collide_and_a_third_on_a_busy_folder_is_refused(tmp_path):
     exp = os.path.join(ROOT, "experiments", "ring-single-switch.yaml")
     sets = ["--set", "topology.hosts=4", "--set", "jobs.0.workload.iterations=5"]
-    procs = [subprocess.Popen([sys.executable, "-m", "emulator.cli", "run", exp, "--out", str(tmp_path / name), *sets],
+    procs = [subprocess.Popen([sys.executable, "-m", "dtnet", "run", exp, "--out", str(tmp_path / name), *sets],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
              for name in ("a", "b")]
     deadline = time.monotonic() + 120
@@ -115,7 +115,7 @@ def test_two_runs_at_once_do_not_collide_and_a_third_on_a_busy_folder_is_refused
         assert time.monotonic() < deadline and procs[0].poll() is None, "run a never started"
         time.sleep(0.1)
     t = time.monotonic()
-    third = subprocess.run([sys.executable, "-m", "emulator.cli", "run", exp, "--out", str(tmp_path / "a"), *sets],
+    third = subprocess.run([sys.executable, "-m", "dtnet", "run", exp, "--out", str(tmp_path / "a"), *sets],
                            capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert time.monotonic() - t < 10 and third.returncode == 2, third.stdout + third.stderr
     assert "still going" in third.stderr and third.stderr.count("\n") == 1, third.stderr

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from emulator.testbed import stop_process
+from emulator.testbed.process import stop_process
 from tests.integration.helpers import assert_nothing_left, run_experiment
 
 pytestmark = pytest.mark.mininet

@@ -7,7 +7,7 @@ import urllib.request
 import pytest
 
 from controller.cosched import MAX_BODY_BYTES
-from emulator.testbed import Testbed
+from emulator.testbed.lifecycle import Testbed
 from tests.integration.helpers import assert_nothing_left
 from topologies import single_switch
 

@@ -6,8 +6,9 @@ link rate. AF_XDP ports bypass the egress qdisc, so this is what proves the
 IFB and link-namespace shaping."""
 import pytest
 
-from emulator.iperf import iperf3_flows
-from emulator.testbed import AFXDP_PORT, Testbed, kernel_datapath_available, ovs_iface_types
+from emulator.testbed.datapath import AFXDP_PORT, kernel_datapath_available, ovs_iface_types
+from emulator.testbed.iperf import iperf3_flows
+from emulator.testbed.lifecycle import Testbed
 from tests.integration.helpers import assert_nothing_left
 from topologies import leaf_spine
 

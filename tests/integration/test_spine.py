@@ -88,7 +88,7 @@ def test_sigkill_then_dtnet_clean_removes_exactly_that_run(tmp_path):
     st = json.load(open(out / "state.json"))
     p.kill()
     p.wait(10)
-    from emulator import runstate
+    from emulator.testbed import runstate
     assert runstate.leftovers(st["tag"])["bridges"], "nothing to clean: the test proves nothing"
     r = dtnet("clean", str(out))
     assert r.returncode == 0, r.stdout + r.stderr

@@ -46,7 +46,7 @@ def _rows(out):
 def test_an_interrupted_sweep_resumes_and_skips_the_point_done(tmp_path):
     exp, out = tmp_path / "sweep.yaml", tmp_path / "s"
     exp.write_text(SWEEP)
-    p = subprocess.Popen([sys.executable, "-m", "emulator.cli", "run", str(exp), "--out", str(out)],
+    p = subprocess.Popen([sys.executable, "-m", "dtnet", "run", str(exp), "--out", str(out)],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
     lines = []

@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import os
 
-from emulator import config, outputs
-from emulator.outputs.links import LinkSampler, directed_links
-from emulator.plan import build_plans
-from emulator.runner import _summarize, _write_json
+from emulator.run.runner import _summarize
+from experiment import model
+from experiment.outputs.links import LinkSampler, directed_links
+from experiment.outputs.write import write_after_run
+from experiment.outputs.write import write_json
+from experiment.plan import build_plans
 
 T0 = 1_700_000_000.0
 GIB = 1 << 30
@@ -82,10 +84,10 @@ def make_run(run_dir, slow: float = 1.0, log=None) -> dict:
     """Write a complete run folder; returns its summary."""
     run_dir = str(run_dir)
     os.makedirs(run_dir, exist_ok=True)
-    exp = config.parse(json.loads(json.dumps(EXPERIMENT)))
+    exp = model.parse(json.loads(json.dumps(EXPERIMENT)))
     fabric = exp.fabric()
     jobs = build_plans(exp, fabric)
-    config.write_resolved(exp, os.path.join(run_dir, "config.yaml"))
+    model.write_resolved(exp, os.path.join(run_dir, "config.yaml"))
     events_path = os.path.join(run_dir, "events.jsonl")
     evs = events(slow)
     with open(events_path, "w") as f:
@@ -101,8 +103,8 @@ def make_run(run_dir, slow: float = 1.0, log=None) -> dict:
     ctx = {"status": "complete", "error": None, "datapath": "userspace", "controller": {"counters": {}},
            "totals": {}, "t_start": T0, "t_end": max(e["end"] for e in evs), "monitor": None}
     summary = _summarize(exp, fabric, jobs, events_path, ctx)
-    _write_json(os.path.join(run_dir, "summary.json"), summary)
-    outputs.write_after_run(run_dir, exp, jobs, summary, T0, log or (lambda msg: None))
+    write_json(os.path.join(run_dir, "summary.json"), summary)
+    write_after_run(run_dir, exp, jobs, summary, T0, log or (lambda msg: None))
     return summary
 
 

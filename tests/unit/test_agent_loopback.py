@@ -3,15 +3,15 @@ every op runs once, none before its dependencies, and the iteration splits
 into compute, communication and pipeline bubble."""
 import os
 
-from emulator import config
-from emulator.plan import build_plans
+from experiment import model
+from experiment.plan import build_plans
 from tests.unit.test_announce import _run_agents
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_a_pipeline_plan_runs_every_op_after_its_dependencies(tmp_path):
-    exp = config.load(os.path.join(ROOT, "experiments", "gpt-small-3d.yaml"),
+    exp = model.load(os.path.join(ROOT, "experiments", "gpt-small-3d.yaml"),
                       ["jobs.0.workload.iterations=1", "scale.bytes=2.5e-5"])  # dilation 1: quick
     (job,) = build_plans(exp, exp.fabric())
     events, _ = _run_agents(tmp_path, exp, lambda it: (0.0, "fallback"))
@@ -26,6 +26,6 @@ def test_a_pipeline_plan_runs_every_op_after_its_dependencies(tmp_path):
             for d in spec.get("deps", []):
                 assert e["start"] >= seen[rank, plan_ops[d]["id"]]["end"] - 1e-6, (rank, spec["id"])
     # pp=2: stage 1 waits for stage 0's first activations, a bubble the split must show.
-    from emulator.results import job_results
+    from experiment.outputs.summary import job_results
     b = job_results(job.name, ops, dilation=1.0)["breakdown_s"]
     assert b["compute"] > 0 and b["idle"] > 0

@@ -12,9 +12,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from emulator import announce, config
-from emulator.agent import PhaseGates, TokenBucket, parse_offset_line
-from emulator.plan import build_plans
+from emulator.agent.gates import PhaseGates, TokenBucket, parse_offset_line
+from emulator.run import relay
+from experiment import model
+from experiment.plan import build_plans
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXP = os.path.join(ROOT, "experiments")
@@ -27,7 +28,7 @@ def _exp(topology=None, routing="coschedule", iterations=2, compute_ms=1, hosts=
            "jobs": [{"name": "j", "hosts": hosts,
                      "workload": {"collective": "all_reduce", "algorithm": "ring", "size_bytes": size_bytes,
                                   "iterations": iterations, "compute_ms": compute_ms}}], **extra}
-    return config.parse(raw, "t.yaml")
+    return model.parse(raw, "t.yaml")
 
 
 # -- token bucket ---------------------------------------------------------------
@@ -54,12 +55,12 @@ def test_token_bucket_does_not_bank_idle_time_beyond_its_burst():
 
 # -- the runner's line, the agent's parser ----------------------------------------
 def test_offset_line_round_trips_and_carries_the_pace():
-    d = announce.Decision("answered", 0.25, 1, 0.2, 0.1, 0.5)
-    ans = parse_offset_line(announce.agent_line(3, 1000.5, d, link_mbps=10.0))
+    d = relay.Decision("answered", 0.25, 1, 0.2, 0.1, 0.5)
+    ans = parse_offset_line(relay.agent_line(3, 1000.5, d, link_mbps=10.0))
     assert (ans.iteration, ans.start_at, ans.delay_s, ans.status) == (3, 1000.5, 0.25, "answered")
     assert ans.pace_mbps == pytest.approx(2.0)
     assert (ans.pace_from, ans.pace_until) == pytest.approx((1000.6, 1001.0))
-    ans = parse_offset_line(announce.agent_line(0, 7.0, announce.fallback("timeout"), 10.0))
+    ans = parse_offset_line(relay.agent_line(0, 7.0, relay.fallback("timeout"), 10.0))
     assert ans.status == "fallback" and ans.delay_s == 0 and ans.pace_mbps is None
 
 
@@ -145,7 +146,7 @@ def test_other_routings_plan_no_announcements():
 
 
 def test_nvlink_pairs_are_not_announced():
-    exp = config.load(os.path.join(EXP, "ring-rail-16.yaml"), ["controller.routing=coschedule"])
+    exp = model.load(os.path.join(EXP, "ring-rail-16.yaml"), ["controller.routing=coschedule"])
     fab = exp.fabric()
     (job,) = build_plans(exp, fab)
     (_, body), *_ = job.ranks[0]["cosched"]["announce"]
@@ -154,7 +155,7 @@ def test_nvlink_pairs_are_not_announced():
 
 def test_model_workload_phases_are_announced_and_the_bodies_parse():
     from controller.cosched import parse_announcement
-    exp = config.load(os.path.join(EXP, "gpt-small-3d.yaml"), ["controller.routing=coschedule"])
+    exp = model.load(os.path.join(EXP, "gpt-small-3d.yaml"), ["controller.routing=coschedule"])
     fab = exp.fabric()
     (job,) = build_plans(exp, fab)
     bodies = [b for p in job.ranks for _, b in p["cosched"].get("announce", [])]
@@ -205,15 +206,15 @@ BODY = {"version": 1, "job": "j", "flows": [{"src": "h0", "dst": "h1", "size_byt
 
 def test_post_reads_the_controllers_answer(controller):
     url, h = controller
-    d = announce.post(url, BODY, 1.0)
-    assert d == announce.Decision("answered", 0.25, 1)
+    d = relay.post(url, BODY, 1.0)
+    assert d == relay.Decision("answered", 0.25, 1)
     assert h.bodies == [("/dtnet/v1/announce", BODY)]
 
 
 def test_a_4xx_is_a_fallback_that_names_the_error(controller):
     url, h = controller
     h.reply = (400, {"error": "flows[0].dst: expected a host of the fabric"})
-    d = announce.post(url, BODY, 1.0)
+    d = relay.post(url, BODY, 1.0)
     assert d.status == "fallback" and d.delay_s == 0
     assert d.reason == "HTTP 400: flows[0].dst: expected a host of the fabric"
 
@@ -222,7 +223,7 @@ def test_a_slow_controller_is_a_timeout_fallback(controller):
     url, h = controller
     h.delay_s = 0.5
     t = time.monotonic()
-    d = announce.post(url, BODY, 0.1)
+    d = relay.post(url, BODY, 0.1)
     assert d.status == "fallback" and d.reason == "timeout" and time.monotonic() - t < 0.45
 
 
@@ -231,7 +232,7 @@ def test_an_unreachable_controller_is_a_fallback():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, not listening: connection refused
-        d = announce.post(f"http://127.0.0.1:{port}", BODY, 0.5)
+        d = relay.post(f"http://127.0.0.1:{port}", BODY, 0.5)
     assert d.status == "fallback" and d.reason.startswith("unreachable")
 
 
@@ -246,7 +247,7 @@ def test_an_unreachable_controller_is_a_fallback():
 def test_a_malformed_answer_is_a_fallback(controller, answer, word):
     url, h = controller
     h.reply = (200, answer)
-    d = announce.post(url, BODY, 1.0)
+    d = relay.post(url, BODY, 1.0)
     assert d.status == "fallback" and word in d.reason and d.delay_s == 0
 
 
@@ -254,11 +255,11 @@ def test_relay_tells_every_rank_of_the_job_and_only_them(controller):
     url, h = controller
     h.reply = (200, {"start_offset_s": 0.4, "priority": 1, "pace_share": 0.2, "pace_from_s": 0.2, "pace_until_s": 0.8})
     clock = iter([100.0, 100.0])
-    relay = announce.Relay(url, dilation=40.0, clock=lambda: next(clock))
+    launcher = relay.Relay(url, dilation=40.0, clock=lambda: next(clock))
     pipes = {(j, r): io.StringIO() for j in ("a", "b") for r in range(2)}
     for (j, r), pipe in pipes.items():
-        relay.add(j, r, pipe, link_mbps=10.0)
-    ev = relay.handle("a", 0, {"ctl": "announce", "iteration": 2, "t": 99.99, "body": BODY})
+        launcher.add(j, r, pipe, link_mbps=10.0)
+    ev = launcher.handle("a", 0, {"ctl": "announce", "iteration": 2, "t": 99.99, "body": BODY})
     for r in range(2):
         ans = parse_offset_line(pipes["a", r].getvalue())
         assert ans.iteration == 2 and ans.start_at == pytest.approx(100.4)
@@ -272,10 +273,10 @@ def test_relay_tells_every_rank_of_the_job_and_only_them(controller):
 
 
 def test_relay_without_a_controller_falls_back_at_once():
-    relay = announce.Relay(None, dilation=40.0)
+    launcher = relay.Relay(None, dilation=40.0)
     pipe = io.StringIO()
-    relay.add("a", 0, pipe, 10.0)
-    ev = relay.handle("a", 0, {"ctl": "announce", "iteration": 0, "t": time.time(), "body": BODY})
+    launcher.add("a", 0, pipe, 10.0)
+    ev = launcher.handle("a", 0, {"ctl": "announce", "iteration": 0, "t": time.time(), "body": BODY})
     assert ev["status"] == "fallback" and ev["reason"] == "no controller"
     ans = parse_offset_line(pipe.getvalue())
     assert ans.delay_s == 0 and ans.status == "fallback" and ans.start_at <= time.time()
@@ -288,7 +289,7 @@ def test_summary_counts_answers_fallbacks_and_offsets_in_real_seconds():
            "pace_share": None, "reason": "timeout"},
           {"kind": "offset", "job": "a", "start": 0.0, "end": 0.4},
           {"kind": "collective", "job": "a", "start": 0.0, "end": 1.0}]
-    (s,) = announce.summarize(ev, dilation=40.0)
+    (s,) = relay.summarize(ev, dilation=40.0)
     assert (s["announced"], s["answered"], s["fallbacks"], s["shifted"]) == (2, 1, 1, 1)
     assert s["fallback_reasons"] == {"timeout": 1}
     assert s["offset_s_mean"] == pytest.approx(0.01) and s["round_trip_s_mean"] == pytest.approx(0.001)
@@ -406,7 +407,7 @@ def test_a_paced_phase_sends_at_the_pace_then_the_next_runs_free(tmp_path):
 def test_runner_reads_every_line_that_arrived_not_just_one():
     # Regression: readline() buffered an announcement behind an event, unseen
     # by select(), until the agent's gate gave up waiting for the answer.
-    from emulator.runner import LineReader
+    from emulator.run.runner import LineReader
     r, w = os.pipe()
     with os.fdopen(r, "r") as f:
         reader = LineReader()

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from controller.core import FabricController
-from emulator import cli
+from dtnet import cli
 from topologies import single_switch
 
 CORPUS = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "badinput"))
@@ -81,12 +81,12 @@ def test_check_rejects_experiment(entry, capsys):
 def no_testbed(monkeypatch):
     """`dtnet run` in-process, stopped before anything touches the machine: if a bad file were
     accepted, building the testbed fails the test. Signal handlers that cmd_run sets are restored."""
-    import emulator.runner
+    import emulator.run.runner
 
     def refuse(*_a, **_k):
         raise AssertionError("a bad experiment got as far as starting the testbed")
 
-    monkeypatch.setattr(emulator.runner, "Testbed", refuse)
+    monkeypatch.setattr(emulator.run.runner, "Testbed", refuse)
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     yield
     for s, handler in saved.items():

@@ -6,10 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from badinput import InputError
 from controller.fakeof import FakeNetwork, FakeOFError
 from controller.routing import compute_routes, equal_cost_paths
 from controller.rules import FlowRule, GroupDelete, GroupRule, RuleError
-from topologies import Fabric, InputError, fat_tree, from_spec, leaf_spine, rail_optimized, single_switch
+from topologies import Fabric, fat_tree, from_spec, leaf_spine, rail_optimized, single_switch
 
 FABRICS = {
     "single-1": lambda: single_switch(1),

@@ -8,8 +8,11 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from emulator import autoscale, cli, config, results
-from emulator.runner import Interrupted, RunFailure
+from dtnet import cli
+from emulator.run import autoscale
+from experiment import model
+from experiment.engine import Interrupted, RunFailure
+from experiment.outputs.summary import print_calibration
 from traffic.trace import Op, Trace, dump, first_iterations
 from traffic.workload import single_collective
 
@@ -26,7 +29,7 @@ EXPERIMENT = {
 def _exp(data=None, **changes):
     d = json.loads(json.dumps(data or EXPERIMENT))
     d.update(changes)
-    return config.parse(d, "as.yaml")
+    return model.parse(d, "as.yaml")
 
 
 # -- the ladder, with probes that are faithful up to a rung ------------------------------------
@@ -218,7 +221,7 @@ def test_a_probe_must_pass_with_a_margin(tmp_path):
     assert second["fidelity_ok"] is True and second["margin_ok"] is False and second["ok"] is False
     assert autoscale.describe(second) == "throughput 0.980, faithful, but short of a probe's margin (lateness)"
     out = io.StringIO()
-    results.print_calibration(record, out)
+    print_calibration(record, out)
     assert "no margin" in out.getvalue() and "lateness (margin)" in out.getvalue()
 
 
@@ -262,7 +265,7 @@ def test_a_trace_workload_is_cut_into_a_trace_file_of_its_own(tmp_path):
     data = json.loads(json.dumps(EXPERIMENT))
     data["jobs"][0]["workload"] = {"trace": str(tmp_path / "t.json")}
     run = FakeRun(max_ok_link=2.5e-5)
-    final, record = autoscale.calibrate(config.parse(data, "as.yaml"), str(tmp_path / "out"), run)
+    final, record = autoscale.calibrate(model.parse(data, "as.yaml"), str(tmp_path / "out"), run)
     cut = str(tmp_path / "out" / "calibration" / "traces" / "j0.json")
     assert all(e.jobs[0].workload == {"trace": cut} for e, _ in run.ran)
     assert final.jobs[0].workload == {"trace": str(tmp_path / "t.json")}
@@ -274,18 +277,18 @@ def test_a_trace_workload_is_cut_into_a_trace_file_of_its_own(tmp_path):
 def test_config_yaml_records_the_calibration_and_still_parses(tmp_path):
     final, record = autoscale.calibrate(_exp(), str(tmp_path), FakeRun(max_ok_link=5e-5))
     path = tmp_path / "config.yaml"
-    config.write_resolved(final, str(path), notes=autoscale.config_notes(record))
+    model.write_resolved(final, str(path), notes=autoscale.config_notes(record))
     text = path.read_text()
     assert "# scale chosen by --auto-scale from link=2.5e-05, bytes=0.001" in text
     assert "#   probe link=5e-05, bytes=0.002: throughput 0.980, faithful  <- chosen" in text
     assert "#   probe link=0.0001, bytes=0.004: throughput 0.800, NOT faithful (cpu)" in text
-    assert config.to_dict(config.parse(yaml.safe_load(text), str(path))) == config.to_dict(final)
+    assert model.to_dict(model.parse(yaml.safe_load(text), str(path))) == model.to_dict(final)
 
 
 def test_the_summary_table_shows_the_probes(tmp_path):
     _, record = autoscale.calibrate(_exp(), str(tmp_path), FakeRun(max_ok_link=5e-5, fail_above=5e-5))
     out = io.StringIO()
-    results.print_calibration(record, out)
+    print_calibration(record, out)
     text = out.getvalue()
     assert "calibration (--auto-scale): 3 probes" in text and "j0: 3 of 10" in text
     rows = [ln for ln in text.splitlines() if ln.startswith("  ") and "Mb/s" in ln]

@@ -5,8 +5,11 @@ import struct
 
 import pytest
 
-from emulator import capture, cli, config, pcapstats
-from emulator.config import ConfigError
+from badinput import InputError
+from dtnet import cli
+from emulator.testbed import capture
+from experiment import model
+from experiment.outputs import pcapstats
 from topologies import from_spec
 
 EXP = {"name": "c", "topology": {"kind": "fat-tree", "k": 4}, "scale": {"link": 2.5e-5, "bytes": 1e-3},
@@ -14,14 +17,14 @@ EXP = {"name": "c", "topology": {"kind": "fat-tree", "k": 4}, "scale": {"link": 
 
 
 def _exp(cap):
-    return config.parse({**EXP, "capture": cap}, "c.yaml")
+    return model.parse({**EXP, "capture": cap}, "c.yaml")
 
 
 def test_capture_config_fills_defaults_and_round_trips():
     exp = _exp({"links": [["edge0_0", "agg0_0"], ["h0", "edge0_0"]]})
-    assert exp.capture == config.Capture((("edge0_0", "agg0_0"), ("h0", "edge0_0")), 2000, 128)
-    assert config.parse(config.to_dict(exp), "c.yaml") == exp
-    assert "capture" not in config.to_dict(config.parse(EXP, "c.yaml"))
+    assert exp.capture == model.Capture((("edge0_0", "agg0_0"), ("h0", "edge0_0")), 2000, 128)
+    assert model.parse(model.to_dict(exp), "c.yaml") == exp
+    assert "capture" not in model.to_dict(model.parse(EXP, "c.yaml"))
 
 
 @pytest.mark.parametrize("cap,key", [
@@ -33,7 +36,7 @@ def test_capture_config_fills_defaults_and_round_trips():
     ({"link": []}, "capture.link"),
 ])
 def test_bad_captures_name_the_key(cap, key):
-    with pytest.raises(ConfigError) as e:
+    with pytest.raises(InputError) as e:
         _exp(cap)
     assert str(e.value).startswith(f"c.yaml: {key}:")
 

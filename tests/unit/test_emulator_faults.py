@@ -5,12 +5,12 @@ import json
 
 import pytest
 
-from emulator import config
-from emulator.agent import Agent
-from emulator.config import Fault
-from emulator.faults import FaultInjector
-from emulator.plan import build_plans
-from emulator.runner import Watchdog
+from emulator.agent.replay import Agent
+from emulator.run.faults import FaultInjector
+from emulator.run.watchdog import Watchdog
+from experiment import model
+from experiment.model import Fault
+from experiment.plan import build_plans
 from topologies import fat_tree
 
 BASE = ("name: f\ntopology: {kind: fat-tree, k: 4}\nscale: {link: 2.5e-5, bytes: 1.0e-3}\n"
@@ -20,7 +20,7 @@ BASE = ("name: f\ntopology: {kind: fat-tree, k: 4}\nscale: {link: 2.5e-5, bytes:
 def load(tmp_path, faults: str):
     p = tmp_path / "e.yaml"
     p.write_text(BASE + f"faults: [{faults}]\n")
-    return config.load(str(p))
+    return model.load(str(p))
 
 
 def test_every_fault_kind_parses_and_round_trips(tmp_path):
@@ -30,7 +30,7 @@ def test_every_fault_kind_parses_and_round_trips(tmp_path):
     assert [f.kind for f in exp.faults] == ["straggler", "switch", "link", "switch", "controller"]
     assert [f.describe() for f in exp.faults] == ["straggler h3 x2", "switch agg0_0 down", "link core0-agg2_0 down",
                                                   "switch agg0_0 up", "controller restart (down 20 ms)"]
-    assert config.parse(config.to_dict(exp), file=exp.source) == exp
+    assert model.parse(model.to_dict(exp), file=exp.source) == exp
 
 
 @pytest.mark.parametrize("fault, key, words", [
@@ -48,7 +48,7 @@ def test_every_fault_kind_parses_and_round_trips(tmp_path):
      "one straggler"),
 ])
 def test_bad_faults_are_one_line_errors_naming_the_key(tmp_path, fault, key, words):
-    with pytest.raises(config.ConfigError) as e:
+    with pytest.raises(model.InputError) as e:
         load(tmp_path, fault)
     msg = str(e.value)
     assert "\n" not in msg and f": {key}: " in msg and words in msg, msg
@@ -57,9 +57,9 @@ def test_bad_faults_are_one_line_errors_naming_the_key(tmp_path, fault, key, wor
 def test_stall_timeout_is_a_testbed_key(tmp_path):
     p = tmp_path / "e.yaml"
     p.write_text(BASE)
-    assert config.load(str(p), ["testbed.stall_timeout_s=12"]).testbed.stall_timeout_s == 12.0
-    with pytest.raises(config.ConfigError, match="testbed.stall_timeout_s"):
-        config.load(str(p), ["testbed.stall_timeout_s=0.5"])
+    assert model.load(str(p), ["testbed.stall_timeout_s=12"]).testbed.stall_timeout_s == 12.0
+    with pytest.raises(model.InputError, match="testbed.stall_timeout_s"):
+        model.load(str(p), ["testbed.stall_timeout_s=0.5"])
 
 
 def _ring(tmp_path, faults=""):
@@ -67,7 +67,7 @@ def _ring(tmp_path, faults=""):
     if exp is None:
         p = tmp_path / "e.yaml"
         p.write_text(BASE.replace("size_bytes: 1000000}", "size_bytes: 1000000, iterations: 2, compute_ms: 10}"))
-        exp = config.load(str(p))
+        exp = model.load(str(p))
     return exp, build_plans(exp, exp.fabric())[0]
 
 

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from emulator import runstate
+from emulator.testbed import runstate
 
 
 def test_a_run_folder_held_by_a_live_run_is_refused_at_once(tmp_path):

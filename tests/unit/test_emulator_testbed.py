@@ -1,20 +1,22 @@
 """Testbed decisions that need no root: datapath choice and where each link is shaped."""
 import pytest
 
-from emulator import testbed as tbm
-from emulator.testbed import LinkShape, Testbed, TestbedError
+from emulator.testbed import lifecycle
+from emulator.testbed.datapath import detect_datapath, parse_ovs_send_buffer
+from emulator.testbed.lifecycle import LinkShape, Testbed
+from emulator.testbed.process import TestbedError
 from topologies import fat_tree, rail_optimized
 
 
 def test_auto_prefers_kernel_then_system_ports_and_afxdp_only_on_request(monkeypatch):
-    monkeypatch.setattr(tbm, "kernel_datapath_available", lambda: False)
-    assert tbm.detect_datapath("auto", {"system", "afxdp-nonpmd"}) == "userspace"
-    assert tbm.detect_datapath("afxdp", {"system", "afxdp-nonpmd"}) == "afxdp"
-    assert tbm.detect_datapath("userspace", {"afxdp-nonpmd"}) == "userspace"
+    monkeypatch.setattr("emulator.testbed.datapath.kernel_datapath_available", lambda: False)
+    assert detect_datapath("auto", {"system", "afxdp-nonpmd"}) == "userspace"
+    assert detect_datapath("afxdp", {"system", "afxdp-nonpmd"}) == "afxdp"
+    assert detect_datapath("userspace", {"afxdp-nonpmd"}) == "userspace"
     with pytest.raises(TestbedError, match="afxdp-nonpmd"):
-        tbm.detect_datapath("afxdp", {"system"})
-    monkeypatch.setattr(tbm, "kernel_datapath_available", lambda: True)
-    assert tbm.detect_datapath("auto", {"afxdp-nonpmd"}) == "kernel"
+        detect_datapath("afxdp", {"system"})
+    monkeypatch.setattr("emulator.testbed.datapath.kernel_datapath_available", lambda: True)
+    assert detect_datapath("auto", {"afxdp-nonpmd"}) == "kernel"
 
 
 def planned(fabric, datapath, tmp_path):
@@ -54,8 +56,8 @@ def test_the_switchs_shared_send_buffer_is_read_from_ss():
             "skmem:(r0,rb212992,t0,tb4194304,f0,w0,o176,bl0,d0)\n"
             'p_raw UNCONN 0 0 [0]:* * users:(("ovs-vswitchd",pid=9,fd=64)) '
             "skmem:(r0,rb212992,t196800,tb212992,f0,w0,o0,bl0,d0)\n")
-    assert tbm.parse_ovs_send_buffer(text) == 212992
-    assert tbm.parse_ovs_send_buffer(text.splitlines()[0]) is None
+    assert parse_ovs_send_buffer(text) == 212992
+    assert parse_ovs_send_buffer(text.splitlines()[0]) is None
 
 
 def test_a_controller_that_loses_its_port_race_is_started_again_on_new_ports(tmp_path, monkeypatch):
@@ -63,7 +65,7 @@ def test_a_controller_that_loses_its_port_race_is_started_again_on_new_ports(tmp
     the testbed must notice (the controller exits) and not talk to that run's controller."""
     tb = Testbed(fat_tree(4), str(tmp_path), ready_timeout_s=5)
     ports = iter(range(6001, 6100))
-    monkeypatch.setattr(tbm, "free_port", lambda: next(ports))
+    monkeypatch.setattr(lifecycle, "free_port", lambda: next(ports))
     started = []
 
     class Proc:
@@ -84,9 +86,9 @@ def test_a_controller_that_loses_its_port_race_is_started_again_on_new_ports(tmp
             pass
 
         def net_connections(self, kind):
-            return [type("C", (), {"laddr": type("A", (), {"port": p})(), "status": tbm.psutil.CONN_LISTEN})()
+            return [type("C", (), {"laddr": type("A", (), {"port": p})(), "status": lifecycle.psutil.CONN_LISTEN})()
                     for p in started[-1]]
-    monkeypatch.setattr(tbm.psutil, "Process", Listening)
+    monkeypatch.setattr(lifecycle.psutil, "Process", Listening)
     assert tb._launch_controller("fabric.json") == 6003
     assert started == [(6001, 6002), (6003, 6004)]
     # A controller that never gets going names its log.

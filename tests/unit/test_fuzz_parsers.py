@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from controller.core import FabricController
 from controller.cosched import AnnounceError, Announcement, parse_announcement
-from emulator import cli
+from dtnet import cli
 from tests.unit.test_traffic_aicb import HEADER as AICB_HEADER
 from tests.unit.test_traffic_aicb import ROWS as AICB_ROWS
 from tests.unit.test_traffic_chakra import Attr, Node, _rank_nodes, _stream

@@ -2,7 +2,8 @@
 import networkx as nx
 import pytest
 
-from topologies import Fabric, InputError, build, fat_tree, from_spec, leaf_spine, parse_spec, rail_optimized, single_switch
+from badinput import InputError
+from topologies import Fabric, build, fat_tree, from_spec, leaf_spine, parse_spec, rail_optimized, single_switch
 
 
 @pytest.mark.parametrize("k", [2, 4, 6, 8, 12])

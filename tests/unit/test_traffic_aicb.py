@@ -1,7 +1,7 @@
 """SimAI/AICB text workload importer, with fixtures written here."""
 import pytest
 
-from traffic.errors import InputError
+from badinput import InputError
 from traffic.importers import aicb
 
 HEADER = ("HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 2 ep: 1 pp: 1 vpp: 8 ga: 2 all_gpus: 8 "

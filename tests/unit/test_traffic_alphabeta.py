@@ -3,8 +3,8 @@ import math
 
 import pytest
 
+from badinput import InputError
 from traffic.collectives import build_schedule, busbw_factor, predict_time_s
-from traffic.errors import InputError
 
 GBPS, ALPHA = 100.0, 5e-6
 B = GBPS * 1e9 / 8

@@ -8,7 +8,7 @@ import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.json_format import MessageToJson
 
-from traffic.errors import InputError
+from badinput import InputError
 from traffic.importers import chakra
 
 F = descriptor_pb2.FieldDescriptorProto

@@ -5,8 +5,8 @@ import json
 import pytest
 
 import traffic.cli as cli
+from badinput import InputError
 from traffic.analysis import bytes_by_collective, critical_path
-from traffic.errors import InputError
 from traffic.trace import Op, Trace, load
 from traffic.workload import build_workload
 

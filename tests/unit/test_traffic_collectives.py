@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from traffic.collectives import (ALGORITHMS, OPS, ScheduleError, Transfer, build_schedule,
                                  effective_gpus_per_server, split_even, verify)
-from traffic.errors import InputError
+from badinput import InputError
 
 SIZES = (0, 1, 1000, 1 << 20)
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from badinput import InputError
 from traffic.analysis import bytes_by_collective, critical_path, ring_time_s
 from traffic.collectives import build_schedule, predict_time_s
-from traffic.errors import InputError
 from traffic.importers import aicb
 from traffic.layout import FAMILIES, Layout, decode_runs, encode_runs, parse_peer, peer_rule
 from traffic.models import PRESETS

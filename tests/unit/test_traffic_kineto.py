@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from traffic.errors import InputError
+from badinput import InputError
 from traffic.importers import kineto
 
 

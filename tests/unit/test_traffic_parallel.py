@@ -2,7 +2,7 @@
 
 import pytest
 
-from traffic.errors import InputError
+from badinput import InputError
 from traffic.models import PRESETS, attention_flops, total_params
 from traffic.parallel import ParallelConfig, _microbatch_order
 from traffic.workload import build_workload

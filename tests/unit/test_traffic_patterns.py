@@ -3,7 +3,7 @@ import collections
 
 import pytest
 
-from traffic.errors import InputError
+from badinput import InputError
 from traffic.workload import build_workload
 
 

@@ -4,7 +4,7 @@ import pathlib
 
 import pytest
 
-from traffic.errors import InputError
+from badinput import InputError
 from traffic.trace import Op, Trace, dump, find_cycle, load, to_dict
 from traffic.workload import build_workload
 

@@ -1,7 +1,7 @@
 """build_workload: the experiment file's `workload:` forms."""
 import pytest
 
-from traffic.errors import InputError
+from badinput import InputError
 from traffic.trace import dump
 from traffic.workload import build_workload
 
@@ -79,7 +79,7 @@ def test_absurd_numbers_answer_at_once_with_the_limit(spec, n, key, expected):
 
 
 def test_check_names_the_limit_for_a_mistyped_iteration_count(tmp_path, capsys):
-    from emulator import cli
+    from dtnet import cli
     exp = tmp_path / "e.yaml"
     exp.write_text("name: typo\ntopology: {kind: single-switch, hosts: 4, link_gbps: 400}\n"
                    "scale: {link: 2.5e-5, bytes: 1.0e-3}\n"

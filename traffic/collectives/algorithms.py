@@ -7,8 +7,8 @@ whatever a rank sends in step k it holds after its steps < k.
 """
 from __future__ import annotations
 
+from badinput import InputError
 from traffic.collectives.schedule import Schedule, Transfer
-from traffic.errors import InputError
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "sendrecv")
 ALGORITHMS = ("ring", "tree", "halving-doubling", "direct", "hierarchical")

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from badinput import InputError
 from traffic.collectives.schedule import Schedule
-from traffic.errors import InputError
 
 
 def busbw_factor(op: str, nranks: int) -> float:

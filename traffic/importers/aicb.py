@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from traffic.errors import InputError
+from badinput import InputError
 from traffic.layout import Layout
 from traffic.trace import MAX_RANKS, MAX_SIZE_BYTES, Op, RankClass, Trace
 

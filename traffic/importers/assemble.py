@@ -5,8 +5,8 @@ collectives in issue order); sends and recvs match by (src, dst, tag) and order.
 """
 from __future__ import annotations
 
+from badinput import InputError
 from traffic.collectives import ALGORITHMS
-from traffic.errors import InputError
 from traffic.trace import Op, Trace
 
 

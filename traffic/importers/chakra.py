@@ -12,7 +12,7 @@ import gzip
 import json
 import struct
 
-from traffic.errors import InputError
+from badinput import InputError
 from traffic.importers.assemble import Assembler
 
 # et_def.proto field numbers

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from traffic.errors import InputError
+from badinput import InputError
 from traffic.files import read_json
 from traffic.importers.assemble import Assembler
 from traffic.trace import is_finite_number

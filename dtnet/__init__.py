@@ -1,0 +1,1 @@
+"""dtnet: packet-level emulation of distributed-training traffic (the `dtnet` command is dtnet.cli)."""

@@ -1,0 +1,5 @@
+import sys
+
+from dtnet.cli import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from emulator.agent.replay import main
+
+sys.exit(main())

@@ -1,0 +1,153 @@
+"""Faults applied during a replay, at emulated times.
+
+- link down/up: the link's switch-side interface (root namespace) goes down;
+  the veth peer loses its carrier too, OVS reports the port down, and the
+  controller reroutes.
+- switch down/up: what a crashed switch looks like to the rest of the
+  fabric. Its OpenFlow session ends, every one of its links goes dark (its
+  ports and its neighbours' ports toward it go down) and its tables are
+  lost. When it comes back it reconnects empty, the controller installs it
+  from scratch, and only then do its links come up (it boots before it
+  forwards), so no neighbour hashes traffic into empty tables.
+- straggler: nothing to do here; the rank's plan carries the factor and the
+  agent stretches every compute op that starts after the fault's time.
+- controller restart: the controller process stops, stays away down_ms, and
+  starts again; the switches (fail-secure) keep forwarding on the flows they
+  hold, and the new controller resynchronizes them when they reconnect.
+
+Each applied fault is an event in events.jsonl and a row of summary "faults".
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+
+from emulator.testbed.process import TestbedError, wait_for
+
+
+def root_side(fabric, link: tuple) -> tuple[str, str]:
+    """(node, peer) with node in the root namespace: a switch end of the link."""
+    a, b = link
+    return (a, b) if fabric.node(a)["role"] == "switch" else (b, a)
+
+
+class FaultInjector:
+    def __init__(self, tb, faults, t0: float, dilation: float, events_path: str, log=print,
+                 run=subprocess.run):
+        self.tb, self.faults, self.t0, self.dilation = tb, list(faults), t0, dilation
+        self.events_path, self.log, self.run = events_path, log, run
+        self.applied: list[dict] = []
+        self._controller_targets: dict[str, str] = {}  # failed switch -> its controller target
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="faults", daemon=True)
+
+    def start(self):
+        if self.faults:
+            self._thread.start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+
+    def due_s(self, fault) -> float:
+        """Wall-clock time of a fault: at_ms is real-cluster time, stretched by the dilation."""
+        return self.t0 + fault.at_ms / 1000.0 * self.dilation
+
+    def _loop(self):
+        for f in self.faults:
+            if self._stop.wait(max(0.0, self.due_s(f) - time.time())):
+                return
+            self.apply(f)
+
+    def apply(self, f) -> dict:
+        t = time.time()
+        name = f"{f.kind} {f.state}" if f.state else "controller restart" if f.kind == "controller" else f.kind
+        ev = {"kind": "fault", "job": None, "rank": None, "fault": name, "at_ms": f.at_ms, "start": t}
+        try:
+            ev.update(getattr(self, "_" + f.kind)(f))
+            ev["ok"] = "error" not in ev
+        except Exception as e:  # a fault that could not be applied is recorded, never fatal here
+            ev.update(ok=False, error=f"{type(e).__name__}: {e}"[:300])
+        ev["end"] = time.time()
+        self.applied.append(ev)
+        # O_APPEND and one write per line: safe beside the runner's own appends.
+        with open(self.events_path, "a") as fh:
+            fh.write(json.dumps(ev) + "\n")
+        self.log(f"[fault] {f.describe()} at {f.at_ms:g} ms" + ("" if ev["ok"] else f" FAILED: {ev.get('error')}"))
+        return ev
+
+    # -- one method per kind: what it did, as event fields ---------------------
+    def _link(self, f) -> dict:
+        node, peer = root_side(self.tb.fabric, f.link)
+        out = {"link": f"{f.link[0]}-{f.link[1]}"}
+        err = self._cmd(["ip", "link", "set", "dev", self.tb.intf(node, peer), f.state])
+        return {**out, "error": err} if err else out
+
+    def _switch(self, f) -> dict:
+        sw = f.switch
+        br = self.tb.mn_name(sw)
+        nbrs = sorted(self.tb.fabric.graph.neighbors(sw))
+        devs = [self.tb.intf(sw, nbr) for nbr in nbrs]
+        # And the neighbours' own ends of switch-to-switch links: where a link
+        # runs through a bridge (the AF_XDP link namespace) no carrier loss
+        # reaches them, and a dead switch reports nothing itself.
+        devs += [self.tb.intf(nbr, sw) for nbr in nbrs if self.tb.fabric.node(nbr)["role"] == "switch"]
+        links = "".join(f"link set dev {d} {f.state}\n" for d in devs)
+        errors = []
+        if f.state == "down":
+            r = self.run(["ovs-vsctl", "get-controller", br], capture_output=True, text=True)
+            self._controller_targets[sw] = (r.stdout or "").strip()
+            errors.append(self._cmd(["ovs-vsctl", "del-controller", br]))
+            errors.append(self._cmd(["ip", "-batch", "-"], input=links))
+            errors.append(self._cmd(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", br]))
+            errors.append(self._cmd(["ovs-ofctl", "-O", "OpenFlow13", "del-groups", br]))
+        else:
+            # It boots before it forwards: its session first, and only once the
+            # controller has installed it do its links come up, so no neighbour
+            # sends into an empty table.
+            target = self._controller_targets.pop(sw, None)
+            if target:
+                errors.append(self._cmd(["ovs-vsctl", "set-controller", br, *target.split()]))
+                errors.append(self._wait_ready(sw))
+            errors.append(self._cmd(["ip", "-batch", "-"], input=links))
+        out = {"switch": sw, "links": len(nbrs), "peers_down": self._peers_down(sw)}
+        errors = [e for e in errors if e]
+        return {**out, "error": "; ".join(errors)} if errors else out
+
+    def _wait_ready(self, sw: str) -> str | None:
+        try:
+            wait_for(lambda: sw in ((self.tb.controller_status() or {}).get("switches_ready") or ()),
+                     self.tb.ready_timeout_s, f"the controller to install {sw} again")
+        except TestbedError as e:
+            return str(e)
+        return None
+
+    def _peers_down(self, sw: str) -> list[str]:
+        """The neighbouring switches whose port toward sw is down now (no carrier, or down itself)."""
+        out = []
+        for nbr in sorted(self.tb.fabric.graph.neighbors(sw)):
+            if self.tb.fabric.node(nbr)["role"] != "switch":
+                continue
+            r = self.run(["cat", f"/sys/class/net/{self.tb.intf(nbr, sw)}/carrier"], capture_output=True, text=True)
+            if (r.stdout or "").strip() != "1":
+                out.append(nbr)
+        return out
+
+    def _straggler(self, f) -> dict:
+        # Applied by the agent (its plan has the factor); recorded when it takes effect.
+        return {"host": f.straggler, "factor": f.factor}
+
+    def _controller(self, f) -> dict:
+        times = self.tb.restart_controller(down_s=f.down_ms / 1000.0 * self.dilation, interrupted=self._stop)
+        if times is None:
+            return {"error": "the run ended during the restart"}
+        return {"down_ms": f.down_ms, "outage_s_wall": times["ready_at"] - times["stopped_at"], **times}
+
+    def _cmd(self, cmd: list[str], input: str | None = None) -> str | None:
+        """Run one command; its error text, or None when it worked."""
+        r = self.run(cmd, capture_output=True, text=True, input=input)
+        return None if r.returncode == 0 else f"{' '.join(cmd[:3])}: {(r.stderr or '').strip()[:200]}"

@@ -1,0 +1,314 @@
+"""`dtnet run`: plan, bring up the testbed, replay, collect, summarize.
+
+events.jsonl is appended line by line as agents report, so a run that dies
+keeps what it did; summary.json is written at the end, also for a failed
+or interrupted run (with "status": "incomplete").
+"""
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import subprocess
+import sys
+import time
+
+from emulator.run import autoscale, fidelity, linksampler, relay
+from emulator.run.faults import FaultInjector
+from emulator.run.watchdog import Watchdog
+from emulator.testbed import capture, runstate
+from emulator.testbed.datapath import OVS_SEND_BUFFER_BYTES, ovs_send_buffer
+from emulator.testbed.lifecycle import Testbed
+from emulator.testbed.process import stop_process
+from experiment.engine import RunFailure
+from experiment.model import Experiment, write_resolved
+from experiment.outputs.summary import SUMMARY_VERSION, aggregate, job_results, read_events, traffic_results
+from experiment.outputs.write import write_after_run, write_json
+from experiment.plan import build_plans
+
+
+def run_experiment(exp: Experiment, out_dir: str, log=print, prepare=None) -> dict:
+    """Raises runstate.LeaseError at once when out_dir is another live run's folder.
+
+    prepare(exp) -> (exp, calibration record) runs first, while the folder is held: `--auto-scale`
+    (emulator.run.autoscale) probes there and picks the scale; the record goes into summary.json."""
+    os.makedirs(out_dir, exist_ok=True)
+    lock = runstate.lock_run_dir(out_dir)
+    try:
+        calibration = None
+        if prepare is not None:
+            exp, calibration = prepare(exp)
+        return _run(exp, out_dir, log, calibration)
+    finally:
+        os.close(lock)
+
+
+def _run(exp: Experiment, out_dir: str, log, calibration: dict | None = None) -> dict:
+    fabric = exp.fabric()
+    jobs = build_plans(exp, fabric)  # bad workloads fail here, before anything starts
+    write_resolved(exp, os.path.join(out_dir, "config.yaml"),
+                          notes=autoscale.config_notes(calibration) if calibration else ())
+    events_path = os.path.join(out_dir, "events.jsonl")
+    open(events_path, "w").close()
+    ctx = {"status": "incomplete", "error": None, "datapath": None, "controller": None,
+           "totals": {}, "t_start": None, "t_end": None, "monitor": None, "calibration": calibration}
+    try:
+        with Testbed(fabric, out_dir, routing=exp.routing, scale_link=exp.scale.link,
+                     datapath=exp.testbed.datapath, queue_packets=exp.testbed.queue_packets,
+                     ready_timeout_s=exp.testbed.ready_timeout_s, log=log) as tb:
+            ctx["datapath"] = tb.datapath
+            _replay(exp, tb, jobs, out_dir, events_path, ctx, log)
+            ctx["controller"] = tb.controller_status()
+            if tb.datapath == "userspace":
+                ctx["ovs_send_buffer"] = ovs_send_buffer()
+            # Link loads, flows and every placement decision, for `dtnet report` and people.
+            state = tb.controller_get("state")
+            if state is not None:
+                write_json(os.path.join(out_dir, "controller-state.json"), state)
+        ctx["status"] = "complete"
+    except runstate.LeaseError as e:  # no free tag: nothing of this run started
+        ctx["error"] = str(e)
+        raise RunFailure(str(e)) from None
+    except RunFailure as e:
+        ctx["error"] = str(e)
+        raise
+    finally:
+        summary = _summarize(exp, fabric, jobs, events_path, ctx)
+        write_json(os.path.join(out_dir, "summary.json"), summary)
+        write_after_run(out_dir, exp, jobs, summary, ctx["t_start"], log)  # trace.json, plots/
+    return summary
+
+
+def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
+    agents = []  # (job, rank, Popen)
+    sel = selectors.DefaultSelector()
+    cosched = relay.Relay(tb.rest_url if tb.rest_port else None, exp.scale.dilation) \
+        if exp.routing == "coschedule" else None
+    try:
+        for jp in jobs:
+            for plan in jp.ranks:
+                path = os.path.join(out_dir, "plans", jp.name, f"rank{plan['rank']}.json")
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w") as f:
+                    json.dump(plan, f)
+                err = open(os.path.join(out_dir, "plans", jp.name, f"rank{plan['rank']}.err"), "w")
+                p = tb.host(plan["host"]).popen([sys.executable, "-m", "emulator.agent", path],
+                                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                                text=True, bufsize=1)
+                err.close()
+                agents.append((jp.name, plan["rank"], p))
+                if cosched is not None:
+                    nic_mbps = exp.emulated_mbps(tb.fabric.host_link_gbps(plan["host"]))
+                    cosched.add(jp.name, plan["rank"], p.stdin, nic_mbps)
+                tb.state.add_pid(f"agent/{jp.name}/{plan['rank']}", p.pid)
+                sel.register(p.stdout, selectors.EVENT_READ, (jp.name, plan["rank"], p))
+        n = len(agents)
+        reader = LineReader()
+        log(f"[run] {n} agents started; waiting for their connections")
+        ready, done = set(), {}
+        watch = Watchdog([(j, r) for j, r, _ in agents], exp.testbed.stall_timeout_s,
+                         errors_in=os.path.join(out_dir, "plans"))
+        with open(events_path, "a") as events:
+            def pump(timeout):
+                for key, _ in sel.select(timeout):
+                    job, rank, p = key.data
+                    lines = reader.read(key.fileobj)
+                    if lines is None:
+                        sel.unregister(key.fileobj)
+                        if (job, rank) not in done:
+                            try:
+                                rc = p.wait(5)
+                            except subprocess.TimeoutExpired:
+                                rc = None
+                            watch.ended((job, rank), rc, time.time())
+                        continue
+                    for line in lines:
+                        handle(job, rank, line)
+                now = time.time()
+                watch.check(now)
+                failure = watch.verdict(now)
+                if failure:
+                    raise RunFailure(failure)
+
+            def handle(job, rank, line):
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    return
+                ctl = msg.get("ctl")
+                now = time.time()
+                if ctl == "beat":
+                    watch.beat((job, rank), msg, now)
+                elif ctl == "ready":
+                    ready.add((job, rank))
+                elif ctl == "done":
+                    done[(job, rank)] = msg
+                    watch.finished((job, rank))
+                elif ctl == "error":
+                    watch.error((job, rank), msg.get("msg"), now)
+                elif ctl == "announce":
+                    if cosched is not None:
+                        events.write(json.dumps(cosched.handle(job, rank, msg)) + "\n")
+                        events.flush()
+                else:
+                    events.write(line)
+                    events.flush()
+                    watch.progress((job, rank), now)
+
+            deadline = time.monotonic() + exp.testbed.ready_timeout_s
+            while len(ready) < n:
+                if time.monotonic() > deadline:
+                    missing = sorted(set((j, r) for j, r, _ in agents) - ready)[:5]
+                    raise RunFailure(f"agents not ready after {exp.testbed.ready_timeout_s:.0f}s: {missing}")
+                pump(0.5)
+            ctx["capture"] = capture.start(exp, tb, out_dir, log)  # pcap/, listening before the go
+            t0 = time.time() + 0.5
+            mon = fidelity.Monitor(_monitored_links(tb)).start()
+            ctx["monitor"] = mon
+            ctx["links"] = linksampler.start(tb, out_dir, exp.scale.link, exp.scale.dilation, t0, log)  # links.csv
+            ctx["t_start"] = t0
+            log(f"[run] replaying {sum(len(j.trace.ops[0]) for j in jobs)} ops per rank "
+                f"(dilation {exp.scale.dilation:g}x)")
+            for _, _, p in agents:
+                p.stdin.write(f"go {t0!r}\n")
+                p.stdin.flush()
+            watch.start(time.time())
+            ctx["faults"] = FaultInjector(tb, exp.faults, t0, exp.scale.dilation, events_path, log).start()
+            deadline = time.monotonic() + exp.testbed.timeout_s
+            while len(done) < n:
+                if time.monotonic() > deadline:
+                    raise RunFailure(f"run timed out after testbed.timeout_s={exp.testbed.timeout_s:.0f}s; "
+                                     f"{n - len(done)} agents unfinished")
+                pump(1.0)
+            ctx["t_end"] = time.time()
+            mon.stop()
+            ctx["tcp"] = _tcp_counters(tb, jobs)
+            ctx["totals"] = {"bytes_sent": sum(m["bytes_sent"] for m in done.values()),
+                             "bytes_received": sum(m["bytes_received"] for m in done.values()),
+                             "checksum_errors": sum(m["checksum_errors"] for m in done.values())}
+    finally:
+        if ctx.get("capture"):
+            ctx["capture"].stop()
+        if ctx.get("faults"):
+            ctx["faults"].stop()
+        if ctx.get("monitor"):
+            ctx["monitor"].stop()
+        if ctx.get("links"):
+            ctx["links"].stop()
+        for _, _, p in agents:
+            try:
+                p.stdin.close()  # agents exit when their stdin closes
+            except OSError:
+                pass
+        for _, _, p in agents:
+            stop_process(p, timeout_s=2.0)
+        sel.close()
+
+
+class LineReader:
+    """Every whole line that has arrived on a pipe, without blocking.
+
+    A buffered readline() may pull several lines out of the pipe and return
+    one: the rest then wait unseen by select() until the agent writes again,
+    and an agent that announced a phase writes nothing until it is answered.
+    """
+
+    def __init__(self):
+        self.partial: dict[int, bytes] = {}
+
+    def read(self, f) -> list[str] | None:
+        """The lines now complete (maybe none); None at end of file."""
+        fd = f.fileno()
+        data = os.read(fd, 1 << 16)
+        if not data:
+            return None
+        *lines, self.partial[fd] = (self.partial.get(fd, b"") + data).split(b"\n")
+        return [ln.decode(errors="replace") + "\n" for ln in lines]
+
+
+def parse_snmp_tcp(text: str, prefix: str = "Tcp:") -> dict:
+    """A header/value line pair of /proc/net/snmp (or netstat's TcpExt:) as a dict."""
+    rows = [ln.split() for ln in text.splitlines() if ln.startswith(prefix)]
+    if len(rows) < 2:
+        return {}
+    return {k: int(v) for k, v in zip(rows[0][1:], rows[1][1:]) if v.lstrip("-").isdigit()}
+
+
+# TcpExt counters that tell a real drop (fast retransmit) from a timer firing
+# on a merely late packet (timeouts, spurious RTOs).
+TCPEXT_KEYS = {"TCPTimeouts": "timeouts", "TCPSpuriousRTOs": "spurious_rtos", "TCPFastRetrans": "fast_retrans",
+               "TCPLossProbes": "loss_probes", "TCPSackRecovery": "sack_recoveries",
+               # Reordering, not loss: out-of-order arrivals and duplicates the receiver reported.
+               "TCPOFOQueue": "out_of_order", "TCPDSACKRecv": "dsacks_received"}
+
+
+def _tcp_counters(tb: Testbed, jobs) -> dict:
+    """Retransmitted segments over all agent hosts: loss the real fabric would not have."""
+    total = {"out_segs": 0, "retrans_segs": 0, **{k: 0 for k in TCPEXT_KEYS.values()}}
+    for jp in jobs:
+        for h in jp.hosts:
+            c = parse_snmp_tcp(tb.host(h).cmd("cat /proc/net/snmp"))
+            total["out_segs"] += c.get("OutSegs", 0)
+            total["retrans_segs"] += c.get("RetransSegs", 0)
+            ext = parse_snmp_tcp(tb.host(h).cmd("cat /proc/net/netstat"), prefix="TcpExt:")
+            for k, name in TCPEXT_KEYS.items():
+                total[name] += ext.get(k, 0)
+    return total
+
+
+def _monitored_links(tb: Testbed) -> dict:
+    """One root-namespace device per link: both directions read from it."""
+    out = {}
+    for a, b, d in tb.fabric.links():
+        # The switch side of a host link lives in the root namespace.
+        node, peer = (b, a) if tb.fabric.node(a)["role"] == "host" else (a, b)
+        out[tb.intf(node, peer)] = (f"{a}-{b}", d["link_gbps"] * 1000 * tb.scale_link)
+    return out
+
+
+def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
+    events = read_events(events_path)
+    dil = exp.scale.dilation
+    per_job = [job_results(j.name, events, dil, j.predicted_s) for j in jobs]
+    host_total = sum(fabric.host_link_gbps(h) for j in jobs for h in j.hosts)
+    totals = ctx["totals"]
+    received = totals.get("bytes_received") or sum(e.get("size_bytes", 0) for e in events if e["kind"] == "transfer")
+    t_start, t_end = ctx["t_start"] or 0, ctx["t_end"] or time.time()
+    fid = fidelity.evaluate(ctx["monitor"], events, t_start, t_end)
+    if ctx.get("ovs_send_buffer") is not None:
+        fidelity.add_check(fid, fidelity.send_buffer_check(ctx["ovs_send_buffer"], OVS_SEND_BUFFER_BYTES))
+    if not fid["ok"]:
+        fid["suggested_scale"] = {"link": exp.scale.link / 2, "bytes": exp.scale.bytes / 2}
+    if totals and totals["bytes_sent"] != totals["bytes_received"]:
+        ctx["status"] = "incomplete"
+        ctx["error"] = (f"bytes sent {totals['bytes_sent']} != bytes received {totals['bytes_received']}")
+    return {
+        "version": SUMMARY_VERSION,
+        "name": exp.name,
+        "status": ctx["status"],
+        "error": ctx["error"],
+        "topology": {**exp.topology, **fabric.counts()},
+        "scale": {"link": exp.scale.link, "bytes": exp.scale.bytes, "dilation": dil},
+        "routing": exp.routing,
+        "datapath": ctx["datapath"],
+        "jobs": per_job,
+        "aggregate": aggregate(per_job, events, dil),
+        "prediction": {"model": "alpha-beta (traffic.collectives.model.predict_time_s): each rank's NIC at its "
+                                "host link rate, NVLink inside a server, pipelined by the agents' slices, "
+                                "no contention",
+                       "latency_s": exp.prediction.latency_us * 1e-6,
+                       "pipeline_slice_bytes": exp.testbed.slice_bytes / exp.scale.bytes},
+        "traffic": traffic_results(events, received, exp.scale.link, exp.scale.bytes, host_total),
+        "tcp": ctx.get("tcp", {}),
+        "integrity": {"bytes_sent_emulated": totals.get("bytes_sent"),
+                      "bytes_received_emulated": totals.get("bytes_received"),
+                      "checksum_errors": totals.get("checksum_errors")},
+        "fidelity": fid,
+        "controller": ctx["controller"] or {},
+        "faults": ctx["faults"].applied if ctx.get("faults") else [],
+        "capture": ctx["capture"].results if ctx.get("capture") else [],
+        "announcements": relay.summarize(events, dil),
+        "duration_s_wall": (t_end - t_start) if ctx["t_start"] else None,
+        **({"calibration": ctx["calibration"]} if ctx.get("calibration") else {}),
+    }
+

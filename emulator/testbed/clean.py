@@ -1,0 +1,90 @@
+"""`dtnet clean`: remove exactly the leftovers of runs whose owner died.
+
+A run's lease (/run/dtnet/tag-XX) names its folder; its state.json names
+its tag and PIDs. A run whose owner PID is alive is left alone.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+
+from emulator.testbed import runstate
+
+
+def _load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def clean_run(run_dir: str, log=print) -> int:
+    """Remove one dead run's resources; returns how many were removed."""
+    st = _load(os.path.join(run_dir, runstate.STATE_NAME))
+    if not st:
+        return 0
+    owner = st.get("owner_pid")
+    # Runs start from `dtnet`, `python -m dtnet`, pytest or a bench:
+    # a live owner of any kind means the run is live.
+    if owner and owner != os.getpid() and runstate.alive(owner) and st.get("status") != "stopped":
+        log(f"dtnet clean: {run_dir} is still running (pid {owner}); left alone")
+        return 0
+    tag = st["tag"]
+    removed = 0
+    # Only processes we started: verify each PID still runs our code before killing it.
+    pids = dict(st.get("pids", {}))
+    pids.update({f"host/{h}": p for h, p in st.get("host_pids", {}).items()})
+    for role, pid in pids.items():
+        cmd = _cmdline(pid)
+        ours = ("emulator.agent" in cmd or "controller.run" in cmd or
+                (role.startswith("host/") and "mininet:" in cmd) or
+                (role.startswith("capture/") and cmd.startswith("tcpdump")))
+        if cmd and ours:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                removed += 1
+                log(f"dtnet clean: killed {role} (pid {pid})")
+            except ProcessLookupError:
+                pass
+    left = runstate.remove_leftovers(tag)
+    n = sum(len(v) for v in left.values())
+    removed += n
+    if n:
+        log(f"dtnet clean: removed {len(left['bridges'])} bridges, {len(left['netns'])} namespaces and "
+            f"{len(left['links'])} links of run {tag}")
+    st["status"] = "cleaned"
+    with open(os.path.join(run_dir, runstate.STATE_NAME), "w") as f:
+        json.dump(st, f, indent=1)
+    runstate.release_tag(tag)
+    lease = os.path.join(runstate.LEASE_DIR, f"tag-{tag}")
+    lease_data = _load(lease)
+    if lease_data and not runstate.alive(lease_data.get("pid", -1)):
+        os.unlink(lease)
+    return removed
+
+
+def clean(run_dirs: list[str], log=print) -> int:
+    if os.geteuid() != 0:
+        log("dtnet clean: needs root")
+        return 2
+    if not run_dirs:
+        run_dirs = []
+        for lease in glob.glob(os.path.join(runstate.LEASE_DIR, "tag-*")):
+            data = _load(lease)
+            if data and not runstate.alive(data.get("pid", -1)):
+                run_dirs.append(data["run_dir"])
+    total = sum(clean_run(d, log) for d in run_dirs)
+    log(f"dtnet clean: {total} leftover resources removed from {len(run_dirs)} dead run(s)")
+    return 0

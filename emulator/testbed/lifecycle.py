@@ -1,0 +1,393 @@
+"""The testbed: OVS + Mininet fabric + Ryu controller, as one context manager.
+
+    with Testbed(fabric, run_dir, routing="ecmp", scale_link=2.5e-5) as tb:
+        tb.host("h0").cmd("ping -c1 10.0.0.2")
+
+Entering starts OVS if needed, detects the datapath, builds the fabric,
+shapes every link, starts the controller and waits until every switch is
+connected and every route installed. Leaving tears everything down, also
+on an exception or SIGINT/SIGTERM (the CLI turns those into exceptions).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+
+import psutil
+
+from emulator.testbed import runstate, shaping
+from emulator.testbed.datapath import AFXDP_MTU, AFXDP_PORT, MTU, detect_datapath, ensure_ovs
+from emulator.testbed.process import TestbedError, free_port, stop_process, wait_for
+from topologies import Fabric
+
+
+@dataclass
+class LinkShape:
+    dev: str
+    rate_mbps: float
+    host: str | None  # run inside this host's namespace, or the root one
+    netns: str | None = None  # or inside this named namespace (AF_XDP link namespace)
+    ingress: bool = False  # shape what dev receives (through an IFB), not what it sends
+
+
+class Testbed:
+    def __init__(self, fabric: Fabric, run_dir: str, *, routing: str = "ecmp", scale_link: float = 2.5e-5,
+                 datapath: str = "auto", queue_packets: int = 1000, ready_timeout_s: float = 60.0,
+                 controller: bool = True, mtu: int = MTU, log=print):
+        self.fabric = fabric
+        self.run_dir = os.path.abspath(run_dir)
+        self.routing = routing
+        self.scale_link = scale_link
+        self.requested_datapath = datapath
+        self.queue_packets = queue_packets
+        self.ready_timeout_s = ready_timeout_s
+        self.use_controller = controller
+        self.mtu = mtu
+        self.log = log
+        self.net = None
+        self.ctl_proc = None
+        self.tag = None
+        self.state = None
+        self.datapath = None
+        self.rest_port = None
+        self.shapes: list[LinkShape] = []
+        self.link_ns = None  # AF_XDP: the namespace holding switch-to-switch links
+        self.ns_ends: dict[tuple[str, str], str] = {}  # (node, peer) -> its end inside link_ns
+
+    # -- names ---------------------------------------------------------------
+    def mn_name(self, node: str) -> str:
+        return self.tag + node
+
+    def host(self, name: str):
+        return self.net.get(self.mn_name(name))
+
+    def intf(self, node: str, peer: str) -> str:
+        return f"{self.mn_name(node)}-eth{self.fabric.port(node, peer)}"
+
+    @property
+    def rest_url(self) -> str:
+        return f"http://127.0.0.1:{self.rest_port}"
+
+    # -- lifecycle -----------------------------------------------------------
+    def __enter__(self):
+        if os.geteuid() != 0:
+            raise TestbedError("the testbed needs root (Mininet and OVS); run with sudo")
+        os.makedirs(self.run_dir, exist_ok=True)
+        self.tag = runstate.lease_tag(self.run_dir)
+        self.state = runstate.RunState(self.run_dir, self.tag)
+        try:
+            self._start()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _start(self):
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+        from mininet.node import OVSSwitch, RemoteController
+
+        from emulator.testbed.mntopo import FabricTopo
+
+        setLogLevel("error")
+        ensure_ovs()
+        self.datapath = detect_datapath(self.requested_datapath)
+        self.state.set(datapath=self.datapath,
+                       bridges=[self.mn_name(s) for s in self.fabric.switches])
+        fabric_path = os.path.join(self.run_dir, "fabric.json")
+        self.fabric.dump(fabric_path)
+
+        ofp_port = self._launch_controller(fabric_path) if self.use_controller else free_port()
+
+        dp = "kernel" if self.datapath == "kernel" else "user"
+        fail_mode = "secure" if self.use_controller else "standalone"
+        afxdp = self.datapath == "afxdp"
+        if afxdp:
+            self.mtu = min(self.mtu, AFXDP_MTU)
+
+        class FabricSwitch(OVSSwitch):
+            def __init__(self, name, **kw):
+                kw.setdefault("datapath", dp)
+                kw.setdefault("protocols", "OpenFlow13")
+                kw.setdefault("failMode", fail_mode)
+                super().__init__(name, **kw)
+
+            def intfOpts(self, intf):
+                opts = super().intfOpts(intf)
+                return opts + f" type={AFXDP_PORT} options:xdp-mode=generic" if afxdp else opts
+
+        class Ryu(RemoteController):
+            def checkListening(self):
+                """Mininet telnets to the port to check; the controller's binary
+                OFPT_HELLO in telnet's output then crashes Mininet's UTF-8 decoder.
+                _launch_controller has already seen this very process listen."""
+
+        topo = FabricTopo(fabric=self.fabric, prefix=self.tag, switch_cls=FabricSwitch, switch_links=not afxdp)
+        ctl = (lambda name: Ryu(name, ip="127.0.0.1", port=ofp_port)) if self.use_controller else None
+        self.log(f"[testbed] building {self.fabric.kind}: {self.fabric.counts()['hosts']} hosts, "
+                 f"{len(self.fabric.switches)} switches, datapath {self.datapath}")
+        self.net = Mininet(topo=topo, switch=FabricSwitch, controller=ctl, autoSetMacs=False,
+                           autoStaticArp=False, build=False, waitConnected=False)
+        self.net.build()
+        if afxdp:
+            self._wire_link_namespace()
+        self.state.set(host_pids={h: self.host(h).pid for h in self.fabric.hosts})
+        self.net.start()
+        self._configure_hosts()
+        self._shape_links()
+        if self.use_controller:
+            wait_for(self._controller_ready, self.ready_timeout_s,
+                     "every switch to connect and every route to be installed "
+                     f"(controller log: {os.path.join(self.run_dir, 'controller.log')})")
+        self.state.set(status="running")
+
+    def _launch_controller(self, fabric_path: str, attempts: int = 3) -> int:
+        """Start the controller on free ports and wait until it, not some other
+        run's controller, listens on both. A free port is only free when asked:
+        a run starting at the same moment can take it first, and then our
+        switches would talk to its controller. So a lost race means new ports."""
+        for attempt in range(attempts):
+            ofp_port, self.rest_port = free_port(), free_port()
+            self._start_controller(fabric_path, ofp_port, restart=attempt > 0)  # controller.out keeps each try
+            ports = {ofp_port, self.rest_port}
+            state = wait_for(lambda: self._listening(ports), self.ready_timeout_s,
+                             f"the controller to listen on ports {sorted(ports)}")
+            if state == "listening":
+                return ofp_port
+            self.log(f"[testbed] controller could not listen on {sorted(ports)}; trying other ports")
+        raise TestbedError(f"controller exited with status {self.ctl_proc.returncode} "
+                           f"(see {self.run_dir}/controller.out)")
+
+    def _listening(self, ports: set[int]) -> str | None:
+        if self.ctl_proc.poll() is not None:
+            return "exited"
+        try:
+            conns = psutil.Process(self.ctl_proc.pid).net_connections(kind="tcp")
+        except psutil.Error:
+            return None
+        mine = {c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN}
+        return "listening" if ports <= mine else None
+
+    def _start_controller(self, fabric_path: str, ofp_port: int, restart: bool = False):
+        self._ctl_args = (fabric_path, ofp_port)
+        log_path = os.path.join(self.run_dir, "controller.log")
+        cmd = [sys.executable, "-m", "controller.run", "--fabric", fabric_path, "--routing", self.routing,
+               "--ofp-port", str(ofp_port), "--rest-host", "127.0.0.1", "--rest-port", str(self.rest_port),
+               "--log-file", log_path,
+               # The controller reports and decides in real-cluster Gb/s.
+               "--link-scale", repr(self.scale_link)]
+        self._ctl_log = open(os.path.join(self.run_dir, "controller.out"), "a" if restart else "w")
+        # Its own session, so a Ctrl-C at the terminal reaches us, not it:
+        # we stop it ourselves during teardown.
+        self.ctl_proc = subprocess.Popen(cmd, stdout=self._ctl_log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        self.state.add_pid("controller", self.ctl_proc.pid)
+
+    def _of_switch(self, node: str) -> bool:
+        nd = self.fabric.node(node)
+        return nd["role"] == "switch" and nd["openflow"]
+
+    def _wire_link_namespace(self):
+        """AF_XDP transmit skips the egress qdisc, so a link between two OVS
+        switches runs through a small namespace: each switch port is a veth
+        whose peer sits there, the two peers joined by a Linux bridge, and HTB
+        on each peer shapes one direction."""
+        from mininet.link import Intf
+
+        self.link_ns = self.tag + "links"
+        subprocess.run(["ip", "netns", "add", self.link_ns], check=True, capture_output=True)
+        root, inside, ports = [], [], []
+        for i, (a, b, d) in enumerate(self.fabric.links()):
+            if not (self._of_switch(a) and self._of_switch(b)):
+                continue
+            inside.append(f"link add br{i} mtu {self.mtu} type bridge stp_state 0")
+            for node, peer, end in ((a, b, f"l{i}a"), (b, a, f"l{i}b")):
+                dev = self.intf(node, peer)
+                root += [f"link add {dev} mtu {self.mtu} type veth peer name {end} mtu {self.mtu}",
+                         f"link set {end} netns {self.link_ns}", f"link set {dev} up"]
+                inside += [f"link set {end} master br{i}", f"link set {end} up"]
+                self.ns_ends[node, peer] = end
+                ports.append((dev, node, d["ports"][node]))
+            inside.append(f"link set br{i} up")
+        for ns, lines in ((None, root), (self.link_ns, inside)):
+            cmd = ["ip", "-batch", "-"] if ns is None else ["ip", "-n", ns, "-batch", "-"]
+            r = subprocess.run(cmd, input="\n".join(lines) + "\n", capture_output=True, text=True)
+            if r.returncode != 0:
+                raise TestbedError(f"wiring the AF_XDP link namespace failed: {r.stderr.strip()[:300]}")
+        subprocess.run(["ip", "netns", "exec", self.link_ns, "sh", "-c",
+                        shaping.offload_cmd(sorted(self.ns_ends.values()))], capture_output=True)
+        for dev, node, port in ports:  # once the device exists: Intf() sets it up
+            Intf(dev, node=self.net.get(self.mn_name(node)), port=port)
+
+    def restart_controller(self, down_s: float = 0.0, interrupted=None) -> dict | None:
+        """Stop the controller, leave it away down_s, start it again on the same
+        ports and wait until it has resynchronized every switch. The switches
+        are fail-secure: they forward on the flows they hold meanwhile. Returns
+        the wall times, or None when `interrupted` (an Event) is set first."""
+        bridges = [self.mn_name(s) for s in self.fabric.openflow_switches]
+        # OVS retries a lost controller after 1, 2, 4, then 8 s; retry every second instead.
+        cmd = ["ovs-vsctl"]
+        for br in bridges:
+            cmd += ["--", "set", "controller", br, "max_backoff=1000"]
+        subprocess.run(cmd, capture_output=True)
+        stopped_at = time.time()
+        stop_process(self.ctl_proc)
+        self._ctl_log.close()
+        self.log(f"[testbed] controller stopped; restarting in {down_s:.2f} s")
+        if interrupted is not None and interrupted.wait(down_s):
+            return None
+        if interrupted is None:
+            time.sleep(down_s)
+        started_at = time.time()
+        self._start_controller(*self._ctl_args, restart=True)
+        wait_for(lambda: (interrupted is not None and interrupted.is_set()) or self._controller_ready(),
+                 self.ready_timeout_s, "the restarted controller to resynchronize every switch "
+                 f"(controller log: {os.path.join(self.run_dir, 'controller.log')})")
+        if interrupted is not None and interrupted.is_set():
+            return None
+        ready_at = time.time()
+        self.log(f"[testbed] controller back: every switch resynchronized {ready_at - started_at:.2f} s after start")
+        return {"stopped_at": stopped_at, "started_at": started_at, "ready_at": ready_at}
+
+    def controller_status(self) -> dict | None:
+        return self.controller_get("status")
+
+    def controller_get(self, what: str) -> dict | None:
+        """GET /dtnet/v1/<what> (status, state); None when the controller does not answer."""
+        if self.rest_port is None:
+            return None
+        try:
+            with urllib.request.urlopen(f"{self.rest_url}/dtnet/v1/{what}", timeout=2) as r:
+                return json.load(r)
+        except (OSError, ValueError):
+            return None
+
+    def _controller_ready(self) -> bool:
+        if self.ctl_proc.poll() is not None:
+            raise TestbedError(f"controller exited with status {self.ctl_proc.returncode} "
+                               f"(see {self.run_dir}/controller.out)")
+        st = self.controller_status()
+        return bool(st and st.get("ready"))
+
+    def _configure_hosts(self):
+        """Addresses on the NVLink side, offloads off, IPv6 off (its chatter
+        would reach the controller for nothing)."""
+        for h in self.fabric.hosts:
+            node = self.host(h)
+            nd = self.fabric.node(h)
+            devs = [self.intf(h, nbr) for nbr in self.fabric.graph.neighbors(h)]
+            cmds = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1",
+                    # An idle connection must not fall back to slow start between steps.
+                    "sysctl -qw net.ipv4.tcp_slow_start_after_idle=0"]
+            cmds += [f"ip link set {dev} mtu {self.mtu}" for dev in devs]
+            # A 200 ms minimum RTO is 5 ms after the time dilation: far from a
+            # lossless RDMA fabric. Keep recovery short.
+            fab_dev = self.intf(h, self.fabric.attachment(h)[0])
+            cmds.append(f"ip route replace 10.0.0.0/16 dev {fab_dev} proto kernel scope link src {nd['ip']}")
+            nv = self.fabric.nvlink_switch(h)
+            if nv is not None:
+                dev = self.intf(h, nv)
+                cmds.append(f"ip link set {dev} address {nd['nvlink_mac']}")
+                cmds.append(f"ip addr add {nd['nvlink_ip']}/16 dev {dev}")
+                cmds.append(f"ip link set {dev} up")
+                cmds.append(f"ip route replace 10.1.0.0/16 dev {dev} proto kernel scope link src {nd['nvlink_ip']}")
+            if self.datapath != "kernel":
+                cmds.append(shaping.offload_cmd(devs))
+            node.cmd("; ".join(cmds))
+        sw_devs = [self.intf(s, nbr) for s in self.fabric.switches for nbr in self.fabric.graph.neighbors(s)]
+        cmds = [f"ip link set {d} mtu {self.mtu}" for d in sw_devs]
+        if self.datapath != "kernel":
+            cmds.append(shaping.offload_cmd(sw_devs))
+        subprocess.run(["sh", "-c", "; ".join(cmds)], capture_output=True)
+        for s in self.fabric.switches:
+            if self.fabric.node(s)["openflow"]:
+                subprocess.run(["ovs-vsctl", "set", "bridge", self.mn_name(s), f"other-config:mtu_request={self.mtu}",
+                                "--", "set", "interface", self.mn_name(s), f"mtu_request={self.mtu}"],
+                               capture_output=True)
+
+    def plan_shaping(self) -> list[LinkShape]:
+        """Both directions of every link at the scaled rate, each where a qdisc
+        sees it: normally each interface's egress. On AF_XDP an OVS port's
+        transmit bypasses its qdisc, so the switch-to-host direction is shaped
+        at the host's ingress (IFB) and switch-to-switch links in the link
+        namespace."""
+        shapes = []
+        for a, b, d in self.fabric.links():
+            mbps = d["link_gbps"] * 1000.0 * self.scale_link
+            for node, peer in ((a, b), (b, a)):
+                is_host = self.fabric.node(node)["role"] == "host"
+                if (node, peer) in self.ns_ends:
+                    # The peer's end carries what `node` sends (it egresses towards peer).
+                    shapes.append(LinkShape(self.ns_ends[peer, node], mbps, None, netns=self.link_ns))
+                elif self.datapath == "afxdp" and self._of_switch(node):
+                    shapes.append(LinkShape(self.intf(peer, node), mbps, peer, ingress=True))
+                else:
+                    shapes.append(LinkShape(self.intf(node, peer), mbps, node if is_host else None))
+        return shapes
+
+    def _shape_links(self):
+        self.shapes = self.plan_shaping()
+        batches: dict[tuple, list[str]] = {}
+        for s in self.shapes:
+            where = ("host", s.host) if s.host else ("netns", s.netns) if s.netns else ("root", None)
+            lines = batches.setdefault(where, [])
+            dev = s.dev
+            if s.ingress:
+                dev = shaping.IFB_NAME
+                self.host(s.host).cmd(f"ip link add {dev} type ifb; ip link set {dev} mtu {self.mtu} up")
+                lines += shaping.ingress_redirect_cmds(s.dev, dev)
+            lines += shaping.htb_cmds(dev, s.rate_mbps, self.queue_packets, self.mtu)
+        for (kind, name), lines in batches.items():
+            self._tc_batch(kind, name, lines)
+
+    def _tc_batch(self, kind: str, name: str | None, lines: list[str]):
+        path = os.path.join(self.run_dir, f"tc-{name or kind}.batch")
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        if kind == "host":
+            out = self.host(name).cmd(f"tc -batch {path}; echo rc=$?")
+            rc = 0 if out.strip().endswith("rc=0") else 1
+        else:
+            cmd = ["tc", "-batch", path] if kind == "root" else ["ip", "netns", "exec", name, "tc", "-batch", path]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            out, rc = r.stderr, r.returncode
+        if rc != 0:
+            raise TestbedError(f"tc shaping failed ({path}): {out.strip()[:300]}")
+        os.unlink(path)
+
+    def __exit__(self, *exc):
+        errors = []
+        if self.net is not None:
+            try:
+                self.net.stop()
+                # Mininet's RemoteController.stop() does nothing: its shell (and
+                # pty) would outlive the run in a long-lived process.
+                for c in self.net.controllers:
+                    c.terminate()
+            except Exception as e:  # keep tearing down the rest
+                errors.append(f"mininet stop: {e}")
+            self.net = None
+        if self.ctl_proc is not None:
+            stop_process(self.ctl_proc)
+            self.ctl_proc = None
+            self._ctl_log.close()
+        if self.tag:
+            self._remove_leftovers()
+            if self.state:
+                self.state.set(status="stopped")
+            runstate.release_tag(self.tag)
+        if errors:
+            self.log("[testbed] teardown: " + "; ".join(errors))
+        return False
+
+    def _remove_leftovers(self):
+        """Mininet's stop misses things when a start failed halfway, and
+        never knew the AF_XDP link namespace."""
+        runstate.remove_leftovers(self.tag)
+
+

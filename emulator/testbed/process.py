@@ -1,0 +1,42 @@
+"""Processes and conditions of the testbed: wait for a condition, stop a process by PID."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+
+from experiment.engine import RunFailure
+
+
+class TestbedError(RunFailure):
+    """The testbed could not start (missing root, OVS, controller timeout...)."""
+
+
+def wait_for(cond, timeout_s: float, what: str, interval_s: float = 0.05):
+    """Poll cond() until truthy; raise TestbedError naming `what` on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TestbedError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stop_process(proc: subprocess.Popen, timeout_s: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL after timeout_s; only this process, by PID."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)

@@ -1,0 +1,286 @@
+"""summary.json from events.jsonl: figures in real-cluster units.
+
+Emulated time is divided by the dilation (scale.bytes / scale.link) and
+emulated bytes by scale.bytes. busbw follows nccl-tests: algbw = S/t;
+busbw = algbw x 2(n-1)/n for all-reduce, x (n-1)/n for all-gather,
+reduce-scatter and all-to-all, x 1 otherwise.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+
+from traffic.collectives.model import busbw_factor as bus_factor
+
+SUMMARY_VERSION = 1
+
+
+
+
+def _pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    if not s:
+        return 0.0
+    k = (len(s) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def _stats(values: list[float]) -> dict:
+    return {"mean": statistics.fmean(values) if values else 0.0, "p50": _pct(values, 0.5),
+            "p99": _pct(values, 0.99), "min": min(values, default=0.0), "max": max(values, default=0.0),
+            "all": values}
+
+
+def read_events(path: str) -> list[dict]:
+    """Events written so far; a torn last line (a run that died) is skipped."""
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def job_results(job: str, events: list[dict], dilation: float, predicted_s: dict | None = None) -> dict:
+    """A job's iterations and collectives. predicted_s maps (op, algorithm, size_bytes, ranks) to the
+    alpha-beta times of its instances (experiment.plan): each collective then gets predicted_cct_s and
+    cct_vs_predicted, its mean cct over the mean prediction."""
+    ev = [e for e in events if e.get("job") == job]
+    colls: dict[str, list[dict]] = {}
+    iters: dict[int, list[float]] = {}
+    for e in ev:
+        if e["kind"] in ("collective", "send", "recv", "compute") and e.get("iteration") is not None:
+            span = iters.setdefault(e["iteration"], [e["start"], e["end"]])
+            span[0], span[1] = min(span[0], e["start"]), max(span[1], e["end"])
+        if e["kind"] == "collective":
+            colls.setdefault((e["op_id"], e.get("group")), []).append(e)
+    groups: dict[tuple, list[float]] = {}
+    for op_id, parts in colls.items():
+        p = parts[0]
+        cct_s = (max(x["end"] for x in parts) - min(x["start"] for x in parts)) / dilation
+        key = (p["op"], p["algorithm"], p["size_bytes"], p.get("ranks", len(parts)))
+        groups.setdefault(key, []).append(cct_s)
+    collectives = []
+    for (op, alg, size, n), ccts in sorted(groups.items()):
+        mean = statistics.fmean(ccts)
+        algbw = size * 8 / mean / 1e9 if mean > 0 else 0.0
+        row = {
+            "op": op, "algorithm": alg, "size_bytes": size, "ranks": n, "count": len(ccts),
+            "cct_s": mean, "cct_s_p50": _pct(ccts, 0.5), "cct_s_p99": _pct(ccts, 0.99), "cct_s_all": ccts,
+            "algbw_gbps": algbw, "busbw_gbps": algbw * bus_factor(op, n),
+        }
+        preds = (predicted_s or {}).get((op, alg, size, n))
+        if preds:
+            pred = statistics.fmean(preds)
+            row["predicted_cct_s"] = pred
+            row["cct_vs_predicted"] = mean / pred if pred > 0 else None
+        collectives.append(row)
+    # A training step's time is the interval between consecutive iteration
+    # completions (the first one counts from the job's first op).
+    iteration_times = []
+    prev_end = min((iters[i][0] for i in iters), default=0.0)
+    for i in sorted(iters):
+        iteration_times.append((iters[i][1] - prev_end) / dilation)
+        prev_end = iters[i][1]
+    ranks = sorted({e["rank"] for e in ev})
+    return {"name": job, "ranks": len(ranks), "iterations": len(iteration_times),
+            "iteration_time_s": _stats(iteration_times), "collectives": collectives,
+            "breakdown_s": time_breakdown(ev, len(iteration_times), dilation)}
+
+
+COMM_KINDS = ("collective", "send", "recv")
+
+
+def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for a, b in sorted(s for s in spans if s[1] > s[0]):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _length(spans) -> float:
+    return sum(b - a for a, b in spans)
+
+
+def _overlap(x: list[tuple[float, float]], y: list[tuple[float, float]]) -> float:
+    """Length of the intersection of two sorted, disjoint span lists."""
+    i = j = 0
+    total = 0.0
+    while i < len(x) and j < len(y):
+        lo, hi = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
+        total += max(0.0, hi - lo)
+        if x[i][1] < y[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def time_breakdown(ev: list[dict], iterations: int, dilation: float) -> dict:
+    """Where a rank's iteration goes, mean over ranks and iterations (real seconds).
+
+    compute: time in compute ops. exposed_comm: communicating while not computing.
+    idle: the rest of the job's span. A recv only counts as communication from the
+    moment its peer started the matching send (same op_id); before that the rank
+    waits on another pipeline stage, so with pipeline parallelism idle is the bubble.
+    """
+    empty = {"compute": 0.0, "exposed_comm": 0.0, "overlapped_comm": 0.0, "idle": 0.0}
+    ops = [e for e in ev if e.get("kind") in ("compute",) + COMM_KINDS and "start" in e]
+    if not ops or not iterations:
+        return empty
+    t0, t1 = min(e["start"] for e in ops), max(e["end"] for e in ops)
+    send_start = {(e["rank"], e["op_id"]): e["start"] for e in ops if e["kind"] == "send"}
+    per_rank: dict[int, dict[str, list]] = {}
+    for e in ops:
+        spans = per_rank.setdefault(e["rank"], {"compute": [], "comm": []})
+        if e["kind"] == "compute":
+            spans["compute"].append((e["start"], e["end"]))
+            continue
+        start = e["start"]
+        if e["kind"] == "recv" and e.get("peer") is not None:
+            start = max(start, send_start.get((e["peer"], e["op_id"]), start))
+        spans["comm"].append((start, e["end"]))
+    sums = dict(empty)
+    for spans in per_rank.values():
+        comp, comm = _union(spans["compute"]), _union(spans["comm"])
+        both = _overlap(comp, comm)
+        sums["compute"] += _length(comp)
+        sums["exposed_comm"] += _length(comm) - both
+        sums["overlapped_comm"] += both
+        sums["idle"] += (t1 - t0) - _length(comp) - (_length(comm) - both)
+    n = len(per_rank) * iterations * dilation
+    return {k: v / n for k, v in sums.items()}
+
+
+def aggregate(jobs: list[dict], events: list[dict], dilation: float) -> dict:
+    """Figures across all jobs: means of the jobs' mean iteration times (and the slowest job's),
+    the p99 over every iteration of every job, count-weighted busbw over every collective, and the
+    makespan from the first op of any job to the last; cct over the alpha-beta prediction, weighted
+    by count over every collective that has one (None when none has)."""
+    means = [j["iteration_time_s"]["mean"] for j in jobs if j["iterations"]]
+    pooled = [t for j in jobs for t in j["iteration_time_s"]["all"]]
+    weighted = [(c["busbw_gbps"], c["count"]) for j in jobs for c in j["collectives"]]
+    count = sum(n for _, n in weighted)
+    ops = [e for e in events if e.get("kind") in ("compute", "collective", "send", "recv") and "start" in e]
+    ratios = [(c["cct_vs_predicted"], c["count"]) for j in jobs for c in j["collectives"]
+              if c.get("cct_vs_predicted") is not None]
+    ratio_count = sum(n for _, n in ratios)
+    return {
+        "jobs": len(jobs), "ranks": sum(j["ranks"] for j in jobs),
+        "iteration_time_s_mean": statistics.fmean(means) if means else 0.0,
+        "iteration_time_s_max": max(means, default=0.0),
+        "iteration_time_s_p99": _pct(pooled, 0.99),
+        "busbw_gbps_mean": sum(b * n for b, n in weighted) / count if count else 0.0,
+        "makespan_s": (max(e["end"] for e in ops) - min(e["start"] for e in ops)) / dilation if ops else 0.0,
+        "cct_vs_predicted_mean": sum(r * n for r, n in ratios) / ratio_count if ratio_count else None,
+    }
+
+
+def traffic_results(events: list[dict], bytes_received_emu: int, scale_link: float, scale_bytes: float,
+                    host_link_gbps_total: float) -> dict:
+    ops = [e for e in events if "start" in e and e.get("kind") in ("collective", "send", "recv")]
+    if not ops:
+        return {"aggregate_gbps": 0.0, "normalized_throughput": 0.0, "bytes_received": 0}
+    t0 = min(e["start"] for e in ops)
+    t1 = max(e["end"] for e in ops)
+    emu_gbps = bytes_received_emu * 8 / max(t1 - t0, 1e-9) / 1e9
+    # Emulated rate / scale.link = real rate (bytes and time both rescaled).
+    agg = emu_gbps / scale_link
+    return {"aggregate_gbps": agg,
+            "normalized_throughput": agg / host_link_gbps_total if host_link_gbps_total else 0.0,
+            "bytes_received": round(bytes_received_emu / scale_bytes),
+            "active_s": (t1 - t0) * scale_link / scale_bytes}
+
+
+def print_table(summary: dict, out) -> None:
+    for job in summary["jobs"]:
+        it = job["iteration_time_s"]
+        out.write(f"\njob {job['name']}: {job['ranks']} ranks, {job['iterations']} iterations, "
+                  f"iteration time mean {_fmt_s(it['mean'])} (p50 {_fmt_s(it['p50'])}, p99 {_fmt_s(it['p99'])})\n")
+        b = job.get("breakdown_s")
+        if b and b["compute"] > 0:  # only jobs that compute have a split worth printing
+            out.write(f"  per iteration (mean over ranks): compute {_fmt_s(b['compute'])}, exposed comm "
+                      f"{_fmt_s(b['exposed_comm'])}, idle/bubble {_fmt_s(b['idle'])}"
+                      f" (comm overlapped with compute {_fmt_s(b['overlapped_comm'])})\n")
+        # Summaries written before the alpha-beta prediction existed print without its columns.
+        predicted = any("predicted_cct_s" in c for c in job["collectives"])
+        if job["collectives"]:
+            out.write(f"  {'op':<15}{'algorithm':<18}{'ranks':>6}{'size':>11}{'count':>7}"
+                      f"{'time':>11}{'algbw Gb/s':>12}{'busbw Gb/s':>12}"
+                      + (f"{'alpha-beta':>12}{'ratio':>7}" if predicted else "") + "\n")
+        for c in job["collectives"]:
+            out.write(f"  {c['op']:<15}{c['algorithm']:<18}{c['ranks']:>6}{_fmt_b(c['size_bytes']):>11}"
+                      f"{c['count']:>7}{_fmt_s(c['cct_s']):>11}{c['algbw_gbps']:>12.1f}{c['busbw_gbps']:>12.1f}"
+                      + (f"{_fmt_opt(c.get('predicted_cct_s'), _fmt_s):>12}"
+                         f"{_fmt_opt(c.get('cct_vs_predicted'), '{:.2f}'.format):>7}" if predicted else "") + "\n")
+    agg = summary.get("aggregate")
+    if agg and agg["jobs"] > 1:
+        out.write(f"\nacross {agg['jobs']} jobs: iteration time mean {_fmt_s(agg['iteration_time_s_mean'])} "
+                  f"(slowest job {_fmt_s(agg['iteration_time_s_max'])}, p99 {_fmt_s(agg['iteration_time_s_p99'])}), "
+                  f"busbw mean {agg['busbw_gbps_mean']:.1f} Gb/s, makespan {_fmt_s(agg['makespan_s'])}\n")
+    if summary.get("calibration"):
+        print_calibration(summary["calibration"], out)
+    t = summary["traffic"]
+    out.write(f"\ntraffic: aggregate {t['aggregate_gbps']:.1f} Gb/s, normalized throughput "
+              f"{t['normalized_throughput']:.3f} of the host links\n")
+    f = summary["fidelity"]
+    verdict = "OK" if f["ok"] else "NOT FAITHFUL"
+    out.write(f"fidelity: {verdict}")
+    reasons = [c["name"] + ": " + c["detail"] for c in f.get("checks", []) if not c["ok"]]
+    out.write(("  (" + "; ".join(reasons) + ")") if reasons else "")
+    out.write("\n")
+    if not f["ok"] and f.get("suggested_scale"):
+        out.write(f"  suggestion: --set scale.link={f['suggested_scale']['link']:.3g} "
+                  f"--set scale.bytes={f['suggested_scale']['bytes']:.3g}, or --auto-scale\n")
+
+
+def print_calibration(cal: dict, out) -> None:
+    """The probes of `--auto-scale`, by link scale, and the one chosen."""
+    its = ", ".join(f"{j}: {v['probe']} of {v['run']}" for j, v in cal["iterations"].items())
+    n = len(cal["probes"])
+    out.write(f"\ncalibration (--auto-scale): {n} probe{'' if n == 1 else 's'} in {cal['wall_s']:.1f} s, time dilation "
+              f"{cal['dilation']:g}x, iterations per probe {its}\n")
+    out.write(f"  {'scale.link':<12}{'scale.bytes':<13}{'host link':>10}{'throughput':>12}  {'fidelity':<10}"
+              f"{'wall':>7}  failed checks\n")
+    chosen = (cal.get("chosen") or {}).get("dir")
+    for p in sorted(cal["probes"], key=lambda p: p["link"]):
+        nt = p.get("normalized_throughput")
+        verdict = {True: "ok" if p.get("margin_ok", True) else "no margin", False: "NOT ok"}.get(
+            p.get("fidelity_ok"), p["status"])
+        why = ", ".join(c["name"] + (" (margin)" if c.get("margin") else "") for c in p.get("failed_checks", []))
+        if p["status"] not in ("complete",):
+            why = (f"{p['status']}: {p.get('error') or ''}; " + why).rstrip("; ")
+        out.write(f"  {p['link']:<12.4g}{p['bytes']:<13.4g}{p['host_link_mbps']:>6.4g} Mb/s"
+                  f"{('-' if nt is None else f'{nt:.3f}'):>12}  {verdict:<10}{p['wall_s'] or 0:>6.1f}s  {why}"
+                  f"{'  <- chosen' if p['dir'] == chosen else ''}\n")
+    if cal.get("chosen"):
+        out.write(f"  chosen: scale.link={cal['chosen']['link']:g} scale.bytes={cal['chosen']['bytes']:g}: "
+                  f"{cal['reason']}\n")
+
+
+def _fmt_s(s: float) -> str:
+    if s >= 1:
+        return f"{s:.3f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s * 1e6:.1f} us"
+
+
+def _fmt_opt(v, fmt) -> str:
+    return "-" if v is None else fmt(v)
+
+
+def _fmt_b(n: float) -> str:
+    for unit, f in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= f:
+            return f"{n / f:g} {unit}" if (n / f) == int(n / f) else f"{n / f:.1f} {unit}"
+    return f"{int(n)} B"

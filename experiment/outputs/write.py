@@ -1,0 +1,28 @@
+"""The files a run writes at its end, whatever the engine: summary.json and the
+outputs made from events.jsonl (trace.json, plots/). Formats: docs/outputs.md."""
+from __future__ import annotations
+
+import json
+import os
+
+from experiment.outputs import chrometrace, plots
+from experiment.outputs.summary import read_events
+
+
+def write_json(path: str, data) -> None:
+    """Whole or not at all: through a temporary file, so a reader never sees half of it."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)
+
+
+def write_after_run(out_dir: str, exp, jobs, summary: dict, t0: float | None, log=print) -> None:
+    """trace.json and plots/ from what the run wrote; a failure is a warning, never a failed run."""
+    try:
+        events = read_events(os.path.join(out_dir, "events.jsonl"))
+        chrometrace.write(os.path.join(out_dir, "trace.json"), events, [(j.name, j.hosts) for j in jobs],
+                          exp.scale.dilation, exp.scale.bytes, t0=t0, name=exp.name)
+    except Exception as e:  # noqa: BLE001
+        log(f"[run] warning: trace.json not written: {type(e).__name__}: {e}")
+    plots.write_all(out_dir, summary, log)

@@ -1,0 +1,270 @@
+"""Turn an experiment's jobs into per-rank agent plans (pure; no root).
+
+Collectives become transfers through traffic.collectives; sizes and
+durations are scaled here, once, so agents see only emulated units.
+
+With ``controller.routing: coschedule`` each iteration's communication is
+one phase that the job announces to the controller (``announcement_plan``):
+every rank's plan lists the gated iterations, and one rank per iteration
+carries the announcement body it sends.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from badinput import InputError
+from experiment.model import Experiment, jobs_hosts, resolve_path
+from topologies import Fabric
+from traffic.collectives import build_schedule, predict_time_s
+from traffic.collectives.algorithms import effective_gpus_per_server
+from traffic.collectives.schedule import send_dependencies
+from traffic.workload import build_workload
+
+BASE_PORT = 20000
+COMM_KINDS = ("collective", "send", "recv")
+# Announced collective names (controller.cosched.COLLECTIVES) for traffic's op names.
+ANNOUNCED_OP = {"sendrecv": "send_recv", "send": "send_recv", "recv": "send_recv"}
+# A rank that never gets an answer for a gated phase starts it anyway after
+# this long (wall seconds) plus two expected periods: timing is all the gate
+# decides, so this cannot corrupt a run, only desynchronize a shift.
+ANSWER_WAIT_S = 5.0
+
+
+@dataclass
+class JobPlan:
+    name: str
+    index: int
+    hosts: list[str]             # rank -> fabric host
+    trace: object                # traffic.trace.Trace
+    ranks: list[dict] = field(default_factory=list)  # per-rank agent plans
+    start_offset_s: float = 0.0  # emulated
+    # (op, algorithm, size_bytes, ranks) -> the alpha-beta time of each instance, real seconds
+    predicted_s: dict = field(default_factory=dict)
+
+
+def emulated_bytes(size_bytes: int, scale_bytes: float) -> int:
+    return 0 if size_bytes == 0 else max(1, round(size_bytes * scale_bytes))
+
+
+def build_plans(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
+    dilation = exp.scale.dilation
+    try:
+        placed = jobs_hosts(exp.jobs, fabric)
+    except InputError as e:
+        raise InputError(e.key, e.expected, e.found, exp.source) from None
+    jobs = []
+    for ji, (job, hosts) in enumerate(zip(exp.jobs, placed)):
+        workload = dict(job.workload)
+        if "trace" in workload and isinstance(workload["trace"], str):
+            workload["trace"] = resolve_path(exp, workload["trace"])
+        try:
+            trace = build_workload(workload, len(hosts), gpus_per_server=_gps(fabric, hosts),
+                                   file=exp.source)
+        except InputError as e:
+            if e.file is not None and e.file != exp.source:
+                raise  # a trace file the workload names: the fault and its key are in that file
+            key = str(e.key)
+            if not key.startswith("jobs"):
+                key = f"jobs[{ji}].{key}" if key.startswith("workload") else f"jobs[{ji}].workload.{key}"
+            raise InputError(key, e.expected, e.found, exp.source) from None
+        if trace.nranks != len(hosts):
+            raise InputError(f"jobs[{ji}].hosts", f"{trace.nranks} hosts (the workload's rank count)",
+                              len(hosts), exp.source)
+        jp = JobPlan(job.name, ji, hosts, trace, start_offset_s=job.start_ms / 1000.0 * dilation)
+        jp.ranks = _rank_plans(exp, fabric, jp, dilation)
+        for f in exp.faults:
+            if f.straggler in hosts:
+                # Emulated seconds after the shared start ("go"), not after the job's own start.
+                jp.ranks[hosts.index(f.straggler)]["straggler"] = {"from_s": f.at_ms / 1000.0 * dilation,
+                                                                   "factor": f.factor}
+        if exp.routing == "coschedule":
+            announcement_plan(fabric, jp, exp.scale.link)
+        jobs.append(jp)
+    return jobs
+
+
+def _gps(fabric: Fabric, hosts: list[str]):
+    """GPUs per server as these hosts see it, for rail-aware algorithms
+    (None when they do not line up with servers). A host's fabric rank is
+    server x gpus_per_server + gpu, the numbering the function expects."""
+    return effective_gpus_per_server([fabric.node(h)["rank"] for h in hosts],
+                                     fabric.params.get("gpus_per_server"))
+
+
+def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -> list[dict]:
+    trace = jp.trace
+    n = trace.nranks
+    port = BASE_PORT + jp.index
+    sb = exp.scale.bytes
+    plans = [{"rank": r, "job": jp.name, "host": jp.hosts[r], "port": port, "dilation": dilation,
+              "slice_bytes": exp.testbed.slice_bytes, "start_offset_s": jp.start_offset_s,
+              "ops": [], "peers": {}, "inbound": 0} for r in range(n)]
+    tid = 0
+    instance_tids: dict[tuple, list] = {}   # (collective id, group) -> [(src, dst, step, bytes, tid, deps)]
+    pair_tid: dict[str, int] = {}
+    sched_cache: dict[tuple, object] = {}
+    deps_cache: dict[tuple, list] = {}
+    predict_cache: dict[tuple, float] = {}
+    op_index: list[dict[str, int]] = [dict() for _ in range(n)]
+    for r in range(n):
+        for op in trace.ops[r]:
+            op_index[r][op.id] = len(op_index[r])
+    for r in range(n):
+        out = plans[r]["ops"]
+        for op in trace.ops[r]:
+            spec = {"id": op.id, "kind": op.kind, "deps": [op_index[r][d] for d in op.deps],
+                    "label": op.label or None, "iteration": op.iteration}
+            if op.kind == "compute":
+                spec["duration_s"] = op.duration_s * dilation
+            elif op.kind == "collective":
+                group = trace.groups[op.group]
+                inst = (op.id, op.group)  # one id may name an instance in each group
+                if inst not in instance_tids:
+                    size = emulated_bytes(op.size_bytes, sb)
+                    root = getattr(op, "root", None) or 0
+                    # Servers as this group sees them (strided DP groups differ from the job's).
+                    gps = _gps(fabric, [jp.hosts[g] for g in group])
+                    key = (op.op, op.algorithm, len(group), size, root, gps)
+                    if key not in sched_cache:
+                        sched_cache[key] = build_schedule(op.op, op.algorithm, len(group), size, root=root,
+                                                          gpus_per_server=gps)
+                    if key not in deps_cache:
+                        deps_cache[key] = send_dependencies(sched_cache[key])
+                    lst = []
+                    for t in sched_cache[key].transfers:
+                        lst.append((group[t.src], group[t.dst], t.step, t.size_bytes, tid))
+                        tid += 1
+                    # Per transfer: the receive tids its sender waits for (earlier: whole; gate: streaming).
+                    deps = [([lst[j][4] for j in e], [lst[j][4] for j in g]) for e, g in deps_cache[key]]
+                    instance_tids[inst] = [(*x, d) for x, d in zip(lst, deps)]
+                    hosts = [jp.hosts[g] for g in group]
+                    pkey = (key, tuple(hosts))
+                    if pkey not in predict_cache:
+                        predict_cache[pkey] = predict_cct_s(exp, fabric, sched_cache[key], hosts)
+                    jp.predicted_s.setdefault((op.op, op.algorithm, op.size_bytes, len(group)), []).append(
+                        predict_cache[pkey])
+                spec.update(op=op.op, algorithm=op.algorithm, group=op.group, size_bytes=op.size_bytes,
+                            ranks=len(group))
+                spec["sends"] = [[t, d, st, b] for s, d, st, b, t, _ in instance_tids[inst] if s == r]
+                spec["send_deps"] = [[e, g] for s, _, _, _, _, (e, g) in instance_tids[inst] if s == r]
+                spec["recvs"] = [[t, s, st, b] for s, d, st, b, t, _ in instance_tids[inst] if d == r]
+            elif op.kind in ("send", "recv"):
+                src, dst = (r, op.peer) if op.kind == "send" else (op.peer, r)
+                key = f"{op.id}:{src}->{dst}"
+                if key not in pair_tid:
+                    pair_tid[key] = tid
+                    tid += 1
+                size = emulated_bytes(op.size_bytes, sb)
+                spec.update(size_bytes=op.size_bytes, peer=op.peer)
+                if op.kind == "send":
+                    spec["sends"] = [[pair_tid[key], dst, 0, size]]
+                else:
+                    spec["recvs"] = [[pair_tid[key], src, 0, size]]
+            out.append(spec)
+    # Who connects to whom: a connection per ordered (src, dst) pair that carries data.
+    links = set()
+    for r in range(n):
+        for spec in plans[r]["ops"]:
+            for _, d, _, _ in spec.get("sends", []):
+                if d != r:
+                    links.add((r, d))
+    for s, d in links:
+        plans[s]["peers"][str(d)] = {"ip": _peer_ip(fabric, jp.hosts[s], jp.hosts[d]), "port": port}
+        plans[d]["inbound"] += 1
+    plans_total = sum(len(s.get("sends", [])) for p in plans for s in p["ops"])
+    for p in plans:
+        p["transfer_events"] = plans_total <= 20000  # keep events.jsonl readable at scale
+    return plans
+
+
+def predict_cct_s(exp: Experiment, fabric: Fabric, schedule, hosts: list[str]) -> float:
+    """Real seconds the alpha-beta model gives this schedule (emulated bytes) on these hosts: their
+    NIC rate, NVLink inside a server, pipelined by the agents' slices, no contention."""
+    dilation, link = exp.scale.dilation, exp.scale.link
+    nvl = [fabric.nvlink_switch(h) for h in hosts]
+    intra = server_of = None
+    if any(s is not None for s in nvl):
+        ids = {s: i for i, s in enumerate(dict.fromkeys(nvl))}
+        server_of = [ids[s] if s is not None else len(ids) + r for r, s in enumerate(nvl)]
+        intra = min(fabric.graph.edges[h, s]["link_gbps"] for h, s in zip(hosts, nvl) if s is not None) * link
+    # In emulated units, as the agents ran it: latency_us is real time, so it is stretched too.
+    emulated_s = predict_time_s(schedule, min(fabric.host_link_gbps(h) for h in hosts) * link,
+                                exp.prediction.latency_us * 1e-6 * dilation,
+                                pipeline_slice_bytes=exp.testbed.slice_bytes, intra_gbps=intra, server_of=server_of)
+    return emulated_s / dilation
+
+
+def _peer_ip(fabric: Fabric, a: str, b: str) -> str:
+    """Same-server peers talk over NVLink; everyone else over the fabric."""
+    if fabric.same_server(a, b):
+        return fabric.node(b)["nvlink_ip"]
+    return fabric.node(b)["ip"]
+
+
+def announcement_plan(fabric: Fabric, jp: JobPlan, scale_link: float) -> None:
+    """Add each iteration's announced phase to the rank plans of one job.
+
+    The phase's flows are the iteration's fabric transfers (NVLink pairs never
+    meet the controller), summed per (src host, dst host), in emulated bytes.
+    The announcer is the lowest rank that communicates in that iteration; its
+    compute that iteration is ``compute_s``, the part listed after its first
+    communication op ``overlap_s``. The first period is estimated as compute
+    plus the busiest NIC's bytes at its emulated rate; agents announce the
+    period they measure after that.
+    """
+    plans = jp.ranks
+    flows: dict[int, dict[tuple[str, str], int]] = {}
+    nic_bytes: dict[int, dict[tuple[str, str], int]] = {}
+    ops: dict[int, set[str]] = {}
+    announcer: dict[int, int] = {}
+    for plan in plans:
+        r = plan["rank"]
+        for spec in plan["ops"]:
+            it = spec.get("iteration")
+            if it is None or spec["kind"] not in COMM_KINDS:
+                continue
+            announcer[it] = min(announcer.get(it, r), r)
+            name = spec.get("op") or spec["kind"]
+            ops.setdefault(it, set()).add(ANNOUNCED_OP.get(name, name))
+            for _, d, _, nbytes in spec.get("sends", []):
+                src, dst = jp.hosts[r], jp.hosts[d]
+                if d == r or fabric.same_server(src, dst):
+                    continue
+                pairs = flows.setdefault(it, {})
+                pairs[src, dst] = pairs.get((src, dst), 0) + nbytes
+                nic = nic_bytes.setdefault(it, {})
+                for end in (("tx", src), ("rx", dst)):
+                    nic[end] = nic.get(end, 0) + nbytes
+    gated = sorted(it for it in flows if flows[it])
+    by_rank: dict[int, list] = {}
+    for it in gated:
+        r = announcer[it]
+        compute_s, overlap_s = _compute_around_comm(plans[r]["ops"], it)
+        comm_s = max(b * 8 / (fabric.host_link_gbps(h) * 1e9 * scale_link) for (_, h), b in nic_bytes[it].items())
+        (coll, *more) = sorted(ops[it])
+        body = {"version": 1, "job": jp.name, "collective": "other" if more else coll,
+                "flows": [{"src": s, "dst": d, "size_bytes": b} for (s, d), b in sorted(flows[it].items())],
+                "period_s": compute_s + comm_s, "compute_s": compute_s, "overlap_s": overlap_s,
+                "gpus": len(jp.hosts)}
+        by_rank.setdefault(r, []).append([it, body])
+    if not gated:
+        return
+    longest = max(b["period_s"] for lst in by_rank.values() for _, b in lst)
+    for plan in plans:
+        plan["cosched"] = {"iterations": gated, "answer_wait_s": ANSWER_WAIT_S + 2 * longest,
+                           "announce": by_rank.get(plan["rank"], [])}
+
+
+def _compute_around_comm(ops: list[dict], iteration: int) -> tuple[float, float]:
+    """(compute of one rank in one iteration, the part listed after its first communication op)."""
+    total = after = 0.0
+    seen_comm = False
+    for spec in ops:
+        if spec.get("iteration") != iteration:
+            continue
+        if spec["kind"] in COMM_KINDS:
+            seen_comm = True
+        elif spec["kind"] == "compute":
+            total += spec.get("duration_s", 0.0)
+            after += spec.get("duration_s", 0.0) if seen_comm else 0.0
+    return total, after
