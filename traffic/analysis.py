@@ -10,8 +10,8 @@ import numpy as np
 
 from traffic.collectives import build_schedule, effective_gpus_per_server, predict_time_s
 from traffic.layout import FAMILIES, Layout
-from traffic.trace import MAX_EXPANDED_OPS, Trace, expand, layout_from_meta, topological_order
-from traffic.validate import _group_combos, class_graph
+from traffic.trace import MAX_EXPANDED_OPS, Trace, expand, layout_from_meta
+from traffic.validate import _group_combos, checked_graph, class_graph, order_of
 
 UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 RING_FORMULA_RANKS = 32  # larger ring collectives use their closed form: a 2048-rank schedule has 8M transfers
@@ -145,36 +145,42 @@ def critical_path(t: Trace, link_gbps: float = 400.0, latency_s: float = 5e-6,
     With `intra_gbps` and meta gpus_per_server, transfers inside a server go at that rate.
     On symmetric classes this runs on the class-level graph, where it is the same path; otherwise
     on every rank (TooLarge beyond MAX_EXPANDED_OPS)."""
-    g = class_graph(t)
-    order = topological_order(g.preds)
+    g, order = checked_graph(t) or _graph_and_order(t)
     cost = _Costs(t, link_gbps, latency_s, intra_gbps)
-    if not g.exact or len(order) != len(g.preds) or not cost.uniform(g):
+    if not g.exact or len(order) != len(g.keys) or not cost.uniform(g):
         if t.op_count() > MAX_EXPANDED_OPS:
             raise TooLarge(f"{t.op_count()} ops on ranks whose classes are not symmetric")
         if all(len(c) == 1 for c in t.classes):
             raise ValueError("the trace has a dependency cycle")  # validated traces never get here
         return _replace(critical_path(expand(t), link_gbps, latency_s, intra_gbps), per_class=False)
-    finish: dict = {}
-    best_pred: dict = {}
+    keys, preds, info = g.keys, g.preds, g.info
+    seconds = [cost.of(k, i) for k, i in zip(keys, info)]
+    finish = [0.0] * len(keys)
+    best_pred: list = [None] * len(keys)
     for k in order:
         start, via = 0.0, None
-        for p in g.preds[k]:
+        for p in preds[k]:
             if finish[p] > start:
                 start, via = finish[p], p
-        finish[k] = start + cost.of(k, g.info[k])
+        finish[k] = start + seconds[k]
         best_pred[k] = via
-    if not finish:
+    if not keys:
         return CriticalPath(0.0, 0.0, 0.0, [])
-    end = max(finish, key=finish.get)
+    end = max(range(len(keys)), key=finish.__getitem__)
     path = []
     while end is not None:
         path.append(end)
         end = best_pred[end]
     path.reverse()
-    steps = [(_describe(t, k, g.info[k]), cost.of(k, g.info[k])) for k in path]
-    compute = sum(s for k, (_, s) in zip(path, steps) if k[0] == "c")
+    steps = [(_describe(t, keys[k], info[k]), seconds[k]) for k in path]
+    compute = sum(seconds[k] for k in path if keys[k][0] == "c")
     total = finish[path[-1]]
     return CriticalPath(total, compute, total - compute, steps)
+
+
+def _graph_and_order(t: Trace):
+    g = class_graph(t)
+    return g, order_of(g.preds)
 
 
 def _replace(cp: CriticalPath, **kw) -> CriticalPath:
@@ -214,7 +220,7 @@ class _Costs:
         return self.group_cache[key]
 
     def uniform(self, g) -> bool:
-        return all(self.group(c, o.group)[2] for k, (c, o) in g.info.items() if k[0] == "g")
+        return all(self.group(c, o.group)[2] for k, (c, o) in zip(g.keys, g.info) if k[0] == "g")
 
     def of(self, key, info) -> float:
         c, o = info

@@ -54,7 +54,6 @@ class Op:
 
 
 _FIELDS = tuple(f.name for f in fields(Op))
-_DEFAULTS = {f.name: f.default for f in fields(Op)}
 
 
 class RankClass:
@@ -101,6 +100,7 @@ class Trace:
         for r, lst in (ops or {}).items():
             self.classes.append(RankClass([r] if _is_int(r) else [-1], lst, key=f"ops.{r}"))
         self._index = None
+        self._checked = None  # (fingerprint, class graph, order) of the last validate(): see traffic.validate
 
     # ---- the compact API (docs/trace-format.md, "Reading a trace") ------------------------------
     @property
@@ -182,6 +182,7 @@ class Trace:
     def touched(self) -> None:
         """Call after changing `classes` or their ranks in place: forgets the rank -> class index."""
         self._index = None
+        self._checked = None
 
     def _rank_index(self):
         if self._index is None:
@@ -447,25 +448,6 @@ def first_iterations(t: Trace, n: int) -> Trace | None:
     return cut
 
 
-def topological_order(preds: dict) -> list:
-    """Kahn's algorithm; returns fewer nodes than given when there is a cycle."""
-    indeg = {k: len(v) for k, v in preds.items()}
-    succs: dict = {}
-    for k, v in preds.items():
-        for p in v:
-            succs.setdefault(p, []).append(k)
-    ready = [k for k, d in indeg.items() if d == 0]
-    order = []
-    while ready:
-        k = ready.pop()
-        order.append(k)
-        for s in succs.get(k, ()):
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                ready.append(s)
-    return order
-
-
 def find_cycle(t: Trace) -> list[str] | None:
     """A dependency cycle across ranks (described node by node), or None."""
     from traffic.validate import find_cycle as _find
@@ -475,31 +457,50 @@ def find_cycle(t: Trace) -> list[str] | None:
 # ---- the file ---------------------------------------------------------------------------------
 
 def op_to_dict(o: Op) -> dict:
-    """Only the fields that differ from their default, so files stay small."""
+    """Only the fields that differ from their default, so files stay small (one test per field:
+    this runs once per distinct op of every file written)."""
     d = {"id": o.id, "kind": o.kind}
-    for name in _FIELDS[2:]:
-        v = getattr(o, name)
-        if v != _DEFAULTS[name]:
-            d[name] = list(v) if name == "deps" else v
+    if o.deps != ():
+        d["deps"] = list(o.deps)
+    if o.duration_s != 0.0:
+        d["duration_s"] = o.duration_s
+    if o.op is not None:
+        d["op"] = o.op
+    if o.algorithm is not None:
+        d["algorithm"] = o.algorithm
+    if o.group is not None:
+        d["group"] = o.group
+    if o.size_bytes != 0:
+        d["size_bytes"] = o.size_bytes
+    if o.peer is not None:
+        d["peer"] = o.peer
+    if o.iteration is not None:
+        d["iteration"] = o.iteration
+    if o.label != "":
+        d["label"] = o.label
+    if o.root is not None:
+        d["root"] = o.root
     return d
+
+
+_FIELD_SET = frozenset(_FIELDS)
 
 
 def op_from_dict(d, where="op", file=None) -> Op:
     if not isinstance(d, dict):
         raise InputError(where, "an object", type(d).__name__, file=file)
-    unknown = set(d) - set(_FIELDS)
-    if unknown:
-        raise InputError(f"{where}.{sorted(unknown)[0]}", "a known op field (" + ", ".join(_FIELDS) + ")",
+    if not d.keys() <= _FIELD_SET:
+        raise InputError(f"{where}.{sorted(set(d) - _FIELD_SET)[0]}", "a known op field (" + ", ".join(_FIELDS) + ")",
                          "an unknown key", file=file)
     for key in ("id", "kind"):
         if key not in d:
             raise InputError(f"{where}.{key}", "a value", "nothing", file=file)
-    deps = d.get("deps", ())
-    if not isinstance(deps, (list, tuple)) or not all(isinstance(x, str) for x in deps):
-        raise InputError(f"{where}.deps", "a list of op ids", deps, file=file)
-    kw = dict(d)
-    kw["deps"] = tuple(deps)
-    return Op(**kw)
+    if "deps" in d:
+        deps = d["deps"]
+        if not isinstance(deps, (list, tuple)) or not all(isinstance(x, str) for x in deps):
+            raise InputError(f"{where}.deps", "a list of op ids", deps, file=file)
+        d = {**d, "deps": tuple(deps)}
+    return Op(**d)
 
 
 def _entries_out(ops, uses, index, table) -> list:

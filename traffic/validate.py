@@ -17,7 +17,11 @@ from badinput import InputError
 from traffic.collectives import ALGORITHMS, OPS
 from traffic.layout import FAMILIES, parse_peer
 from traffic.trace import KINDS, MAX_EXPANDED_OPS, MAX_RANKS, MAX_SIZE_BYTES, Trace, _is_int, expand, \
-    is_finite_number, topological_order
+    is_finite_number
+
+
+KIND_SET = frozenset(KINDS)
+INF = float("inf")
 
 
 def validate(t: Trace, file=None) -> None:
@@ -131,47 +135,40 @@ class _Validator:
             refs: dict = {}
             subset_ok: dict = {}
             for i, o in enumerate(cls.ops):
-                where = f"{base}[{i}]"
-                if not isinstance(o.id, str) or not o.id:
-                    bad(f"{where}.id", "a non-empty string", o.id)
-                if o.id in ids:
-                    bad(f"{where}.id", "an id unique within the rank" if one else "an id unique within the stream",
-                        o.id)
-                ids[o.id] = i
-                if o.kind not in KINDS:
-                    bad(f"{where}.kind", "one of " + ", ".join(KINDS), o.kind)
-                if not _is_int(o.size_bytes) or not 0 <= o.size_bytes <= MAX_SIZE_BYTES:
-                    bad(f"{where}.size_bytes", f"an integer in 0..{MAX_SIZE_BYTES}", o.size_bytes)
-                if not is_finite_number(o.duration_s) or o.duration_s < 0:
-                    bad(f"{where}.duration_s", "a finite number >= 0", o.duration_s)
-                if o.iteration is not None and (not _is_int(o.iteration) or o.iteration < 0):
-                    bad(f"{where}.iteration", "an integer >= 0 or null", o.iteration)
-                if not isinstance(o.label, str):
-                    bad(f"{where}.label", "a string", o.label)
+                oid, size, dur, it = o.id, o.size_bytes, o.duration_s, o.iteration
+                # The common case in one expression; anything else takes the checks that name it.
+                if not (type(oid) is str and oid and oid not in ids and type(o.kind) is str and o.kind in KIND_SET
+                        and type(size) is int
+                        and 0 <= size <= MAX_SIZE_BYTES and (type(dur) is float and 0.0 <= dur < INF or
+                                                              type(dur) is int and 0 <= dur <= MAX_SIZE_BYTES)
+                        and (it is None or type(it) is int and it >= 0) and type(o.label) is str):
+                    self.check_fields(o, f"{base}[{i}]", ids, one)
+                ids[oid] = i
                 if o.kind == "collective":
+                    where = f"{base}[{i}]"
                     if o.op not in OPS:
                         bad(f"{where}.op", "one of " + ", ".join(OPS), o.op)
                     if o.algorithm is not None and o.algorithm not in ALGORITHMS:
                         bad(f"{where}.algorithm", "one of " + ", ".join(ALGORITHMS), o.algorithm)
                     g = o.group
                     if isinstance(g, str) and g in fams:
-                        size = t.layout.family_size(g)
+                        gsize = t.layout.family_size(g)
                     elif isinstance(g, str) and g in t.explicit:
                         ok = subset_ok.get(g)
                         if ok is None:
                             ok = subset_ok[g] = self.outside(cls.ranks, g)
                         if ok is not True:
                             bad(f"{where}.group", f"a group that holds rank {ok}", g)
-                        size = len(t.explicit[g])
+                        gsize = len(t.explicit[g])
                     else:
                         named = "a group named in groups" + (" or a layout family (" + ", ".join(fams) + ")"
                                                              if fams else "")
                         bad(f"{where}.group", named, g)
-                    if o.root is not None and (not _is_int(o.root) or not 0 <= o.root < size):
-                        bad(f"{where}.root", f"a group-local rank in 0..{size - 1}", o.root)
+                    if o.root is not None and (not _is_int(o.root) or not 0 <= o.root < gsize):
+                        bad(f"{where}.root", f"a group-local rank in 0..{gsize - 1}", o.root)
                     refs.setdefault(g, {})[o.id] = ((o.op, o.algorithm, o.size_bytes, o.root), i)
                 elif o.kind in ("send", "recv"):
-                    self.check_peer(cls, o, where, n)
+                    self.check_peer(cls, o, f"{base}[{i}]", n)
                     self.p2p.append((c, i))
             for i, o in enumerate(cls.ops):
                 for d in o.deps:
@@ -180,6 +177,24 @@ class _Validator:
                             d)
             self.refs.append(refs)
             self.ids.append(ids)
+
+    def check_fields(self, o, where, ids, one):
+        """The rules every op follows, one by one, so that the first broken one is named."""
+        bad = self.bad
+        if not isinstance(o.id, str) or not o.id:
+            bad(f"{where}.id", "a non-empty string", o.id)
+        if o.id in ids:
+            bad(f"{where}.id", "an id unique within the rank" if one else "an id unique within the stream", o.id)
+        if o.kind not in KINDS:
+            bad(f"{where}.kind", "one of " + ", ".join(KINDS), o.kind)
+        if not _is_int(o.size_bytes) or not 0 <= o.size_bytes <= MAX_SIZE_BYTES:
+            bad(f"{where}.size_bytes", f"an integer in 0..{MAX_SIZE_BYTES}", o.size_bytes)
+        if not is_finite_number(o.duration_s) or o.duration_s < 0:
+            bad(f"{where}.duration_s", "a finite number >= 0", o.duration_s)
+        if o.iteration is not None and (not _is_int(o.iteration) or o.iteration < 0):
+            bad(f"{where}.iteration", "an integer >= 0 or null", o.iteration)
+        if not isinstance(o.label, str):
+            bad(f"{where}.label", "a string", o.label)
 
     def outside(self, ranks, group):
         """True when the explicit group holds all these ranks, else the first rank it lacks."""
@@ -335,12 +350,14 @@ class _Validator:
 class ClassGraph:
     """One node per distinct op of the classes: a class's compute op ("c", class, id); a collective
     ("g", group or family, id, which member classes); a send/recv pair ("p", id, sending class).
-    `preds` maps each node to the nodes it waits for, `info` to a (class, op) that holds it.
-    `exact`: every class is symmetric (its ranks see the same classes around them), so longest
-    paths here are the per-rank ones; without it only "no cycle here, so none per rank" holds."""
+    Nodes are numbered: `keys[i]` is node i's key, `preds[i]` the nodes it waits for, `info[i]` a
+    (class, op) that holds it (the send, for a pair). `exact`: every class is symmetric (its ranks
+    see the same classes around them), so longest paths here are the per-rank ones; without it
+    only "no cycle here, so none per rank" holds."""
 
-    preds: dict
-    info: dict
+    keys: list
+    preds: list
+    info: list
     exact: bool
 
 
@@ -375,29 +392,70 @@ def class_graph(t: Trace, class_of=None) -> ClassGraph:
             sources[key] = np.unique(class_of[q]).tolist()
         return sources[key]
 
-    def images(c, o):
-        if o.kind == "compute":
-            return [("c", c, o.id)]
-        if o.kind == "collective":
-            return [("g", o.group, o.id, combos.get((o.group, c)))]
-        if o.kind == "send":
-            return [("p", o.id, c)]
-        return [("p", o.id, s) for s in other_classes(c, o.peer)]
+    shared: dict = {}  # key -> node, for the nodes that ops of several classes or ranks merge into
+    keys: list = []
+    preds: list = []
+    info: list = []
 
-    preds: dict = {}
-    info: dict = {}
+    def node(key, c, o):
+        i = shared.get(key)
+        if i is None:
+            i = shared[key] = len(keys)
+            keys.append(key)
+            preds.append([])
+            info.append((c, o))
+        elif o.kind == "send":
+            info[i] = (c, o)
+        return i
+
     for c, cls in enumerate(t.classes):
-        keys = {o.id: images(c, o) for o in cls.ops}
+        local: dict = {}  # op id -> its nodes: one, except a recv whose senders lie in several classes
         for o in cls.ops:
-            mine = keys[o.id]
-            if len(mine) != 1 or (o.kind == "send" and len(other_classes(c, o.peer)) != 1):
-                exact = False
-            before = [k for d in o.deps for k in keys[d]]
-            for k in mine:
-                preds.setdefault(k, []).extend(before)
-                if k not in info or o.kind == "send":
-                    info[k] = (c, o)
-    return ClassGraph(preds, info, exact)
+            kind = o.kind
+            if kind == "compute":  # never merged: no lookup needed
+                local[o.id] = (len(keys),)
+                keys.append(("c", c, o.id))
+                preds.append([])
+                info.append((c, o))
+            elif kind == "collective":
+                local[o.id] = (node(("g", o.group, o.id, combos.get((o.group, c))), c, o),)
+            elif kind == "send":
+                local[o.id] = (node(("p", o.id, c), c, o),)
+                if exact and len(other_classes(c, o.peer)) != 1:
+                    exact = False
+            else:
+                src = other_classes(c, o.peer)
+                local[o.id] = tuple(node(("p", o.id, s), c, o) for s in src)
+                if len(src) != 1:
+                    exact = False
+        for o in cls.ops:
+            deps = o.deps
+            if not deps:
+                continue
+            before = [x for d in deps for x in local[d]]
+            for i in local[o.id]:
+                preds[i].extend(before)
+    return ClassGraph(keys, preds, info, exact)
+
+
+def order_of(preds: list) -> list:
+    """Kahn's algorithm over numbered nodes; fewer nodes than given when there is a cycle."""
+    indeg = [len(p) for p in preds]
+    succs: list = [[] for _ in preds]
+    for k, ps in enumerate(preds):
+        for p in ps:
+            succs[p].append(k)
+    ready = [k for k, d in enumerate(indeg) if d == 0]
+    order = []
+    append, pop = order.append, ready.pop
+    while ready:
+        k = pop()
+        append(k)
+        for s in succs[k]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                ready.append(s)
+    return order
 
 
 def _group_combos(t: Trace, f: str, class_of) -> np.ndarray:
@@ -422,11 +480,25 @@ def _group_combos(t: Trace, f: str, class_of) -> np.ndarray:
     return combo
 
 
+def fingerprint(t: Trace):
+    """What a checked class graph depends on, short of the ops' fields (ops are read-only)."""
+    return (id(t.layout), tuple((id(c.ops), len(c.ops), id(c.ranks)) for c in t.classes))
+
+
+def checked_graph(t: Trace):
+    """(ClassGraph, topological order) of the last successful validate() of `t`, if still valid."""
+    cached = getattr(t, "_checked", None)
+    if cached is not None and cached[0] == fingerprint(t):
+        return cached[1], cached[2]
+    return None
+
+
 def find_cycle(t: Trace, class_of=None) -> list[str] | None:
     """A dependency cycle across ranks, described node by node, or None."""
     g = class_graph(t, class_of)
-    cycle = _cycle(g.preds)
-    if cycle is None:
+    order = order_of(g.preds)
+    if len(order) == len(g.preds):
+        t._checked = (fingerprint(t), g, order)
         return None
     if any(len(c) > 1 for c in t.classes):
         # A cycle between classes may wind through ranks that are all different: ask the ranks.
@@ -434,22 +506,18 @@ def find_cycle(t: Trace, class_of=None) -> list[str] | None:
         if total > MAX_EXPANDED_OPS:
             raise InputError("deps", f"a dependency graph dtnet can check: the class-level graph has a cycle "
                              f"and the per-rank check stops at {MAX_EXPANDED_OPS} ops", f"{total} ops")
-        full = expand(t)
-        g = class_graph(full)
-        cycle = _cycle(g.preds)
-        if cycle is None:
+        t = expand(t)
+        g = class_graph(t)
+        order = order_of(g.preds)
+        if len(order) == len(g.preds):
             return None
-        t = full
-    return [describe(t, k, g.info[k]) for k in cycle]
+    return [describe(t, g.keys[i], g.info[i]) for i in _cycle(g.preds, order)]
 
 
-def _cycle(preds):
-    order = topological_order(preds)
-    if len(order) == len(preds):
-        return None
-    left = set(preds) - set(order)
-    # Walk predecessors inside the leftover set until a node repeats: that loop is a cycle.
-    node, seen = next(iter(left)), []
+def _cycle(preds, order):
+    """A cycle among the nodes Kahn's algorithm could not order: walk predecessors until one repeats."""
+    left = set(range(len(preds))) - set(order)
+    node, seen = min(left), []
     while node not in seen:
         seen.append(node)
         node = next(p for p in preds[node] if p in left)
