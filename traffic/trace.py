@@ -457,25 +457,23 @@ def find_cycle(t: Trace) -> list[str] | None:
 # ---- the file ---------------------------------------------------------------------------------
 
 def op_to_dict(o: Op) -> dict:
-    """Only the fields that differ from their default, so files stay small (one test per field:
-    this runs once per distinct op of every file written)."""
+    """Only the fields that differ from their default, so files stay small (this runs once per
+    distinct op of every file written, so no loop over every field)."""
     d = {"id": o.id, "kind": o.kind}
     if o.deps != ():
         d["deps"] = list(o.deps)
     if o.duration_s != 0.0:
         d["duration_s"] = o.duration_s
-    if o.op is not None:
-        d["op"] = o.op
-    if o.algorithm is not None:
-        d["algorithm"] = o.algorithm
-    if o.group is not None:
-        d["group"] = o.group
+    for name in _NONE_DEFAULT[:3]:
+        v = getattr(o, name)
+        if v is not None:
+            d[name] = v
     if o.size_bytes != 0:
         d["size_bytes"] = o.size_bytes
-    if o.peer is not None:
-        d["peer"] = o.peer
-    if o.iteration is not None:
-        d["iteration"] = o.iteration
+    for name in _NONE_DEFAULT[3:5]:
+        v = getattr(o, name)
+        if v is not None:
+            d[name] = v
     if o.label != "":
         d["label"] = o.label
     if o.root is not None:
@@ -483,6 +481,7 @@ def op_to_dict(o: Op) -> dict:
     return d
 
 
+_NONE_DEFAULT = ("op", "algorithm", "group", "peer", "iteration")  # in field order, around size_bytes
 _FIELD_SET = frozenset(_FIELDS)
 
 
