@@ -225,24 +225,26 @@ def is_finite_number(x) -> bool:
 # ---- per-rank views --------------------------------------------------------------------------
 
 class _RankOps(Sequence):
-    """One rank's ops, made concrete one at a time: its length costs nothing."""
+    """One rank's ops, made concrete as they are read: its length costs nothing, a pass over it
+    holds one op at a time, and indexing makes the whole list once (the same objects after)."""
 
-    __slots__ = ("_t", "_cls", "_rank", "_cache")
+    __slots__ = ("_t", "_cls", "_rank", "_cache", "_list")
 
     def __init__(self, t: Trace, cls: RankClass, rank: int):
-        self._t, self._cls, self._rank, self._cache = t, cls, rank, {}
+        self._t, self._cls, self._rank, self._cache, self._list = t, cls, rank, {}, None
 
     def __len__(self):
         return len(self._cls.ops)
 
     def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        return self._concrete(self._cls.ops[i])
+        if self._list is None:
+            self._list = [self._concrete(o) for o in self._cls.ops]
+        return self._list[i]
 
     def __iter__(self):
-        for o in self._cls.ops:
-            yield self._concrete(o)
+        if self._list is not None:
+            return iter(self._list)
+        return (self._concrete(o) for o in self._cls.ops)
 
     def _concrete(self, o: Op) -> Op:
         t = self._t
