@@ -112,3 +112,12 @@ def test_generate_answers_at_once_beyond_the_limits(flags, expected, tmp_path):
         _run(argv + flags + ["--out", str(tmp_path / "t.json")])
     assert str(e.value).startswith(expected), str(e.value)
     assert not (tmp_path / "t.json").exists()
+
+
+def test_show_reads_a_version_1_file_and_names_its_groups_by_dimension(capsys):
+    import pathlib
+    old = pathlib.Path(__file__).parents[1] / "data" / "v1" / "mixtral-pp2-ep2.json"
+    assert _run(["trace", "show", str(old)]) == 0
+    text = capsys.readouterr().out
+    assert "held as 4 rank classes" in text  # one per rank, as version 1 lists them
+    assert "ep       all_to_all" in text and "dp       all_reduce" in text  # by the rule the names follow
