@@ -18,7 +18,8 @@ from traffic.models import DTYPE_BYTES, GPUS, PRESETS, Gpu, Model, attention_flo
     expert_params, logits_flops, mlp_dense_params, mlp_flops, model_from_spec, padded_vocab
 from traffic.layout import Layout
 from traffic.spec import SpecReader
-from traffic.trace import MAX_DISTINCT_OPS, MAX_ITERATIONS, MAX_RANKS, Op, RankClass, Trace, _no_gc
+from traffic.trace import MAX_DISTINCT_OPS, MAX_ITERATIONS, MAX_RANKS, MAX_SIZE_BYTES, Op, RankClass, Trace, \
+    _no_gc
 
 DIMS = ("tp", "dp", "pp")
 SCHEDULES = ("1f1b", "gpipe")
@@ -367,6 +368,10 @@ def generate(model: Model, par: ParallelConfig, *, gpu: str = "a100", efficiency
                          None if e[_PEER] is None else f"pp{e[_PEER]:+d}", e[_IT], e[_LABEL])
                       for e in _StageBuilder(job, p).build()]
             classes.append(RankClass(layout.select({"pp": [p]}), stream, f"stage{p}", {"pp": [p]}))
+    largest = max((o.size_bytes for c in classes for o in c.ops), default=0)
+    if largest > MAX_SIZE_BYTES:  # written unchecked (see --validate), so say it here
+        raise InputError("micro_batch_size" if par.micro_batch_size > 1 else "model",
+                         f"messages that fit 64 bits (at most {MAX_SIZE_BYTES} bytes)", f"{largest} bytes")
     meta = {
         "workload": "model", "model": model.name, "gpu": gpu, "efficiency": efficiency, "dtype": dtype,
         "grad_dtype": grad_dtype, "tp": par.tp, "pp": par.pp, "dp": par.dp, "ep": par.ep,
@@ -422,9 +427,10 @@ def model_workload(spec: dict, nranks: int, *, gpus_per_server: int | None = Non
     r.done()
     try:
         check_size(model, par, kw["iterations"])
-    except InputError as e:
-        raise r.error(e.key, e.expected, e.found) from None
-    trace = generate(model, par, **kw)
+        trace = generate(model, par, **kw)
+    except InputError as e:  # micro-batches that come from global_batch: name what the user wrote
+        key = "global_batch" if e.key == "microbatches" and r.has("global_batch") else e.key
+        raise r.error(key, e.expected, e.found) from None
     _check_hierarchical(r, trace, kw["algorithms"], gpus_per_server)
     if validate:
         trace.validate(file=file)

@@ -135,6 +135,7 @@ def test_a_pipeline_the_rows_do_not_show_is_refused(tmp_path, kw, msg):
     (HEADER.replace("ep: 1", "ep: 3"), ROWS, None, "line 1: ep:: expected a divisor of dp = 4"),
     (HEADER.replace("pp: 1", "pp: 2"), ROWS, None, "line 1: pp_comm:: expected the bytes"),
     (HEADER.replace("all_gpus: 8", "all_gpus: 4000000"), ROWS, None, "line 1: all_gpus:: expected at most 1048576"),
+    (HEADER + " pp_comm: 99999999999999999999", ROWS, None, "line 1: pp_comm:: expected at most 9223372036854775807"),
     (HEADER + " colour: 3", ROWS, None, "line 1: colour:: expected one of"),
     (HEADER.replace("ga: 2", "ga: x"), ROWS, None, "line 1: ga:: expected an integer after it"),
     (HEADER, ROWS, 5, "line 2: expected the number of rows that follow (3), found 5"),

@@ -88,3 +88,13 @@ def test_check_names_the_limit_for_a_mistyped_iteration_count(tmp_path, capsys):
     assert cli.main(["check", str(exp)]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "jobs[0].workload.iterations: expected an integer >= 1 and <= 100000" in err
+
+
+@pytest.mark.parametrize("spec,key", [
+    ({"model": "gpt-small", "microbatches": 1, "micro_batch_size": 10 ** 13}, "workload.micro_batch_size"),
+    ({"model": "gpt-small", "global_batch": 4 * 10 ** 9}, "workload.global_batch"),
+])
+def test_generated_sizes_and_counts_name_the_key_the_user_wrote(spec, key):
+    with pytest.raises(InputError) as e:
+        build_workload(spec, 4, validate=False)
+    assert e.value.key == key, str(e.value)

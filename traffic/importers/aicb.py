@@ -80,6 +80,8 @@ def _header(line, path):
     dp = n // (tp * pp)
     if dp % vals["ep"]:
         raise InputError("line 1: ep:", f"a divisor of dp = {dp}", vals["ep"], file=path)
+    if vals["pp_comm"] > MAX_SIZE_BYTES:
+        raise InputError("line 1: pp_comm:", f"at most {MAX_SIZE_BYTES} bytes", vals["pp_comm"], file=path)
     if pp > 1 and vals["pp_comm"] <= 0:
         raise InputError("line 1: pp_comm:", "the bytes passed between stages when pp > 1", vals["pp_comm"], file=path)
     return vals, tp, pp, dp
