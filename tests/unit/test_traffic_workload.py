@@ -91,7 +91,7 @@ def test_check_names_the_limit_for_a_mistyped_iteration_count(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("spec,key", [
-    ({"model": "gpt-small", "microbatches": 1, "micro_batch_size": 10 ** 13}, "workload.micro_batch_size"),
+    ({"model": "gpt-small", "tp": 2, "microbatches": 1, "micro_batch_size": 10 ** 13}, "workload.micro_batch_size"),
     ({"model": "gpt-small", "global_batch": 4 * 10 ** 9}, "workload.global_batch"),
 ])
 def test_generated_sizes_and_counts_name_the_key_the_user_wrote(spec, key):
