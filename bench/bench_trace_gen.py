@@ -147,8 +147,8 @@ def main(argv=None):
             show = run(old_root, ["trace", "show", path], timeout_s=args.old_timeout, max_bytes=limit)
             print(f"  show      old {fmt(show)}   new {fmt(new_show)}   old/new time x{show[0] / new_show[0]:.1f}, "
                   f"memory x{show[1] / new_show[1]:.1f}")
-            both = run(ROOT, ["trace", "show", path])
-            print(f"  the old (version 1) file shown by the new code: {fmt(both)}")
+            both = run(ROOT, ["trace", "show", path], timeout_s=args.old_timeout, max_bytes=limit)
+            print(f"  the old file (version 1: one class per rank) shown by the new code: {fmt(both)}")
         print("  old AICB import of the SimAI example: not run (issue 14: killed by the kernel at 24 GB)")
 
 
