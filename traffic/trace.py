@@ -116,7 +116,8 @@ class Trace:
         idx = self._rank_index()
         if isinstance(idx, dict):
             return idx.get(rank)
-        if not _is_int(rank) or not 0 <= rank < idx.size or idx[rank] < 0:
+        if not isinstance(rank, (int, np.integer)) or isinstance(rank, bool) or not 0 <= rank < idx.size \
+                or idx[rank] < 0:
             return None
         return int(idx[rank])
 
