@@ -167,6 +167,8 @@ def test_classes_do_not_grow_with_the_gpu_count():
     assert {o.group for o in last if o.kind == "collective"} == {"tp-p7-d2047", "dp-p7-t7"}
     assert {o.peer for o in last if o.kind in ("send", "recv")} == {131071 - 8 * 2048}
     assert big.members("dp-p7-t7")[:3] == [7 + 7 * 16384, 15 + 7 * 16384, 23 + 7 * 16384]
+    seq = big.ops[np.int64(131071)]  # lazy: its length costs nothing; indexing makes it once
+    assert len(seq) == len(last) and seq[5] is seq[5] and list(seq) == last
 
 
 # ---- validation: the same verdicts on the classes as rank by rank --------------------------------
