@@ -23,6 +23,7 @@ import argparse
 import math
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -89,11 +90,20 @@ def main(argv=None):
     ap.add_argument("--old", help="a checkout of the old code to run side by side (1,024 GPUs)")
     ap.add_argument("--old-timeout", type=float, default=900.0, help="seconds the old show may take")
     ap.add_argument("--old-max-gb", type=float, default=8.0, help="address space the old commands may use")
+    ap.add_argument("--keep", action="store_true", help="keep the trace files (else removed at the end)")
     args = ap.parse_args(argv)
     out = tempfile.mkdtemp(prefix="bench-trace-")
+    try:
+        bench(args, out)
+    finally:
+        if not args.keep:
+            shutil.rmtree(out, ignore_errors=True)
+
+
+def bench(args, out):
     r = args.repeat
     print(f"cpus={os.cpu_count()} python={sys.version.split()[0]} repeat={r} (median wall, largest peak RSS)")
-    print(f"whole commands: python -m dtnet.cli trace ...; files in {out}\n")
+    print(f"whole commands: python -m dtnet.cli trace ...; files in {out}{' (kept)' if args.keep else ''}\n")
 
     print("GPT-3 175B, tp 8, pp 8, published global batch 1536")
     published = {}
