@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from badinput import InputError
 from traffic.importers.assemble import Assembler, infer_groups, read_json_gz
-from traffic.trace import is_finite_number
+from traffic.limits import is_finite_number
 
 DTYPE_BYTES = {"float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "bfloat16": 2,
                "int": 4, "int32": 4, "long": 8, "int64": 8, "short": 2, "int16": 2, "char": 1, "int8": 1,
