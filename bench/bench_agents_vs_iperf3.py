@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from emulator.run.runner import run_experiment  # noqa: E402
 from emulator.testbed.iperf import iperf3_flows  # noqa: E402
 from emulator.testbed.lifecycle import Testbed  # noqa: E402
-from experiment import model  # noqa: E402
+from experiment import model, placement  # noqa: E402
 
 FABRICS = {
     "single-switch:hosts=8": "ring-single-switch.yaml",
@@ -30,7 +30,7 @@ FABRICS = {
 
 def iperf3_ring(exp, out_dir, duration_s=8):
     fabric = exp.fabric()
-    hosts = model.job_hosts(exp.jobs[0], fabric)
+    hosts = placement.job_hosts(exp.jobs[0], fabric)
     ring = [(h, hosts[(i + 1) % len(hosts)]) for i, h in enumerate(hosts)]
     with Testbed(fabric, out_dir, routing=exp.routing, scale_link=exp.scale.link,
                  datapath=exp.testbed.datapath, log=lambda *_: None) as tb:

@@ -14,10 +14,11 @@ from collections import deque
 
 from dataclasses import dataclass
 
-from controller.cosched import AnnounceError, CoScheduler, parse_announcement
+from badinput.schema import to_dict
+from controller.cosched import AnnounceError, Answer, CoScheduler, parse_announcement
 from controller.flows import CongestionConfig, FlowKey, FlowScheduler
 from controller.load import LinkLoad
-from controller.routing import ROUTE_TABLE, NextHops, check_policy, switch_routes
+from controller.routing import DEFAULT_POLICY, ROUTE_TABLE, NextHops, check_policy, switch_routes
 from controller.rules import COOKIE_FLOW_BASE, COOKIE_FLOW_MASK, GROUP_ALL, FlowDelete, GroupDelete
 from topologies.fabric import Fabric
 
@@ -58,7 +59,7 @@ def _route_ports(group) -> tuple | None:
 class FabricController:
     """Routing state of one fabric: which switches are up, and what they must hold."""
 
-    def __init__(self, fabric: Fabric, routing: str = "ecmp", config: CongestionConfig | None = None):
+    def __init__(self, fabric: Fabric, routing: str = DEFAULT_POLICY, config: CongestionConfig | None = None):
         check_policy(routing)
         self.fabric = fabric
         self.routing = routing
@@ -267,11 +268,10 @@ class FabricController:
         except AnnounceError as e:
             return 400, {"error": str(e)}
         if self.cosched is None:
-            return 200, {"version": 1, "job": ann.job, "start_offset_s": 0.0, "priority": 0,
-                         "placements": [], "coschedule": False}
+            return 200, to_dict(Answer(ann.job))
         answer = self.cosched.announce(ann, now)
         self.sched.pinned = self.cosched.pins()
-        return 200, dict(answer, coschedule=True)
+        return 200, answer
 
     # -- inspection ---------------------------------------------------------
     def state(self, now: float) -> dict:

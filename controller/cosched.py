@@ -27,7 +27,8 @@ Announcement, version 1 (JSON; units in names; unknown keys are an error)::
 iteration; ``overlap_s`` is compute the phase can hide. Bytes and seconds are
 those of the network the controller sees and of its clock: in dtnet, the
 emulated ones (emulated bytes, wall-clock seconds; link rates x link_scale).
-The answer's ``start_offset_s`` and pace window are in the same seconds.
+The answer (``Answer``, version 1, the same for every policy) gives
+``start_offset_s`` and the pace window in the same seconds.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 
 from badinput import InputError
 from badinput.paths import check_name
+from badinput.schema import to_dict
 from controller.hedera import path_links
 from controller.load import LinkLoad
 from controller.routing import NextHops, equal_cost_paths
@@ -129,6 +131,48 @@ def parse_announcement(body: bytes | str | dict, fabric: Fabric) -> Announcement
                         float(body.get("overlap_s", 0.0)), int(body.get("gpus", 1)))
 
 
+@dataclass(frozen=True)
+class Placement:
+    """The switch path the controller put one announced flow on."""
+    src: str
+    dst: str
+    path: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What POST /dtnet/v1/announce answers (200), whatever the routing policy.
+
+    start_offset_s: wait this long before the phase; priority: 0 is the highest; with
+    pace_share, each sending host of the job sends at most that share of its NIC rate from
+    pace_from_s until pace_until_s after its phase start. coschedule is false when the
+    policy does not co-schedule (the answer is then 'go now'). Read with
+    badinput.schema.from_dict, which applies check()."""
+    job: str
+    start_offset_s: float = 0.0
+    priority: int = 0
+    coschedule: bool = False
+    pace_share: float | None = None
+    pace_from_s: float | None = None
+    pace_until_s: float | None = None
+    intensity: float | None = None   # Crux's GPU intensity: compute work over communication time
+    comm_s: float | None = None      # the phase at line rate on its busiest link
+    placements: tuple[Placement, ...] = ()
+    version: int = VERSION
+
+    def check(self) -> None:
+        if self.start_offset_s < 0:
+            raise InputError("start_offset_s", "seconds >= 0", self.start_offset_s)
+        if self.priority < 0:
+            raise InputError("priority", "an integer >= 0", self.priority)
+        if self.pace_share is not None:
+            if not 0 < self.pace_share <= 1:
+                raise InputError("pace_share", "a fraction in (0, 1]", self.pace_share)
+            window = (self.pace_from_s, self.pace_until_s)
+            if None in window or not 0 <= window[0] <= window[1]:
+                raise InputError("pace_from_s, pace_until_s", "0 <= from <= until seconds", window)
+
+
 def _typename(t) -> str:
     return {int: "an integer", str: "a string", list: "a list"}.get(t, "a number")
 
@@ -209,12 +253,12 @@ class CoScheduler:
         self.jobs[ann.job] = st
         self._rank()
         pace = self._pace_window(st)
-        return {"version": VERSION, "job": ann.job, "start_offset_s": round(delay, 6),
-                "priority": st.priority, "intensity": None if math.isinf(st.intensity) else st.intensity,
-                "comm_s": comm_s, "pace_share": self.low_share if pace else None,
-                "pace_from_s": round(pace[0], 6) if pace else None,
-                "pace_until_s": round(pace[1], 6) if pace else None,
-                "placements": [{"src": s, "dst": d, "path": list(p)} for (s, d), p in sorted(paths.items())]}
+        return to_dict(Answer(
+            ann.job, start_offset_s=round(delay, 6), priority=st.priority, coschedule=True,
+            pace_share=self.low_share if pace else None, pace_from_s=round(pace[0], 6) if pace else None,
+            pace_until_s=round(pace[1], 6) if pace else None,
+            intensity=None if math.isinf(st.intensity) else st.intensity, comm_s=comm_s,
+            placements=tuple(Placement(s, d, tuple(p)) for (s, d), p in sorted(paths.items()))))
 
     def _offset(self, ann, links, comm_s, others, now) -> float:
         """The delay in [0, period) that minimizes itself plus the predicted

@@ -11,15 +11,16 @@ from __future__ import annotations
 import zlib
 from collections import deque
 
+from badinput import InputError
 from controller.rules import (COOKIE_ARP, COOKIE_DETECT, COOKIE_MISS, COOKIE_ROUTE, ETH_ARP, ETH_IPV4,
                               IPPROTO_TCP, PRIORITY_ARP, PRIORITY_DETECT, PRIORITY_MISS, PRIORITY_ROUTE,
                               FlowRule, GroupRule)
-from badinput import InputError
 from topologies.fabric import Fabric
 
 # Every policy routes on top of one base table; the congestion-aware ones add
 # per-flow rules above ECMP.
 POLICIES = {"shortest": "shortest", "ecmp": "ecmp", "congestion-aware": "ecmp", "coschedule": "ecmp"}
+DEFAULT_POLICY = "ecmp"  # what a run gets when its experiment names no routing
 # Where destination routes live. The congestion-aware policies keep table 0
 # for per-flow placements and send unplaced host TCP to the controller there.
 ROUTE_TABLE = {"shortest": 0, "ecmp": 0, "congestion-aware": 1, "coschedule": 1}
@@ -118,7 +119,7 @@ def base_rules(switch: str, route_table: int = 0, host_ports: tuple[int, ...] = 
     return rules
 
 
-def switch_routes(fabric: Fabric, switch: str, policy: str = "ecmp", next_hops: NextHops | None = None,
+def switch_routes(fabric: Fabric, switch: str, policy: str = DEFAULT_POLICY, next_hops: NextHops | None = None,
                   group_ids: dict | None = None) -> tuple[list[FlowRule], list[GroupRule]]:
     """The flow entries and groups of one switch (what the adapter installs on connect).
 
@@ -164,7 +165,7 @@ def switch_routes(fabric: Fabric, switch: str, policy: str = "ecmp", next_hops: 
     return flows, groups
 
 
-def compute_routes(fabric: Fabric, policy: str = "ecmp") -> tuple[list[FlowRule], list[GroupRule]]:
+def compute_routes(fabric: Fabric, policy: str = DEFAULT_POLICY) -> tuple[list[FlowRule], list[GroupRule]]:
     """Flow entries and groups for every OpenFlow switch, in dpid order."""
     check_policy(policy)
     nh = NextHops(fabric)

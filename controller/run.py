@@ -34,10 +34,12 @@ def _port(text: str) -> int:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    from controller.routing import DEFAULT_POLICY, POLICIES
+
     ap = argparse.ArgumentParser(prog="python -m controller.run", description="dtnet Ryu controller")
     ap.add_argument("--fabric", required=True, help="fabric JSON written by Fabric.dump")
-    ap.add_argument("--routing", default="ecmp",
-                    help="shortest | ecmp | congestion-aware | coschedule (default ecmp)")
+    ap.add_argument("--routing", default=DEFAULT_POLICY,
+                    help=f"{' | '.join(POLICIES)} (default {DEFAULT_POLICY})")
     ap.add_argument("--ofp-host", default="127.0.0.1", help="OpenFlow listen address (default 127.0.0.1)")
     ap.add_argument("--ofp-port", type=_port, default=6653)
     ap.add_argument("--rest-host", default="127.0.0.1")

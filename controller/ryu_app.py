@@ -40,6 +40,7 @@ from ryu.ofproto import ofproto_v1_3
 from controller.core import FabricController
 from controller.cosched import MAX_BODY_BYTES
 from controller.flows import CongestionConfig, FlowKey
+from controller.routing import DEFAULT_POLICY
 from controller.rules import (COOKIE_FLOW_BASE, COOKIE_FLOW_MASK, GROUP_ALL, FlowDelete, FlowRule, GroupDelete,
                               GroupRule, RuleError)
 from topologies.fabric import Fabric
@@ -69,7 +70,7 @@ def load_from_env() -> FabricController:
             except ValueError:
                 raise SystemExit(f"dtnet controller: {var}: expected a number, found {os.environ[var]!r}")
     try:
-        return FabricController(fabric, os.environ.get("DTNET_ROUTING", "ecmp"), CongestionConfig(**cfg))
+        return FabricController(fabric, os.environ.get("DTNET_ROUTING", DEFAULT_POLICY), CongestionConfig(**cfg))
     except ValueError as e:
         raise SystemExit(f"dtnet controller: {e}")
 

@@ -1,4 +1,7 @@
-"""The `dtnet` command. Exit status: 0 ok, 1 run failure, 2 bad input."""
+"""The `dtnet` command, a thin layer over the Python API (dtnet.api).
+
+Exit status: 0 ok, 1 run failure, 2 bad input (one line: file, key, expected, found).
+"""
 from __future__ import annotations
 
 import argparse
@@ -7,115 +10,65 @@ import signal
 import sys
 
 from badinput import InputError, one_line
+from dtnet import api
+from experiment.engine import FolderBusy, Interrupted, RunFailure
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
 EXIT_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a command whose reader went away
 
 
 def cmd_run(args) -> int:
-    from emulator.run.runner import run_experiment
-    from emulator.testbed import runstate
-    from experiment import model
-    from experiment.engine import Interrupted, RunFailure
     from experiment.outputs.summary import print_table
+    from experiment.sweep import print_table as print_sweep
 
-    exp = model.load(args.experiment, args.set)
-    if args.auto_scale and exp.sweep:
-        raise InputError("--auto-scale", "an experiment without a sweep: section (calibrate one point alone: "
-                          "--auto-scale --set 'sweep={}' plus its overrides; then put the chosen scale in the file)",
-                          f"sweep: with {len(exp.sweep)} points", args.experiment)
+    exp = api.load(args.experiment, args.set)
     out = args.out or os.path.join("results", exp.name)
-    try:
-        os.makedirs(out, exist_ok=True)
-    except OSError as e:
-        raise InputError("--out", "a folder that can be created and written", f"{out} ({e.strerror})") from None
 
     def on_signal(signum, _frame):
         raise Interrupted(signal.Signals(signum).name)
 
-    if exp.sweep:
-        return _run_sweep(args, exp, out, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    print(f"dtnet: running {exp.name} -> {out}")
-    prepare = None
-    if args.auto_scale:
-        from emulator.run import autoscale
-
-        def prepare(e):
-            chosen, record = autoscale.calibrate(e, out, run_experiment, log=_flushed)
-            verdict = "" if record["faithful"] else " (NO probe was faithful: running at the lowest scale that ran)"
-            print(f"dtnet: running {exp.name} at scale.link={chosen.scale.link:g} "
-                  f"scale.bytes={chosen.scale.bytes:g}{verdict}", flush=True)
-            return chosen, record
     try:
-        summary = run_experiment(exp, out, prepare=prepare)
-    except runstate.LeaseError as e:  # another live run writes this folder: refuse at once
+        result = exp.run(out, auto_scale=args.auto_scale, log=_flushed)
+    except FolderBusy as e:  # another live run writes this folder: refuse at once
         print(f"dtnet: {e}", file=sys.stderr)
         return EXIT_INPUT
     except Interrupted as e:
-        print(f"dtnet: interrupted by {e}; partial results in {out}", file=sys.stderr)
+        if exp.model.sweep:
+            print(f"dtnet: sweep interrupted by {e}; {out}/sweep.csv has the points done; "
+                  f"run the same command again to resume", file=sys.stderr)
+        else:
+            print(f"dtnet: interrupted by {e}; partial results in {out}", file=sys.stderr)
         return 130
     except RunFailure as e:
         print(f"dtnet: run failed: {e}", file=sys.stderr)
         return EXIT_FAIL
-    print_table(summary, sys.stdout)
+    if isinstance(result, api.SweepRun):
+        print_sweep(result.done["rows"], sys.stdout)
+        print(f"\nresults: {out}/sweep.csv, {out}/sweep.png, {out}/points/")
+        if result.failed:
+            print(f"dtnet: {len(result.failed)} of {result.done['points']} points did not complete: "
+                  + ", ".join(result.failed), file=sys.stderr)
+            return EXIT_FAIL
+        return EXIT_OK
+    print_table(result.summary, sys.stdout)
     print(f"\nresults: {out}/summary.json")
-    if summary["status"] != "complete":
-        print(f"dtnet: run incomplete: {summary['error']}", file=sys.stderr)
+    if result.status != "complete":
+        print(f"dtnet: run incomplete: {result.summary['error']}", file=sys.stderr)
         return EXIT_FAIL
     return EXIT_OK
 
 
 def _flushed(msg: str) -> None:
-    print(msg, flush=True)  # calibration takes a while: show each probe as it goes
-
-
-def _run_sweep(args, exp, out, on_signal) -> int:
-    from emulator.run.runner import run_experiment
-    from experiment import sweep
-    from experiment.engine import Interrupted
-
-    points = sweep.expand(exp)
-    sweep.check(points)  # every point valid before the first one starts
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    print(f"dtnet: sweep {exp.name}: {len(points)} points -> {out}")
-    try:
-        done = sweep.run(exp, out, run_experiment, points)
-    except Interrupted as e:
-        print(f"dtnet: sweep interrupted by {e}; {out}/{sweep.CSV_NAME} has the points done; "
-              f"run the same command again to resume", file=sys.stderr)
-        return 130
-    sweep.print_table(done["rows"], sys.stdout)
-    print(f"\nresults: {out}/{sweep.CSV_NAME}, {out}/{sweep.PLOT_NAME}, {out}/{sweep.POINTS_DIR}/")
-    if done["failed"]:
-        print(f"dtnet: {len(done['failed'])} of {done['points']} points did not complete: "
-              + ", ".join(done["failed"]), file=sys.stderr)
-        return EXIT_FAIL
-    return EXIT_OK
+    print(msg, flush=True)  # a calibration or a sweep takes a while: show each step as it goes
 
 
 def cmd_check(args) -> int:
-    from experiment import model
-    from experiment.plan import build_plans
-
-    exp = model.load(args.experiment, args.set)
-    if exp.sweep:
-        from experiment import sweep
-
-        points = sweep.expand(exp)
-        sweep.check(points)
-        for p in points:
-            print(f"  point {p.index}: {p.slug}")
-        print(f"{args.experiment}: ok: {exp.name}: a sweep of {len(points)} points, each valid")
-        return EXIT_OK
-    fabric = exp.fabric()
-    jobs = build_plans(exp, fabric)
-    c = fabric.counts()
-    print(f"{args.experiment}: ok: {exp.name}: {fabric.kind} with {c['hosts']} hosts, {c['switches']} switches; "
-          f"{len(jobs)} job(s); emulated host link {exp.emulated_mbps(fabric.link_gbps):g} Mb/s, "
-          f"time dilation {exp.scale.dilation:g}x")
+    check = api.load(args.experiment, args.set).check()
+    for i, slug in enumerate(check.points or ()):
+        print(f"  point {i}: {slug}")
+    print(f"{args.experiment}: ok: {check}")
     return EXIT_OK
 
 
@@ -178,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(scale.bytes / scale.link) kept; then run at the largest scale whose probe was faithful "
                         "with headroom (if none was, at the lowest tried, flagged). Probes go to "
                         "DIR/calibration/<probe>/; summary.json 'calibration' records them. The verdict is this "
-                        "machine's now: other load counts. Not with a sweep (exit 2). README: 'Choosing the scale'")
+                        "machine's now: other load counts. Not with a sweep (exit 2). "
+                        "docs/fidelity.md: 'Choosing the scale'")
     r.set_defaults(func=cmd_run)
 
     c = sub.add_parser("check", help="validate an experiment file (every point of a sweep) without running it",

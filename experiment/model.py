@@ -11,18 +11,21 @@ import copy
 import itertools
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 import yaml
 
 from badinput import InputError
 from badinput.paths import check_name
+from controller.routing import DEFAULT_POLICY, POLICIES
 from experiment import placement
+from experiment.engine import DEFAULT_ENGINE, ENGINES
 from topologies import build as build_fabric
 from topologies import load_fabric_file
 
-ROUTINGS = ("shortest", "ecmp", "congestion-aware", "coschedule")
+ROUTINGS = tuple(POLICIES)
 DATAPATHS = ("auto", "kernel", "userspace", "afxdp")
+ORDERS = ("as-listed", "rail-aligned")
 # Mininet's TCLink refuses bw above 1000 Mb/s; below 0.1 Mb/s HTB is coarse.
 MAX_EMULATED_MBPS = 1000.0
 MIN_EMULATED_MBPS = 0.1
@@ -30,6 +33,13 @@ MAX_INT = (1 << 63) - 1
 # topology.latency_us: one-way delay of each link in real-cluster microseconds
 # (netem, dilated like everything else). 1 s is far beyond any fabric.
 MAX_LATENCY_US = 1e6
+NUM = (int, float)
+
+
+def setting(default, types, check=None, expected=None):
+    """A dataclass field read from the experiment file: its default, types and range, said once.
+    parse() reads it with read_settings(); a float field takes an integer too."""
+    return field(default=default, metadata={"types": types, "check": check, "expected": expected})
 
 
 @dataclass(frozen=True)
@@ -48,11 +58,10 @@ class Job:
     name: str
     hosts: object  # "all", host names, {"count", "placement"[, "seed"]} or {"servers": N or [ids]}
     workload: dict
-    start_ms: float = 0.0
-    order: str = "as-listed"
+    start_ms: float = setting(0.0, NUM, lambda v: v >= 0, "milliseconds >= 0")
+    order: str = setting("as-listed", str, lambda v: v in ORDERS, "one of " + ", ".join(ORDERS))
 
 
-ORDERS = ("as-listed", "rail-aligned")
 LINK_STATES = ("down", "up")
 FAULT_KINDS = ("link", "switch", "straggler", "controller")
 
@@ -96,18 +105,21 @@ class Fault:
 class Capture:
     """tcpdump on the switch side of these fabric links during the replay."""
     links: tuple = ()  # ((a, b), ...)
-    max_packets: int = 2000
-    snaplen: int = 128
+    max_packets: int = setting(2000, int, lambda v: 1 <= v <= 10_000_000, "an integer in 1..10000000")
+    snaplen: int = setting(128, int, lambda v: 68 <= v <= 262144, "bytes in 68..262144")
 
 
 @dataclass(frozen=True)
 class Testbed:
-    datapath: str = "auto"
-    slice_bytes: int = 16384
-    queue_packets: int = 1000
-    timeout_s: float = 600.0
-    ready_timeout_s: float = 60.0
-    stall_timeout_s: float = 30.0
+    """How the emulator runs the experiment (README: Writing experiments)."""
+    datapath: str = setting("auto", str, lambda v: v in DATAPATHS, "one of " + ", ".join(DATAPATHS))
+    slice_bytes: int = setting(16384, int, lambda v: 512 <= v <= 1 << 24, "an integer in 512..16777216")
+    queue_packets: int = setting(1000, int, lambda v: 2 <= v <= 100000, "an integer in 2..100000")
+    timeout_s: float = setting(600.0, NUM, lambda v: v > 0, "seconds > 0")
+    ready_timeout_s: float = setting(60.0, NUM, lambda v: v > 0, "seconds > 0")
+    # Wall seconds a job may go without progress (no byte moved, no op
+    # finished, nothing computing) before the run fails naming who waits.
+    stall_timeout_s: float = setting(30.0, NUM, lambda v: v >= 2, "seconds >= 2")
 
 
 @dataclass(frozen=True)
@@ -115,7 +127,7 @@ class Prediction:
     """The alpha-beta model each collective is compared with (summary.json predicted_cct_s)."""
     # Real-cluster seconds each step costs besides its bytes. 0: the emulated links carry
     # no propagation or switching delay, so the emulator should match a model without one.
-    latency_us: float = 0.0
+    latency_us: float = setting(0.0, NUM, lambda v: 0 <= v <= 1e6, "microseconds in 0..1000000")
 
 
 @dataclass(frozen=True)
@@ -131,6 +143,7 @@ class Experiment:
     capture: Capture = Capture()
     prediction: Prediction = Prediction()
     sweep: tuple = ()  # points, each a tuple of (key.path, value) overrides
+    engine: str = DEFAULT_ENGINE  # which engine runs it (experiment.engine.ENGINES)
     point: str = field(default="", compare=False)  # the sweep point it is (its folder under points/), or ""
     source: str | None = None
     raw: dict = field(default_factory=dict, compare=False)
@@ -310,7 +323,15 @@ def _tname(types) -> str:
     return " or ".join(names.get(t, t.__name__) for t in _as_tuple(types))
 
 
-NUM = (int, float)
+def read_settings(cls, sec: _Section) -> dict:
+    """The setting() fields of cls as sec gives them, each checked, and their defaults for the rest."""
+    out = {}
+    for f in fields(cls):
+        m = f.metadata
+        if "types" in m:
+            value = sec.get(f.name, m["types"], f.default, check=m["check"], expected=m["expected"])
+            out[f.name] = float(value) if f.type == "float" else value
+    return out
 
 
 def _check_numbers(data, file) -> None:
@@ -338,6 +359,8 @@ def parse(data, file: str | None = None) -> Experiment:
     top = _Section(data, "", file)
     name = check_name(top.get("name", str), "name", file)  # results/<name>/ by default
     description = top.get("description", str, "")
+    engine = top.get("engine", str, DEFAULT_ENGINE, check=lambda v: v in ENGINES,
+                     expected="one of " + ", ".join(ENGINES))
 
     topo = dict(top.get("topology", dict))
     latency_us = topo.pop("latency_us", 0.0)
@@ -382,26 +405,12 @@ def parse(data, file: str | None = None) -> Experiment:
                               scale.link, file)
 
     ctl = _Section(top.get("controller", dict, {}), "controller", file)
-    routing = ctl.get("routing", str, "ecmp", check=lambda v: v in ROUTINGS,
+    routing = ctl.get("routing", str, DEFAULT_POLICY, check=lambda v: v in ROUTINGS,
                       expected="one of " + ", ".join(ROUTINGS))
     ctl.done()
 
     tb = _Section(top.get("testbed", dict, {}), "testbed", file)
-    testbed = Testbed(
-        datapath=tb.get("datapath", str, "auto", check=lambda v: v in DATAPATHS,
-                        expected="one of " + ", ".join(DATAPATHS)),
-        slice_bytes=tb.get("slice_bytes", int, 16384, check=lambda v: 512 <= v <= 1 << 24,
-                           expected="an integer in 512..16777216"),
-        queue_packets=tb.get("queue_packets", int, 1000, check=lambda v: 2 <= v <= 100000,
-                             expected="an integer in 2..100000"),
-        timeout_s=float(tb.get("timeout_s", NUM, 600.0, check=lambda v: v > 0, expected="seconds > 0")),
-        ready_timeout_s=float(tb.get("ready_timeout_s", NUM, 60.0, check=lambda v: v > 0,
-                                     expected="seconds > 0")),
-        # Wall seconds a job may go without progress (no byte moved, no op
-        # finished, nothing computing) before the run fails naming who waits.
-        stall_timeout_s=float(tb.get("stall_timeout_s", NUM, 30.0, check=lambda v: v >= 2,
-                                     expected="seconds >= 2")),
-    )
+    testbed = Testbed(**read_settings(Testbed, tb))
     tb.done()
 
     jobs_raw = top.get("jobs", list, check=lambda v: len(v) > 0, expected="a non-empty list of jobs")
@@ -418,14 +427,12 @@ def parse(data, file: str | None = None) -> Experiment:
         if isinstance(workload.get("trace"), str):
             # Absolute, so that config.yaml in the run folder still finds the file.
             workload = {**workload, "trace": _beside(file, workload["trace"])}
-        start_ms = float(js.get("start_ms", NUM, 0.0, check=lambda v: v >= 0, expected="milliseconds >= 0"))
-        order = js.get("order", str, "as-listed", check=lambda v: v in ORDERS,
-                       expected="one of " + ", ".join(ORDERS))
-        if order == "rail-aligned" and fabric.kind != "rail-optimized":
+        job = Job(jname, hosts, workload, **read_settings(Job, js))
+        if job.order == "rail-aligned" and fabric.kind != "rail-optimized":
             raise InputError(f"jobs[{i}].order", "as-listed on a fabric that is not rail-optimized",
-                              order, file)
+                             job.order, file)
         js.done()
-        jobs.append(Job(jname, hosts, workload, start_ms, order))
+        jobs.append(job)
     try:
         placed = placement.place([(j.name, j.hosts) for j in jobs], fabric)
     except InputError as e:
@@ -434,14 +441,13 @@ def parse(data, file: str | None = None) -> Experiment:
     faults = _faults(top.get("faults", list, []), fabric, ranked, file)
     capture = _capture(top.get("capture", dict, {}), fabric, file)
     ps = _Section(top.get("prediction", dict, {}), "prediction", file)
-    prediction = Prediction(latency_us=float(ps.get("latency_us", NUM, 0.0, check=lambda v: 0 <= v <= 1e6,
-                                                    expected="microseconds in 0..1000000")))
+    prediction = Prediction(**read_settings(Prediction, ps))
     ps.done()
     sweep = _sweep(top.get("sweep", dict, {}), file)
     top.done()
     return Experiment(name=name, topology=topo, scale=scale, routing=routing, jobs=tuple(jobs),
                       testbed=testbed, description=description, faults=faults, capture=capture,
-                      prediction=prediction, sweep=sweep,
+                      prediction=prediction, sweep=sweep, engine=engine,
                       source=file, raw=data)
 
 
@@ -497,12 +503,7 @@ def _capture(data, fabric, file) -> Capture:
             raise InputError(f"capture.links[{j}]", "two nodes joined by a link of this fabric", link, file)
     if len({frozenset(ln) for ln in links}) != len(links):
         raise InputError("capture.links", "each link once", links, file)
-    cap = Capture(
-        links=tuple(tuple(ln) for ln in links),
-        max_packets=cs.get("max_packets", int, 2000, check=lambda v: 1 <= v <= 10_000_000,
-                           expected="an integer in 1..10000000"),
-        snaplen=cs.get("snaplen", int, 128, check=lambda v: 68 <= v <= 262144, expected="bytes in 68..262144"),
-    )
+    cap = Capture(links=tuple(tuple(ln) for ln in links), **read_settings(Capture, cs))
     cs.done()
     return cap
 
@@ -556,6 +557,7 @@ def to_dict(exp: Experiment) -> dict:
     return {
         "name": exp.name,
         "description": exp.description,
+        "engine": exp.engine,
         "topology": dict(exp.topology),
         "scale": {"link": exp.scale.link, "bytes": exp.scale.bytes},
         "controller": {"routing": exp.routing},
@@ -621,30 +623,6 @@ def _hosts(hosts, fabric, key, file):
     elif "seed" in hosts:
         raise InputError(f"{key}.seed", "no seed unless placement is random", hosts["seed"], file)
     sec.done()
-    return out
-
-
-def job_hosts(job: Job, fabric) -> list[str]:
-    """The hosts of one job placed alone, in rank order; see jobs_hosts for several jobs."""
-    return jobs_hosts((job,), fabric)[0]
-
-
-def jobs_hosts(jobs, fabric) -> list[list[str]]:
-    """The fabric hosts of each job, in rank order; no two jobs share a host."""
-    placed = placement.place([(j.name, j.hosts) for j in jobs], fabric)
-    return [rail_aligned(h, fabric) if j.order == "rail-aligned" else h for j, h in zip(jobs, placed)]
-
-
-def rail_aligned(hosts: list[str], fabric) -> list[str]:
-    """Order hosts server by server, alternating GPU direction ("snake"), so
-    that each step from one server to the next joins GPUs on the same rail."""
-    by_server: dict[int, list[str]] = {}
-    for h in hosts:
-        by_server.setdefault(fabric.node(h)["server"], []).append(h)
-    out = []
-    for i, s in enumerate(sorted(by_server)):
-        gpus = sorted(by_server[s], key=lambda h: fabric.node(h)["gpu"])
-        out += gpus if i % 2 == 0 else gpus[::-1]
     return out
 
 

@@ -13,7 +13,8 @@ in order, ``spread`` takes one host from each group in turn (on a fat-tree
 the pods take turns first), ``random`` draws a seeded sample. Explicit
 choices (lists, server lists, ``all``) are taken first; counted jobs then
 get what is left, in job order, so jobs never share a host. Ranks of placed
-jobs follow the fabric's host order.
+jobs follow the fabric's host order, or for ``order: rail-aligned`` go server
+by server (``rail_aligned``); ``jobs_hosts`` gives both.
 """
 from __future__ import annotations
 
@@ -113,4 +114,29 @@ def place(jobs: list[tuple[str, object]], fabric) -> list[list[str]]:
                 raise InputError(f"jobs[{i}].hosts.count", f"at most {len(free)} (hosts left by jobs {taken})",
                                  spec["count"])
             claim(i, hosts)
+    return out
+
+
+def job_hosts(job, fabric) -> list[str]:
+    """The hosts of one job placed alone, in rank order; see jobs_hosts for several jobs."""
+    return jobs_hosts((job,), fabric)[0]
+
+
+def jobs_hosts(jobs, fabric) -> list[list[str]]:
+    """The fabric hosts of each job (experiment.model.Job), in rank order (``order``); no two
+    jobs share a host."""
+    placed = place([(j.name, j.hosts) for j in jobs], fabric)
+    return [rail_aligned(h, fabric) if j.order == "rail-aligned" else h for j, h in zip(jobs, placed)]
+
+
+def rail_aligned(hosts: list[str], fabric) -> list[str]:
+    """Order hosts server by server, alternating GPU direction ("snake"), so
+    that each step from one server to the next joins GPUs on the same rail."""
+    by_server: dict[int, list[str]] = {}
+    for h in hosts:
+        by_server.setdefault(fabric.node(h)["server"], []).append(h)
+    out = []
+    for i, s in enumerate(sorted(by_server)):
+        gpus = sorted(by_server[s], key=lambda h: fabric.node(h)["gpu"])
+        out += gpus if i % 2 == 0 else gpus[::-1]
     return out

@@ -1,4 +1,4 @@
-"""Turn an experiment's jobs into per-rank agent plans (pure; no root).
+"""Turn an experiment's jobs into per-rank plans (experiment.rankplan; pure, no root).
 
 Collectives become transfers through traffic.collectives; sizes and
 durations are scaled here, once, so agents see only emulated units.
@@ -10,10 +10,13 @@ carries the announcement body it sends.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from badinput import InputError
-from experiment.model import Experiment, jobs_hosts, resolve_path
+from controller.cosched import VERSION as ANNOUNCEMENT_VERSION
+from experiment.model import Experiment, resolve_path
+from experiment.placement import jobs_hosts
+from experiment.rankplan import Op, Peer, PhaseBody, Phases, RankPlan, Recv, Send, Straggler
 from topologies import Fabric
 from traffic.collectives import build_schedule, predict_time_s
 from traffic.collectives.algorithms import effective_gpus_per_server
@@ -36,7 +39,7 @@ class JobPlan:
     index: int
     hosts: list[str]             # rank -> fabric host
     trace: object                # traffic.trace.Trace
-    ranks: list[dict] = field(default_factory=list)  # per-rank agent plans
+    ranks: list[RankPlan] = field(default_factory=list)  # per-rank agent plans
     start_offset_s: float = 0.0  # emulated
     # (op, algorithm, size_bytes, ranks) -> the alpha-beta time of each instance, real seconds
     predicted_s: dict = field(default_factory=dict)
@@ -78,8 +81,8 @@ def build_plans(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
         for f in exp.faults:
             if f.straggler in hosts:
                 # Emulated seconds after the shared start ("go"), not after the job's own start.
-                jp.ranks[hosts.index(f.straggler)]["straggler"] = {"from_s": f.at_ms / 1000.0 * dilation,
-                                                                   "factor": f.factor}
+                i = hosts.index(f.straggler)
+                jp.ranks[i] = replace(jp.ranks[i], straggler=Straggler(f.at_ms / 1000.0 * dilation, f.factor))
         if exp.routing == "coschedule":
             announcement_plan(fabric, jp, exp.scale.link)
         jobs.append(jp)
@@ -117,14 +120,12 @@ def servers_problem(fabric: Fabric, hosts: list[str], order: str) -> tuple[str, 
     return expected, f"server {s0} GPUs {g0}, server {s1} GPUs {g1}"
 
 
-def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -> list[dict]:
+def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -> list[RankPlan]:
     trace = jp.trace
     n = trace.nranks
     port = BASE_PORT + jp.index
     sb = exp.scale.bytes
-    plans = [{"rank": r, "job": jp.name, "host": jp.hosts[r], "port": port, "dilation": dilation,
-              "slice_bytes": exp.testbed.slice_bytes, "start_offset_s": jp.start_offset_s,
-              "ops": [], "peers": {}, "inbound": 0} for r in range(n)]
+    ops: list[list[Op]] = [[] for _ in range(n)]
     tid = 0
     instance_tids: dict[tuple, list] = {}   # (collective id, group) -> [(src, dst, step, bytes, tid, deps)]
     pair_tid: dict[str, int] = {}
@@ -136,9 +137,8 @@ def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -
         for op in trace.ops[r]:
             op_index[r][op.id] = len(op_index[r])
     for r in range(n):
-        out = plans[r]["ops"]
         for op in trace.ops[r]:
-            spec = {"id": op.id, "kind": op.kind, "deps": [op_index[r][d] for d in op.deps],
+            spec = {"id": op.id, "kind": op.kind, "deps": tuple(op_index[r][d] for d in op.deps),
                     "label": op.label or None, "iteration": op.iteration}
             if op.kind == "compute":
                 spec["duration_s"] = op.duration_s * dilation
@@ -161,7 +161,7 @@ def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -
                         lst.append((group[t.src], group[t.dst], t.step, t.size_bytes, tid))
                         tid += 1
                     # Per transfer: the receive tids its sender waits for (earlier: whole; gate: streaming).
-                    deps = [([lst[j][4] for j in e], [lst[j][4] for j in g]) for e, g in deps_cache[key]]
+                    deps = [(tuple(lst[j][4] for j in e), tuple(lst[j][4] for j in g)) for e, g in deps_cache[key]]
                     instance_tids[inst] = [(*x, d) for x, d in zip(lst, deps)]
                     hosts = [jp.hosts[g] for g in group]
                     pkey = (key, tuple(hosts))
@@ -171,9 +171,9 @@ def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -
                         predict_cache[pkey])
                 spec.update(op=op.op, algorithm=op.algorithm, group=op.group, size_bytes=op.size_bytes,
                             ranks=len(group))
-                spec["sends"] = [[t, d, st, b] for s, d, st, b, t, _ in instance_tids[inst] if s == r]
-                spec["send_deps"] = [[e, g] for s, _, _, _, _, (e, g) in instance_tids[inst] if s == r]
-                spec["recvs"] = [[t, s, st, b] for s, d, st, b, t, _ in instance_tids[inst] if d == r]
+                spec["sends"] = tuple(Send(t, d, st, b, e, g) for s, d, st, b, t, (e, g) in instance_tids[inst]
+                                      if s == r)
+                spec["recvs"] = tuple(Recv(t, s, st, b) for s, d, st, b, t, _ in instance_tids[inst] if d == r)
             elif op.kind in ("send", "recv"):
                 src, dst = (r, op.peer) if op.kind == "send" else (op.peer, r)
                 key = f"{op.id}:{src}->{dst}"
@@ -183,24 +183,23 @@ def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -
                 size = emulated_bytes(op.size_bytes, sb)
                 spec.update(size_bytes=op.size_bytes, peer=op.peer)
                 if op.kind == "send":
-                    spec["sends"] = [[pair_tid[key], dst, 0, size]]
+                    spec["sends"] = (Send(pair_tid[key], dst, 0, size),)
                 else:
-                    spec["recvs"] = [[pair_tid[key], src, 0, size]]
-            out.append(spec)
+                    spec["recvs"] = (Recv(pair_tid[key], src, 0, size),)
+            ops[r].append(Op(**spec))
     # Who connects to whom: a connection per ordered (src, dst) pair that carries data.
-    links = set()
-    for r in range(n):
-        for spec in plans[r]["ops"]:
-            for _, d, _, _ in spec.get("sends", []):
-                if d != r:
-                    links.add((r, d))
-    for s, d in links:
-        plans[s]["peers"][str(d)] = {"ip": _peer_ip(fabric, jp.hosts[s], jp.hosts[d]), "port": port}
-        plans[d]["inbound"] += 1
-    plans_total = sum(len(s.get("sends", [])) for p in plans for s in p["ops"])
-    for p in plans:
-        p["transfer_events"] = plans_total <= 20000  # keep events.jsonl readable at scale
-    return plans
+    links = {(r, x.dst) for r in range(n) for o in ops[r] for x in o.sends if x.dst != r}
+    peers: list[dict[int, Peer]] = [{} for _ in range(n)]
+    inbound = [0] * n
+    for s, d in sorted(links):
+        peers[s][d] = Peer(_peer_ip(fabric, jp.hosts[s], jp.hosts[d]), port)
+        inbound[d] += 1
+    transfers = sum(len(o.sends) for rank_ops in ops for o in rank_ops)
+    return [RankPlan(job=jp.name, rank=r, host=jp.hosts[r], port=port, dilation=dilation,
+                     slice_bytes=exp.testbed.slice_bytes, start_offset_s=jp.start_offset_s, ops=tuple(ops[r]),
+                     peers=peers[r], inbound=inbound[r],
+                     transfer_events=transfers <= 20000)  # keep events.jsonl readable at scale
+            for r in range(n)]
 
 
 def predict_cct_s(exp: Experiment, fabric: Fabric, schedule, hosts: list[str]) -> float:
@@ -244,15 +243,16 @@ def announcement_plan(fabric: Fabric, jp: JobPlan, scale_link: float) -> None:
     ops: dict[int, set[str]] = {}
     announcer: dict[int, int] = {}
     for plan in plans:
-        r = plan["rank"]
-        for spec in plan["ops"]:
-            it = spec.get("iteration")
-            if it is None or spec["kind"] not in COMM_KINDS:
+        r = plan.rank
+        for spec in plan.ops:
+            it = spec.iteration
+            if it is None or spec.kind not in COMM_KINDS:
                 continue
             announcer[it] = min(announcer.get(it, r), r)
-            name = spec.get("op") or spec["kind"]
+            name = spec.op or spec.kind
             ops.setdefault(it, set()).add(ANNOUNCED_OP.get(name, name))
-            for _, d, _, nbytes in spec.get("sends", []):
+            for x in spec.sends:
+                d, nbytes = x.dst, x.size_bytes
                 src, dst = jp.hosts[r], jp.hosts[d]
                 if d == r or fabric.same_server(src, dst):
                     continue
@@ -265,32 +265,32 @@ def announcement_plan(fabric: Fabric, jp: JobPlan, scale_link: float) -> None:
     by_rank: dict[int, list] = {}
     for it in gated:
         r = announcer[it]
-        compute_s, overlap_s = _compute_around_comm(plans[r]["ops"], it)
+        compute_s, overlap_s = _compute_around_comm(plans[r].ops, it)
         comm_s = max(b * 8 / (fabric.host_link_gbps(h) * 1e9 * scale_link) for (_, h), b in nic_bytes[it].items())
         (coll, *more) = sorted(ops[it])
-        body = {"version": 1, "job": jp.name, "collective": "other" if more else coll,
+        body = {"version": ANNOUNCEMENT_VERSION, "job": jp.name, "collective": "other" if more else coll,
                 "flows": [{"src": s, "dst": d, "size_bytes": b} for (s, d), b in sorted(flows[it].items())],
                 "period_s": compute_s + comm_s, "compute_s": compute_s, "overlap_s": overlap_s,
                 "gpus": len(jp.hosts)}
-        by_rank.setdefault(r, []).append([it, body])
+        by_rank.setdefault(r, []).append(PhaseBody(it, body))
     if not gated:
         return
-    longest = max(b["period_s"] for lst in by_rank.values() for _, b in lst)
-    for plan in plans:
-        plan["cosched"] = {"iterations": gated, "answer_wait_s": ANSWER_WAIT_S + 2 * longest,
-                           "announce": by_rank.get(plan["rank"], [])}
+    longest = max(a.body["period_s"] for lst in by_rank.values() for a in lst)
+    jp.ranks = [replace(plan, cosched=Phases(tuple(gated), ANSWER_WAIT_S + 2 * longest,
+                                             tuple(by_rank.get(plan.rank, []))))
+                for plan in plans]
 
 
-def _compute_around_comm(ops: list[dict], iteration: int) -> tuple[float, float]:
+def _compute_around_comm(ops, iteration: int) -> tuple[float, float]:
     """(compute of one rank in one iteration, the part listed after its first communication op)."""
     total = after = 0.0
     seen_comm = False
     for spec in ops:
-        if spec.get("iteration") != iteration:
+        if spec.iteration != iteration:
             continue
-        if spec["kind"] in COMM_KINDS:
+        if spec.kind in COMM_KINDS:
             seen_comm = True
-        elif spec["kind"] == "compute":
-            total += spec.get("duration_s", 0.0)
-            after += spec.get("duration_s", 0.0) if seen_comm else 0.0
+        elif spec.kind == "compute":
+            total += spec.duration_s
+            after += spec.duration_s if seen_comm else 0.0
     return total, after

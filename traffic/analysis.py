@@ -10,8 +10,9 @@ import numpy as np
 
 from traffic.collectives import build_schedule, effective_gpus_per_server, predict_time_s
 from traffic.layout import FAMILIES, Layout
-from traffic.trace import MAX_EXPANDED_OPS, Trace, expand, layout_from_meta
-from traffic.validate import _group_combos, checked_graph, class_graph, order_of
+from traffic.limits import MAX_EXPANDED_OPS
+from traffic.trace import Trace, expand, layout_from_meta
+from traffic.validate import checked_graph, class_graph, group_combos, order_of
 
 UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 RING_FORMULA_RANKS = 32  # larger ring collectives use their closed form: a 2048-rank schedule has 8M transfers
@@ -104,7 +105,7 @@ def collective_table(t: Trace) -> dict:
             elif lay is not None and o.group in lay.families:
                 f = o.group
                 if f not in spans:
-                    spans[f] = bool((_group_combos(t, f, t.class_array()) > len(t.classes)).any())
+                    spans[f] = bool((group_combos(t, f, t.class_array()) > len(t.classes)).any())
                 if (f, c) not in gidx:
                     gidx[(f, c)] = np.unique(lay.group_index(f, cls.ranks))
                 if spans[f]:

@@ -7,9 +7,9 @@ import sys
 
 from badinput import InputError, one_line
 from traffic.collectives import ALGORITHMS
+from traffic.limits import MAX_DISTINCT_OPS, MAX_ITERATIONS, MAX_RANKS
 from traffic.models import DTYPE_BYTES, GPUS, PRESETS
 from traffic.parallel import SCHEDULES
-from traffic.trace import MAX_DISTINCT_OPS, MAX_ITERATIONS, MAX_RANKS
 
 IMPORTERS = ("chakra", "aicb", "kineto", "pytorch-et")
 

@@ -17,9 +17,9 @@ from traffic.collectives import ALGORITHMS, effective_gpus_per_server
 from traffic.models import DTYPE_BYTES, GPUS, PRESETS, Gpu, Model, attention_flops, attention_params, \
     expert_params, logits_flops, mlp_dense_params, mlp_flops, model_from_spec, padded_vocab
 from traffic.layout import Layout
+from traffic.limits import MAX_DISTINCT_OPS, MAX_ITERATIONS, MAX_RANKS, MAX_SIZE_BYTES
 from traffic.spec import SpecReader
-from traffic.trace import MAX_DISTINCT_OPS, MAX_ITERATIONS, MAX_RANKS, MAX_SIZE_BYTES, Op, RankClass, Trace, \
-    _no_gc
+from traffic.trace import Op, RankClass, Trace, no_gc
 
 DIMS = ("tp", "dp", "pp")
 SCHEDULES = ("1f1b", "gpipe")
@@ -362,7 +362,7 @@ def generate(model: Model, par: ParallelConfig, *, gpu: str = "a100", efficiency
                algorithms, iterations, bucket_size_bytes, dtype, grad_dtype)
     layout = layout_of(par, model.moe)
     classes = []
-    with _no_gc():
+    with no_gc():
         for p in range(par.pp):
             stream = [Op(e[_ID], e[_KIND], e[_DEPS], e[_DUR], e[_OP], e[_ALG], e[_GKIND], e[_SIZE],
                          None if e[_PEER] is None else f"pp{e[_PEER]:+d}", e[_IT], e[_LABEL])

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import random
 
+from traffic.limits import MAX_DISTINCT_OPS, MAX_ITERATIONS
 from traffic.spec import SpecReader
-from traffic.trace import MAX_DISTINCT_OPS, MAX_ITERATIONS, Op, Trace
+from traffic.trace import Op, Trace
 
 PATTERNS = ("stride", "random", "staggered", "all-to-all", "incast")
 

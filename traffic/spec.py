@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from badinput import InputError
-from traffic.trace import is_finite_number
+from traffic.limits import is_finite_number
 
 _MISSING = object()
 

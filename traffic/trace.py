@@ -22,17 +22,12 @@ import numpy as np
 from badinput import InputError
 from traffic.files import read_json
 from traffic.layout import DIMS, FAMILIES, Layout, decode_runs, encode_runs, parse_peer, peer_rule
+from traffic.limits import KINDS, MAX_DISTINCT_OPS, MAX_EXPANDED_OPS, MAX_ITERATIONS, MAX_RANKS, MAX_SIZE_BYTES, \
+    is_finite_number, is_int
 
 FORMAT = "dtnet-trace"
 VERSION = 2
 READS = (1, 2)
-KINDS = ("compute", "collective", "send", "recv")
-MAX_SIZE_BYTES = (1 << 63) - 1  # int64, as Chakra and SimAI store sizes; larger ones overflow float math
-# Documented limits (docs/trace-format.md): a typo must answer at once, not exhaust the machine.
-MAX_RANKS = 1 << 20
-MAX_DISTINCT_OPS = 5_000_000      # ops held in memory: the sum of the class streams' lengths
-MAX_ITERATIONS = 100_000
-MAX_EXPANDED_OPS = 5_000_000      # a check that must fall back to per-rank ops stops here (~25 s, ~2 GB)
 
 
 @dataclass(slots=True)
@@ -98,7 +93,7 @@ class Trace:
         self.layout = layout
         self.classes: list[RankClass] = list(classes or [])
         for r, lst in (ops or {}).items():
-            self.classes.append(RankClass([r] if _is_int(r) else [-1], lst, key=f"ops.{r}"))
+            self.classes.append(RankClass([r] if is_int(r) else [-1], lst, key=f"ops.{r}"))
         self._index = None
         self._checked = None  # (fingerprint, class graph, order) of the last validate(): see traffic.validate
 
@@ -170,6 +165,10 @@ class Trace:
         from traffic.validate import validate
         validate(self, file)
 
+    def expanded(self) -> Trace:
+        """The same trace with one class per rank, concrete groups and peers (expand)."""
+        return expand(self)
+
     def node_key(self, rank: int, o: Op):
         """The identity of a rank's op across ranks: one node per collective instance or send/recv pair."""
         if o.kind == "collective":
@@ -188,7 +187,7 @@ class Trace:
     def _rank_index(self):
         if self._index is None:
             n = self.nranks
-            if _is_int(n) and 1 <= n <= MAX_RANKS and all(
+            if is_int(n) and 1 <= n <= MAX_RANKS and all(
                     c.ranks.size == 0 or (c.ranks[0] >= 0 and c.ranks[-1] < n) for c in self.classes):
                 self._index = self.class_array()
             else:  # ranks out of range (a trace that fails validation): still readable
@@ -210,17 +209,6 @@ class Trace:
 
     def __repr__(self):
         return f"Trace({self.nranks} ranks, {len(self.classes)} classes, layout={self.layout})"
-
-
-def _is_int(x):
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def is_finite_number(x) -> bool:
-    """An int or float, not a bool, that is finite and fits float arithmetic (ints within 64 bits)."""
-    if isinstance(x, float):
-        return math.isfinite(x)
-    return _is_int(x) and abs(x) <= MAX_SIZE_BYTES
 
 
 # ---- per-rank views --------------------------------------------------------------------------
@@ -289,7 +277,7 @@ class OpsView(MutableMapping):
 
     def __setitem__(self, rank, ops):
         self.__delitem__(rank, missing_ok=True)
-        self._t.classes.append(RankClass([rank] if _is_int(rank) else [-1], ops, key=f"ops.{rank}"))
+        self._t.classes.append(RankClass([rank] if is_int(rank) else [-1], ops, key=f"ops.{rank}"))
         self._t.touched()
 
     def __delitem__(self, rank, missing_ok=False):
@@ -378,7 +366,7 @@ def layout_from_meta(t: Trace) -> Layout | None:
     try:
         tp, dp, pp, ep = (m.get(k, 1) for k in ("tp", "dp", "pp", "ep"))
         order = tuple(str(m.get("rank_order", "tp-dp-pp")).split("-"))
-        if not all(_is_int(x) and x >= 1 for x in (tp, dp, pp, ep)) or sorted(order) != sorted(DIMS) \
+        if not all(is_int(x) and x >= 1 for x in (tp, dp, pp, ep)) or sorted(order) != sorted(DIMS) \
                 or tp * dp * pp != t.nranks or dp % ep:
             return None
     except (AttributeError, TypeError):
@@ -418,7 +406,7 @@ def _symbolic(o: Op, rank: int, layout: Layout | None) -> Op:
     parsed = layout.parse_group(group) if o.kind == "collective" else None
     if parsed is not None and int(layout.group_index(parsed[0], rank)) == parsed[1]:
         group = parsed[0]
-    if o.kind in ("send", "recv") and _is_int(peer) and 0 <= peer < layout.nranks and peer != rank:
+    if o.kind in ("send", "recv") and is_int(peer) and 0 <= peer < layout.nranks and peer != rank:
         rule = peer_rule(layout, rank, peer)
         if rule is not None and int(layout.shift(rank, *parse_peer(rule))) == peer:
             peer = rule
@@ -609,7 +597,7 @@ def _from_v2(d, file) -> Trace:
         raise InputError("version", "1 for a file of per-rank ops (version 2 files hold classes)", 2, file=file)
     groups_in, meta, table = _common(d, file, V2_KEYS)
     nranks = d.get("nranks")
-    if not _is_int(nranks) or not 1 <= nranks <= MAX_RANKS:
+    if not is_int(nranks) or not 1 <= nranks <= MAX_RANKS:
         raise InputError("nranks", f"an integer in 1..{MAX_RANKS}", nranks, file=file)
     layout = _layout_in(d["layout"], nranks, file) if "layout" in d else None
     groups = {}
@@ -650,7 +638,7 @@ def _layout_in(v, nranks, file) -> Layout:
     sizes = {}
     for k in ("tp", "dp", "pp", "ep"):
         x = v.get(k, 1)
-        if not _is_int(x) or not 1 <= x <= MAX_RANKS:
+        if not is_int(x) or not 1 <= x <= MAX_RANKS:
             raise InputError(f"layout.{k}", f"an integer in 1..{MAX_RANKS}", x, file=file)
         sizes[k] = x
     if sizes["tp"] * sizes["dp"] * sizes["pp"] != nranks:
@@ -677,7 +665,7 @@ def _ranks_in(v, layout, nranks, where, file):
             if dim not in DIMS:
                 raise InputError(f"{where}.{dim}", "tp, dp or pp", "an unknown key", file=file)
             n = layout.size(dim)
-            vals = decode_runs([coords] if _is_int(coords) else coords, n)
+            vals = decode_runs([coords] if is_int(coords) else coords, n)
             if isinstance(vals, str) or vals.size == 0 or vals.min() < 0 or vals.max() >= n:
                 raise InputError(f"{where}.{dim}", f"coordinates in 0..{n - 1} (an integer or a list and runs)",
                                  json.dumps(coords)[:40], file=file)
@@ -694,9 +682,9 @@ def _entries(lst, table, where, file):
     for i, e in enumerate(lst):
         if isinstance(e, dict):
             out.append(op_from_dict(e, f"{where}[{i}]", file))
-        elif _is_int(e) and 0 <= e < len(table):
+        elif is_int(e) and 0 <= e < len(table):
             out.append(table[e])
-        elif isinstance(e, list) and len(e) == 2 and all(_is_int(x) for x in e) and 0 <= e[0] < e[1] <= len(table):
+        elif isinstance(e, list) and len(e) == 2 and all(is_int(x) for x in e) and 0 <= e[0] < e[1] <= len(table):
             out.extend(table[e[0]:e[1]])
         else:
             raise InputError(f"{where}[{i}]", f"an op, an op_table index or a [start, stop] run of the "
@@ -706,7 +694,7 @@ def _entries(lst, table, where, file):
 
 def dump(trace: Trace, path) -> None:
     """Writes the whole file or nothing: on any failure, what was at `path` stays as it was."""
-    with _no_gc():
+    with no_gc():
         text = json.dumps(to_dict(trace), separators=(",", ":"))  # dumps runs the C encoder; dump does not
     tmp = f"{os.fspath(path)}.{os.getpid()}.tmp"
     try:
@@ -721,7 +709,7 @@ def dump(trace: Trace, path) -> None:
 
 
 @contextlib.contextmanager
-def _no_gc():
+def no_gc():
     """Millions of small acyclic objects: the cyclic collector would rescan them over and over."""
     was = gc.isenabled()
     gc.disable()
@@ -734,7 +722,7 @@ def _no_gc():
 
 def load(path) -> Trace:
     """Reads and validates a trace file (version 1 or 2); every problem is an InputError naming the file."""
-    with _no_gc():
+    with no_gc():
         d = read_json(path, "trace")
         t = from_dict(d, file=str(path))
         del d

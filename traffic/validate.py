@@ -16,8 +16,9 @@ import numpy as np
 from badinput import InputError
 from traffic.collectives import ALGORITHMS, OPS
 from traffic.layout import FAMILIES, parse_peer
-from traffic.trace import KINDS, MAX_EXPANDED_OPS, MAX_RANKS, MAX_SIZE_BYTES, Trace, _is_int, expand, \
-    is_finite_number
+from traffic.limits import KINDS, MAX_EXPANDED_OPS, MAX_RANKS, MAX_SIZE_BYTES, is_finite_number, is_int
+
+# Trace (traffic.trace) stands in annotations only: traffic.trace imports this module, not the reverse.
 
 KIND_SET = frozenset(KINDS)
 INF = float("inf")
@@ -37,12 +38,12 @@ class _Validator:
     def run(self):
         t, bad = self.t, self.bad
         n = t.nranks
-        if not _is_int(n) or n < 1:
+        if not is_int(n) or n < 1:
             bad("nranks", "an integer >= 1", n)
         if n > MAX_RANKS:
             bad("nranks", f"at most {MAX_RANKS} ranks (the workload layer's limit)", n)
         gps = t.meta.get("gpus_per_server")
-        if gps is not None and (not _is_int(gps) or gps < 1):
+        if gps is not None and (not is_int(gps) or gps < 1):
             bad("meta.gpus_per_server", "an integer >= 1 or null", gps)
         self.check_layout()
         self.check_groups()
@@ -69,7 +70,7 @@ class _Validator:
     def check_groups(self):
         t, n, lay = self.t, self.t.nranks, self.t.layout
         for name, ranks in t.explicit.items():
-            if not isinstance(ranks, list) or not ranks or not all(_is_int(r) for r in ranks):
+            if not isinstance(ranks, list) or not ranks or not all(is_int(r) for r in ranks):
                 self.bad(f"groups.{name}", "a non-empty list of ranks", ranks)
             out = [r for r in ranks if not 0 <= r < n]
             if out:
@@ -163,7 +164,7 @@ class _Validator:
                         named = "a group named in groups" + (" or a layout family (" + ", ".join(fams) + ")"
                                                              if fams else "")
                         bad(f"{where}.group", named, g)
-                    if o.root is not None and (not _is_int(o.root) or not 0 <= o.root < gsize):
+                    if o.root is not None and (not is_int(o.root) or not 0 <= o.root < gsize):
                         bad(f"{where}.root", f"a group-local rank in 0..{gsize - 1}", o.root)
                     refs.setdefault(g, {})[o.id] = ((o.op, o.algorithm, o.size_bytes, o.root), i)
                 elif o.kind in ("send", "recv"):
@@ -186,11 +187,11 @@ class _Validator:
             bad(f"{where}.id", "an id unique within the rank" if one else "an id unique within the stream", o.id)
         if o.kind not in KINDS:
             bad(f"{where}.kind", "one of " + ", ".join(KINDS), o.kind)
-        if not _is_int(o.size_bytes) or not 0 <= o.size_bytes <= MAX_SIZE_BYTES:
+        if not is_int(o.size_bytes) or not 0 <= o.size_bytes <= MAX_SIZE_BYTES:
             bad(f"{where}.size_bytes", f"an integer in 0..{MAX_SIZE_BYTES}", o.size_bytes)
         if not is_finite_number(o.duration_s) or o.duration_s < 0:
             bad(f"{where}.duration_s", "a finite number >= 0", o.duration_s)
-        if o.iteration is not None and (not _is_int(o.iteration) or o.iteration < 0):
+        if o.iteration is not None and (not is_int(o.iteration) or o.iteration < 0):
             bad(f"{where}.iteration", "an integer >= 0 or null", o.iteration)
         if not isinstance(o.label, str):
             bad(f"{where}.label", "a string", o.label)
@@ -205,7 +206,7 @@ class _Validator:
 
     def check_peer(self, cls, o, where, n):
         p = o.peer
-        if _is_int(p):
+        if is_int(p):
             if not 0 <= p < n or (p in cls.ranks if cls.ranks.size > 1 else p == int(cls.ranks[0])):
                 self.bad(f"{where}.peer", f"another rank in 0..{n - 1}", p)
             return
@@ -373,7 +374,7 @@ def class_graph(t: Trace, class_of=None) -> ClassGraph:
     used = {(o.group, c) for c, cls in enumerate(t.classes) for o in cls.ops
             if o.kind == "collective" and o.group in fams}
     for f in {f for f, _ in used}:
-        per_group = _group_combos(t, f, class_of)
+        per_group = group_combos(t, f, class_of)
         for _, c in [u for u in used if u[0] == f]:
             ids = np.unique(per_group[lay.group_index(f, t.classes[c].ranks)])
             combos[(f, c)] = int(ids[0]) if ids.size == 1 else None
@@ -459,7 +460,7 @@ def order_of(preds: list) -> list:
     return order
 
 
-def _group_combos(t: Trace, f: str, class_of) -> np.ndarray:
+def group_combos(t: Trace, f: str, class_of) -> np.ndarray:
     """For each group of family f, an id of the set of classes its members belong to."""
     lay = t.layout
     ranks = np.arange(t.nranks, dtype=np.int64)
@@ -507,7 +508,7 @@ def find_cycle(t: Trace, class_of=None) -> list[str] | None:
         if total > MAX_EXPANDED_OPS:
             raise InputError("deps", f"a dependency graph dtnet can check: the class-level graph has a cycle "
                              f"and the per-rank check stops at {MAX_EXPANDED_OPS} ops", f"{total} ops")
-        t = expand(t)
+        t = t.expanded()
         g = class_graph(t)
         order = order_of(g.preds)
         if len(order) == len(g.preds):

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from badinput import InputError
 from traffic.collectives import ALGORITHMS, OPS
+from traffic.limits import MAX_ITERATIONS, MAX_RANKS
 from traffic.spec import SpecReader
-from traffic.trace import MAX_ITERATIONS, MAX_RANKS, Op, RankClass, Trace
+from traffic.trace import Op, RankClass, Trace
 
 FORMS = ("collective", "model", "trace", "pattern")
 ROOTED = ("broadcast", "reduce")

@@ -1,9 +1,12 @@
 """The agent's half of co-scheduling: the gates that hold a phase until the
-runner's answer (or the wait running out), the answer line, and the pacer.
+runner's answer (or the wait running out), and the pacer.
 
 Pure: the agent passes the time.
 """
 from __future__ import annotations
+
+from emulator.agent.protocol import Announce, PhaseAnswer
+from experiment.rankplan import Phases
 
 
 class TokenBucket:
@@ -22,27 +25,6 @@ class TokenBucket:
         return 0.0 if self.tokens >= 0 else -self.tokens / self.rate
 
 
-class Answer:
-    """The runner's answer to one phase, as the agent reads it."""
-    __slots__ = ("iteration", "start_at", "delay_s", "status", "pace_mbps", "pace_from", "pace_until")
-
-    def __init__(self, iteration, start_at, delay_s, status, pace_mbps=None, pace_from=None, pace_until=None):
-        self.iteration, self.start_at, self.delay_s, self.status = iteration, start_at, delay_s, status
-        self.pace_mbps, self.pace_from, self.pace_until = pace_mbps, pace_from, pace_until
-
-
-def parse_offset_line(line: str) -> Answer | None:
-    """An ``offset ...`` line from the runner, or None for any other line."""
-    parts = line.split()
-    if len(parts) != 8 or parts[0] != "offset":
-        return None
-    try:
-        pace = [None if p == "-" else float(p) for p in parts[5:]]
-        return Answer(int(parts[1]), float(parts[2]), float(parts[3]), parts[4], *pace)
-    except ValueError:
-        return None
-
-
 class PhaseGates:
     """Which iterations' communication waits for the controller, and until when.
 
@@ -51,15 +33,15 @@ class PhaseGates:
     on the announcing rank, returns the announcement to send.
     """
 
-    def __init__(self, spec: dict):
-        self.gated = set(spec["iterations"])
-        self.bodies = {it: body for it, body in spec.get("announce", [])}
-        self.wait_s = spec["answer_wait_s"]
+    def __init__(self, spec: Phases):
+        self.gated = set(spec.iterations)
+        self.bodies = {a.iteration: a.body for a in spec.announce}
+        self.wait_s = spec.answer_wait_s
         self.ready_at: dict[int, float] = {}
-        self.answers: dict[int, tuple[Answer, float]] = {}  # iteration -> (answer, received at)
+        self.answers: dict[int, tuple[PhaseAnswer, float]] = {}  # iteration -> (answer, received at)
         self.opened: dict[int, float] = {}  # iteration -> when this rank's phase began
 
-    def answer(self, ans: Answer, now: float) -> None:
+    def answer(self, ans: PhaseAnswer, now: float) -> None:
         self.answers.setdefault(ans.iteration, (ans, now))
 
     def open_at(self, it: int) -> float:
@@ -69,14 +51,13 @@ class PhaseGates:
             return max(ans.start_at, got)
         return self.ready_at[it] + self.wait_s
 
-    def check(self, it: int, now: float) -> tuple[float, dict | None]:
-        """(when the gate of iteration `it` opens, announcement request to emit now or None)."""
+    def check(self, it: int, now: float) -> tuple[float, Announce | None]:
+        """(when the gate of iteration `it` opens, the announcement to send now or None)."""
         request = None
         if it not in self.ready_at:
             self.ready_at[it] = now
             if it in self.bodies:
-                body = dict(self.bodies[it], period_s=self.period_s(it, now))
-                request = {"ctl": "announce", "iteration": it, "t": now, "body": body}
+                request = Announce(it, now, dict(self.bodies[it], period_s=self.period_s(it, now)))
         return self.open_at(it), request
 
     def period_s(self, it: int, now: float) -> float:

@@ -1,16 +1,18 @@
 """The per-GPU agent: runs inside one Mininet host and replays its rank's ops.
 
-Stdlib only, so 32 of them start fast. The runner hands it a plan file
-(``python -m emulator.agent PLAN.json``) and talks to it over stdin/stdout:
+Stdlib only (and the two contracts it reads), so 32 of them start fast. The
+runner hands it a plan file (``python -m emulator.agent PLAN.json``, an
+experiment.rankplan.RankPlan) and talks to it over stdin/stdout in the
+messages of emulator.agent.protocol, one JSON object a line:
 
-    agent -> {"ctl": "ready"}            listening, peers connected, warmed up
-    runner -> "go <t0>"                  wall-clock start, shared by all agents
+    agent -> Ready                       listening, peers connected, warmed up
+    runner -> Go                         wall-clock start, shared by all agents
     agent -> {"kind": ..., ...}          one event per line as ops finish
-    agent -> {"ctl": "beat", ...}        about once a second: progress counters, whether
+    agent -> Beat                        about once a second: progress counters, whether
                                          it is busy (computing, waiting to start or on a
                                          gate) and where it is (op, step, peer awaited)
-    agent -> {"ctl": "done", ...}        totals; then exit 0
-    agent -> {"ctl": "error", ...}       names the op and step; exit 1
+    agent -> Done                        totals; then exit 0
+    agent -> Error                       names the op and step; exit 1
 
 The runner ends a run whose agent dies or stops beating, or whose job makes
 no progress for ``testbed.stall_timeout_s``, naming the rank and the step
@@ -19,10 +21,8 @@ from the last beat.
 With co-scheduling (the plan has "cosched"), each iteration's communication
 is a phase that the job announces, and every rank waits for the answer:
 
-    agent -> {"ctl": "announce", "iteration": i, "t": <time>, "body": {...}}
-                                         one rank per phase, when it is ready
-    runner -> "offset <i> <start_at> <delay_s> <status> <pace_mbps> <pace_from> <pace_until>"
-                                         to every rank of the job ("-" for no pace)
+    agent -> Announce                    one rank per phase, when it is ready
+    runner -> PhaseAnswer                to every rank of the job
     agent -> {"kind": "offset", ...}     when a rank's phase begins
 
 No rank starts a communication op of iteration i before start_at (wall
@@ -49,7 +49,11 @@ import threading
 import time
 import zlib
 
-from emulator.agent.gates import PhaseGates, TokenBucket, parse_offset_line
+from badinput import InputError
+from badinput.schema import from_json
+from emulator.agent import protocol
+from emulator.agent.gates import PhaseGates, TokenBucket
+from experiment.rankplan import RankPlan
 
 HEADER = struct.Struct("!IQII")  # transfer id, offset, length, crc32
 WARMUP_TID = 0xFFFFFFFF
@@ -73,10 +77,10 @@ class SendXfer:
 
 
 class OpState:
-    def __init__(self, spec: dict):
+    def __init__(self, spec):
         self.spec = spec
-        self.kind = spec["kind"]
-        self.deps = spec.get("deps", [])
+        self.kind = spec.kind
+        self.deps = spec.deps
         self.started = False
         self.done = False
         self.start_t = None
@@ -91,11 +95,11 @@ class OpState:
 class Agent:
     def __init__(self, plan: dict):
         self.plan = plan
-        self.rank = plan["rank"]
-        self.job = plan["job"]
-        self.slice_bytes = plan.get("slice_bytes", 16384)
-        self.dilation = plan.get("dilation", 1.0)
-        self.transfer_events = plan.get("transfer_events", False)
+        self.rank = plan.rank
+        self.job = plan.job
+        self.slice_bytes = plan.slice_bytes
+        self.dilation = plan.dilation
+        self.transfer_events = plan.transfer_events
         # One lock, two wake-ups: the op loop (`cond`) needs waking only when a
         # transfer completes or an answer arrives, the senders (`send_cond`)
         # on every slice received (their pipelining gates). Waking the op
@@ -106,8 +110,8 @@ class Agent:
         self.out_lock = threading.Lock()
         self.failed: str | None = None
         self.stop = False
-        self.ops = [OpState(o) for o in plan["ops"]]
-        self.gates = PhaseGates(plan["cosched"]) if plan.get("cosched") else None
+        self.ops = [OpState(o) for o in plan.ops]
+        self.gates = PhaseGates(plan.cosched) if plan.cosched else None
         self.pacer: tuple[TokenBucket, float, float] | None = None  # (bucket, from, until)
         self.recv_got: dict[int, int] = {}
         self.recv_size: dict[int, int] = {}
@@ -131,36 +135,46 @@ class Agent:
     def _index_ops(self):
         for i, op in enumerate(self.ops):
             spec = op.spec
-            for tid, src, step, nbytes in spec.get("recvs", []):
-                op.recv_tids.append(tid)
-                self.recv_size[tid] = nbytes
-                self.recv_meta[tid] = (i, step, src)
-                self.recv_got.setdefault(tid, 0)
-            sends = spec.get("sends", [])
-            # The plan lists, per send, the receives it waits for (send_dependencies); p2p sends have none.
-            for (tid, dst, step, nbytes), (earlier, gate) in zip(sends, spec.get("send_deps", [([], [])] * len(sends))):
-                x = SendXfer(tid, i, step, dst, nbytes)
-                x.gate = gate
-                for t in earlier:
+            for r in spec.recvs:
+                op.recv_tids.append(r.tid)
+                self.recv_size[r.tid] = r.size_bytes
+                self.recv_meta[r.tid] = (i, r.step, r.src)
+                self.recv_got.setdefault(r.tid, 0)
+            # Each send lists the receives it waits for (send_dependencies); p2p sends have none.
+            for s in spec.sends:
+                x = SendXfer(s.tid, i, s.step, s.dst, s.size_bytes)
+                x.gate = list(s.follow)
+                for t in s.after:
                     if self.recv_size[t] > 0:
                         x.earlier_left += 1
                         self.waiters.setdefault(t, []).append(x)
                 op.sends.append(x)
-                self.send_queues.setdefault(dst, [])
+                self.send_queues.setdefault(s.dst, [])
         # Whether any send waits on receives: only then does a slice received wake the senders.
         self.gated_sends = any(x.gate or x.earlier_left for op in self.ops for x in op.sends)
 
     # -- output -------------------------------------------------------------
     def emit(self, obj: dict):
-        line = json.dumps(obj, separators=(",", ":"))
+        """An event (a dict with "kind") as one line."""
+        self.say(json.dumps(obj, separators=(",", ":")) + "\n")
+
+    def send(self, msg) -> None:
+        """A message of emulator.agent.protocol to the runner."""
+        self.say(protocol.line(msg))
+
+    def say(self, text: str) -> None:
         with self.out_lock:
-            sys.stdout.write(line + "\n")
+            sys.stdout.write(text)
             sys.stdout.flush()
 
     def control(self, line: str):
-        """A line from the runner after "go": an answer to an announced phase."""
-        ans = parse_offset_line(line)
-        if ans is None or self.gates is None:
+        """A line from the runner after Go: the answer to an announced phase."""
+        try:
+            ans = protocol.read(line)
+        except InputError as e:
+            self.fail(f"rank {self.rank}: the runner sent a bad line: {e}")
+            return
+        if not isinstance(ans, protocol.PhaseAnswer) or self.gates is None:
             return
         now = time.time()
         with self.cond:
@@ -194,7 +208,7 @@ class Agent:
     def listen(self):
         self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.lsock.bind(("0.0.0.0", self.plan["port"]))
+        self.lsock.bind(("0.0.0.0", self.plan.port))
         self.lsock.listen(256)
 
     def accept_loop(self, expected: int):
@@ -204,8 +218,7 @@ class Agent:
             threading.Thread(target=self.reader, args=(conn,), daemon=True).start()
 
     def connect_peers(self, deadline: float):
-        for peer, addr in sorted(self.plan["peers"].items(), key=lambda kv: int(kv[0])):
-            peer = int(peer)
+        for peer, addr in sorted(self.plan.peers.items()):
             while True:
                 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -214,14 +227,14 @@ class Agent:
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, max(65536, 4 * self.slice_bytes))
                 try:
                     s.settimeout(2.0)
-                    s.connect((addr["ip"], addr["port"]))
+                    s.connect((addr.ip, addr.port))
                     s.settimeout(None)
                     break
                 except OSError:
                     s.close()
                     if time.time() > deadline:
                         raise AgentError(f"rank {self.rank}: cannot connect to rank {peer} at "
-                                         f"{addr['ip']}:{addr['port']}")
+                                         f"{addr.ip}:{addr.port}")
                     time.sleep(0.05)
             s.sendall(HELLO.pack(self.rank))
             # Warm the connection so the first real step does not pay slow start.
@@ -259,7 +272,7 @@ class Agent:
                     if not ok:
                         self.checksum_errors += 1
                         op_i, step, src = self.recv_meta[tid]
-                        raise AgentError(f"checksum mismatch in op {self.ops[op_i].spec['id']} step {step} "
+                        raise AgentError(f"checksum mismatch in op {self.ops[op_i].spec.id} step {step} "
                                          f"from rank {src} at offset {offset}")
                     self.recv_first.setdefault(tid, t_header)
                     op_i, step, src = self.recv_meta[tid]
@@ -267,7 +280,7 @@ class Agent:
                         if self.transfer_events:
                             spec = self.ops[op_i].spec
                             self.emit({"kind": "transfer", "job": self.job, "rank": self.rank, "src": src,
-                                       "dst": self.rank, "op_id": spec["id"], "step": step,
+                                       "dst": self.rank, "op_id": spec.id, "step": step,
                                        "size_bytes": self.recv_size[tid], "start": self.recv_first[tid],
                                        "end": now})
                         self.cond.notify_all()  # the op may be complete
@@ -369,25 +382,25 @@ class Agent:
         op.done, op.end_t = True, now
         self.ops_done += 1
         spec = op.spec
-        ev = {"kind": spec["kind"], "job": self.job, "rank": self.rank, "op_id": spec["id"],
+        ev = {"kind": spec.kind, "job": self.job, "rank": self.rank, "op_id": spec.id,
               "start": op.start_t, "end": now, "ready": op.ready_t}
         if op.slowdown != 1.0:
             ev["slowdown"] = op.slowdown
         for k in ("op", "algorithm", "size_bytes", "iteration", "label", "group", "peer", "ranks"):
-            if spec.get(k) is not None:
-                ev[k] = spec[k]
+            if getattr(spec, k) is not None:
+                ev[k] = getattr(spec, k)
         self.emit(ev)
 
     def _gate(self, op: OpState) -> float | None:
         """None: the op may start now. Else the time its phase's gate opens
         (an answer arriving also wakes the loop)."""
-        it = op.spec.get("iteration")
+        it = op.spec.iteration
         if self.gates is None or op.kind == "compute" or it not in self.gates.gated:
             return None
         now = time.time()
         open_at, request = self.gates.check(it, now)
         if request is not None:
-            self.emit(request)
+            self.send(request)
         if now < open_at:
             return open_at
         ev = self.gates.begin(it, now)
@@ -452,8 +465,8 @@ class Agent:
                         if op.ready_t is None:
                             # A gated op is ready when its gate opens: waiting
                             # out the offset is not lateness.
-                            opened = [self.gates.open_at(op.spec["iteration"])] \
-                                if self.gates and op.spec.get("iteration") in self.gates.opened else []
+                            opened = [self.gates.open_at(op.spec.iteration)] \
+                                if self.gates and op.spec.iteration in self.gates.opened else []
                             op.ready_t = max([t0] + [self.ops[d].end_t for d in op.deps] + opened)
                         if op.kind == "compute":
                             if compute_op is not None:
@@ -462,7 +475,7 @@ class Agent:
                             op.started, op.start_t = True, time.time()
                             op.slowdown = self.slowdown(op.start_t)
                             compute_op = i
-                            compute_busy_until = op.start_t + op.spec.get("duration_s", 0.0) * op.slowdown
+                            compute_busy_until = op.start_t + op.spec.duration_s * op.slowdown
                         else:
                             op.started, op.start_t = True, time.time()
                             for x in op.sends:
@@ -488,18 +501,17 @@ class Agent:
 
     def slowdown(self, now: float) -> float:
         """A straggler's compute factor for an op starting now (1 before its fault's time)."""
-        st = self.plan.get("straggler")
-        if st is None or self.t_go is None or now < self.t_go + st["from_s"]:
+        st = self.plan.straggler
+        if st is None or self.t_go is None or now < self.t_go + st.from_s:
             return 1.0
-        return st["factor"]
+        return st.factor
 
     def beat(self, now: float, busy: bool) -> None:
         """Tell the runner, about once a second, that this rank lives and how far it got."""
         if now - self.last_beat < BEAT_S:
             return
         self.last_beat = now
-        self.emit({"ctl": "beat", "rank": self.rank, "sent": self.bytes_sent, "received": self.bytes_received,
-                   "ops_done": self.ops_done, "busy": busy, "at": self.where()})
+        self.send(protocol.Beat(self.rank, self.bytes_sent, self.bytes_received, self.ops_done, busy, self.where()))
 
     def where(self) -> str:
         """The rank's first unfinished op and, in a transfer, the lowest step it
@@ -531,8 +543,7 @@ class Agent:
 
 
 def _op_name(spec: dict) -> str:
-    it = spec.get("iteration")
-    return f"op {spec['id']}" + (f" (iteration {it})" if it is not None else "")
+    return f"op {spec.id}" + (f" (iteration {spec.iteration})" if spec.iteration is not None else "")
 
 
 def _send_frame(sock, header: bytes, data) -> None:
@@ -560,35 +571,44 @@ def _recv_exact(conn, view, n) -> bool:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    with open(argv[0]) as f:
-        plan = json.load(f)
+    try:
+        with open(argv[0]) as f:
+            plan = from_json(RankPlan, f.read(), file=argv[0])
+    except (OSError, InputError) as e:
+        sys.stdout.write(protocol.line(protocol.Error(None, f"bad plan: {e}")))
+        return 2
     agent = Agent(plan)
     try:
         agent.listen()
-        deadline = time.time() + plan.get("connect_timeout_s", 30.0)
-        acceptor = threading.Thread(target=agent.accept_loop, args=(plan["inbound"],), daemon=True)
+        deadline = time.time() + plan.connect_timeout_s
+        acceptor = threading.Thread(target=agent.accept_loop, args=(plan.inbound,), daemon=True)
         acceptor.start()
         agent.connect_peers(deadline)
         acceptor.join(max(0.0, deadline - time.time()))
         if acceptor.is_alive():
-            raise AgentError(f"rank {agent.rank}: only some of {plan['inbound']} peers connected")
-        agent.emit({"ctl": "ready", "rank": agent.rank})
+            raise AgentError(f"rank {agent.rank}: only some of {plan.inbound} peers connected")
+        agent.send(protocol.Ready(agent.rank))
         line = sys.stdin.readline()
-        if not line.startswith("go "):
+        if not line:
             return 3  # the runner went away
-        agent.t_go = float(line.split()[1])
-        t0 = agent.t_go + plan.get("start_offset_s", 0.0)
+        try:
+            go = protocol.read(line)
+        except InputError as e:
+            raise AgentError(f"rank {agent.rank}: expected the runner's go, found a bad line: {e}") from None
+        if not isinstance(go, protocol.Go):
+            raise AgentError(f"rank {agent.rank}: expected the runner's go, found {type(go).__name__}")
+        agent.t_go = go.t0
+        t0 = agent.t_go + plan.start_offset_s
         # The runner closing our stdin means it died or gave up: stop too.
         threading.Thread(target=_watch_stdin, args=(agent,), daemon=True).start()
         for peer in agent.conns_out:
             threading.Thread(target=agent.sender, args=(peer,), daemon=True).start()
         agent.run(t0)
-        agent.emit({"ctl": "done", "rank": agent.rank, "bytes_sent": agent.bytes_sent,
-                    "bytes_received": agent.bytes_received, "checksum_errors": agent.checksum_errors})
+        agent.send(protocol.Done(agent.rank, agent.bytes_sent, agent.bytes_received, agent.checksum_errors))
         agent.stop = True
         return 0
     except AgentError as e:
-        agent.emit({"ctl": "error", "rank": agent.rank, "msg": str(e)})
+        agent.send(protocol.Error(agent.rank, str(e)))
         return 1
     except KeyboardInterrupt:
         return 130
@@ -603,7 +623,3 @@ def _watch_stdin(agent: Agent):
             agent.control(line)
     finally:
         os._exit(4)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,7 +8,8 @@ announcement an agent writes to its stdout, then writes the answer to the
 stdin of every rank of that job, so that all of them shift together. When
 the controller is unreachable, errs, or does not answer within the timeout,
 the runner answers offset 0 itself (status "fallback"): the agents send at
-once, and the event says why.
+once, and the event says why. The answer is controller.cosched.Answer; what
+each rank is told, emulator.agent.protocol.PhaseAnswer (docs/contracts.md).
 
 Offsets come back in the controller's seconds, which in dtnet are emulated
 (wall-clock) seconds; events carry them both ways, ``offset_emulated_s`` and
@@ -17,12 +18,16 @@ Offsets come back in the controller's seconds, which in dtnet are emulated
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+
+from badinput import InputError
+from badinput.schema import from_dict
+from controller.cosched import Answer
+from emulator.agent.protocol import Announce, PhaseAnswer, line
 
 PATH = "/dtnet/v1/announce"
 ANNOUNCE_TIMEOUT_S = 1.0
@@ -33,44 +38,27 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 @dataclass(frozen=True)
 class Decision:
-    """What the agents are told for one phase (the controller's seconds)."""
-    status: str  # "answered" | "fallback"
-    delay_s: float = 0.0
-    priority: int | None = None
-    pace_share: float | None = None  # of each sender's NIC rate, inside the window
-    pace_from_s: float = 0.0  # the pace window, from the phase start
-    pace_until_s: float = 0.0
-    reason: str | None = None
+    """What the agents are told for one phase: the controller's answer, or why there is none."""
+    status: str                   # "answered" | "fallback"
+    answer: Answer | None = None  # when answered
+    reason: str | None = None     # when a fallback
+
+    @property
+    def delay_s(self) -> float:
+        return self.answer.start_offset_s if self.answer else 0.0
 
 
 def fallback(reason: str) -> Decision:
     return Decision("fallback", reason=reason[:200])
 
 
-def decision_from_answer(answer) -> Decision:
-    """Check the controller's answer; a malformed one is a fallback, not a crash."""
-    if not isinstance(answer, dict):
-        return fallback("bad answer: expected a JSON object")
-    delay = answer.get("start_offset_s")
-    if not _number(delay) or delay < 0:
-        return fallback(f"bad answer: start_offset_s: expected seconds >= 0, found {delay!r}")
-    share = answer.get("pace_share")
-    if share is not None and not (_number(share) and 0 < share <= 1):
-        return fallback(f"bad answer: pace_share: expected a fraction in (0, 1], found {share!r}")
-    window = (0.0, 0.0)
-    if share is not None:
-        window = (answer.get("pace_from_s"), answer.get("pace_until_s"))
-        if not all(_number(t) for t in window) or not 0 <= window[0] <= window[1]:
-            return fallback(f"bad answer: pace_from_s, pace_until_s: expected 0 <= from <= until seconds, "
-                            f"found {window!r}")
-    prio = answer.get("priority")
-    return Decision("answered", float(delay), prio if isinstance(prio, int) else None,
-                    float(share) if share is not None and window[1] > window[0] else None,
-                    float(window[0]), float(window[1]))
-
-
-def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+def decision_from_answer(data) -> Decision:
+    """Check the controller's answer against controller.cosched.Answer; a malformed one is a
+    fallback naming the key, not a crash."""
+    try:
+        return Decision("answered", from_dict(Answer, data))
+    except InputError as e:
+        return fallback(f"bad answer: {e}")
 
 
 def post(base_url: str, body: dict, timeout_s: float, opener=_OPENER) -> Decision:
@@ -102,14 +90,14 @@ def _why(err) -> str:
     return f"unreachable: {err}"
 
 
-def agent_line(iteration: int, start_at: float, d: Decision, link_mbps: float) -> str:
-    """The ``offset`` line one rank reads (see emulator.agent): its pace in
-    emulated Mb/s and the pace window in wall-clock time."""
-    if d.pace_share:
-        pace = f"{d.pace_share * link_mbps!r} {start_at + d.pace_from_s!r} {start_at + d.pace_until_s!r}"
-    else:
-        pace = "- - -"
-    return f"offset {iteration} {start_at!r} {d.delay_s!r} {d.status} {pace}\n"
+def phase_answer(iteration: int, start_at: float, d: Decision, link_mbps: float) -> PhaseAnswer:
+    """What one rank is told: the controller's pace share as emulated Mb/s of its NIC, and the
+    pace window in wall-clock time."""
+    a = d.answer
+    if a is not None and a.pace_share and a.pace_until_s > a.pace_from_s:
+        return PhaseAnswer(iteration, start_at, d.delay_s, d.status, a.pace_share * link_mbps,
+                           start_at + a.pace_from_s, start_at + a.pace_until_s)
+    return PhaseAnswer(iteration, start_at, d.delay_s, d.status)
 
 
 class Relay:
@@ -124,30 +112,29 @@ class Relay:
     def add(self, job: str, rank: int, stdin, link_mbps: float) -> None:
         self.ranks.setdefault(job, []).append((rank, stdin, link_mbps))
 
-    def handle(self, job: str, rank: int, msg: dict) -> dict:
+    def handle(self, job: str, rank: int, msg: Announce) -> dict:
         """Relay one announcement; returns its event. Every rank of the job is told."""
-        t_sent = msg.get("t") if _number(msg.get("t")) else self.clock()
-        body = msg.get("body")
         if self.base_url is None:
             d = fallback("no controller")
-        elif not isinstance(body, dict):
-            d = fallback("agent sent no announcement body")
         else:
-            d = self.post(self.base_url, body, self.timeout_s)
+            d = self.post(self.base_url, msg.body, self.timeout_s)
         t_ans = self.clock()
         start_at = t_ans + d.delay_s
-        it = msg.get("iteration")
         for _, stdin, link_mbps in self.ranks.get(job, []):
             try:
-                stdin.write(agent_line(it, start_at, d, link_mbps))
+                stdin.write(line(phase_answer(msg.iteration, start_at, d, link_mbps)))
                 stdin.flush()
             except (OSError, ValueError):
                 pass  # an agent that died is reported by the runner when its stdout closes
-        flows = body.get("flows") if isinstance(body, dict) else None
-        return {"kind": "announce", "job": job, "rank": rank, "iteration": it, "start": t_sent, "end": t_ans,
-                "status": d.status, "reason": d.reason, "offset_emulated_s": d.delay_s,
-                "offset_s": d.delay_s / self.dilation, "priority": d.priority, "pace_share": d.pace_share,
-                "pace_from_s": d.pace_from_s / self.dilation, "pace_until_s": d.pace_until_s / self.dilation,
+        a = d.answer
+        paced = a is not None and a.pace_share and a.pace_until_s > a.pace_from_s
+        flows = msg.body.get("flows")
+        return {"kind": "announce", "job": job, "rank": rank, "iteration": msg.iteration, "start": msg.t,
+                "end": t_ans, "status": d.status, "reason": d.reason, "offset_emulated_s": d.delay_s,
+                "offset_s": d.delay_s / self.dilation, "priority": a.priority if a else None,
+                "pace_share": a.pace_share if paced else None,
+                "pace_from_s": a.pace_from_s / self.dilation if paced else 0.0,
+                "pace_until_s": a.pace_until_s / self.dilation if paced else 0.0,
                 "flows": len(flows) if isinstance(flows, list) else 0}
 
 

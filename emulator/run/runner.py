@@ -15,6 +15,8 @@ import time
 
 from badinput import InputError
 from badinput.paths import inside
+from badinput.schema import to_json
+from emulator.agent import protocol
 from emulator.run import autoscale, fidelity, linksampler, relay
 from emulator.run.faults import FaultInjector
 from emulator.run.watchdog import Watchdog
@@ -24,13 +26,14 @@ from emulator.testbed.lifecycle import Testbed
 from emulator.testbed.process import stop_process
 from experiment.engine import RunFailure
 from experiment.model import Experiment, write_resolved
-from experiment.outputs.summary import SUMMARY_VERSION, aggregate, job_results, read_events, traffic_results
+from experiment.outputs.summary import build as build_summary
+from experiment.outputs.summary import read_events
 from experiment.outputs.write import write_after_run, write_json
 from experiment.plan import build_plans
 
 
 def run_experiment(exp: Experiment, out_dir: str, log=print, prepare=None) -> dict:
-    """Raises runstate.LeaseError at once when out_dir is another live run's folder.
+    """Raises FolderBusy at once when out_dir is another live run's folder.
 
     prepare(exp) -> (exp, calibration record) runs first, while the folder is held: `--auto-scale`
     (emulator.run.autoscale) probes there and picks the scale; the record goes into summary.json."""
@@ -81,7 +84,7 @@ def _run(exp: Experiment, out_dir: str, log, calibration: dict | None = None) ->
         ctx["error"] = str(e)
         raise
     finally:
-        summary = _summarize(exp, fabric, jobs, events_path, ctx)
+        summary = summarize(exp, fabric, jobs, events_path, ctx)
         write_json(inside(out_dir, "summary.json"), summary)
         write_after_run(out_dir, exp, jobs, summary, ctx["t_start"], log)  # trace.json, plots/
     return summary
@@ -97,16 +100,16 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
             for plan in jp.ranks:
                 path, err_path = write_plan(out_dir, jp.name, plan)
                 err = open(err_path, "w")
-                p = tb.host(plan["host"]).popen([sys.executable, "-m", "emulator.agent", path],
-                                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                                text=True, bufsize=1)
+                p = tb.host(plan.host).popen([sys.executable, "-m", "emulator.agent", path],
+                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                             text=True, bufsize=1)
                 err.close()
-                agents.append((jp.name, plan["rank"], p))
+                agents.append((jp.name, plan.rank, p))
                 if cosched is not None:
-                    nic_mbps = exp.emulated_mbps(tb.fabric.host_link_gbps(plan["host"]))
-                    cosched.add(jp.name, plan["rank"], p.stdin, nic_mbps)
-                tb.state.add_pid(f"agent/{jp.name}/{plan['rank']}", p.pid)
-                sel.register(p.stdout, selectors.EVENT_READ, (jp.name, plan["rank"], p))
+                    nic_mbps = exp.emulated_mbps(tb.fabric.host_link_gbps(plan.host))
+                    cosched.add(jp.name, plan.rank, p.stdin, nic_mbps)
+                tb.state.add_pid(f"agent/{jp.name}/{plan.rank}", p.pid)
+                sel.register(p.stdout, selectors.EVENT_READ, (jp.name, plan.rank, p))
         n = len(agents)
         reader = LineReader()
         log(f"[run] {n} agents started; waiting for their connections")
@@ -137,28 +140,32 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
 
             def handle(job, rank, line):
                 try:
-                    msg = json.loads(line)
+                    data = json.loads(line)
                 except ValueError:
                     return
-                ctl = msg.get("ctl")
                 now = time.time()
-                if ctl == "beat":
-                    watch.beat((job, rank), msg, now)
-                elif ctl == "ready":
-                    ready.add((job, rank))
-                elif ctl == "done":
-                    done[(job, rank)] = msg
-                    watch.finished((job, rank))
-                elif ctl == "error":
-                    watch.error((job, rank), msg.get("msg"), now)
-                elif ctl == "announce":
-                    if cosched is not None:
-                        events.write(json.dumps(cosched.handle(job, rank, msg)) + "\n")
-                        events.flush()
-                else:
+                if not isinstance(data, dict) or "ctl" not in data:  # an event
                     events.write(line)
                     events.flush()
                     watch.progress((job, rank), now)
+                    return
+                try:
+                    msg = protocol.read(data)
+                except InputError as e:
+                    watch.error((job, rank), f"a line the runner cannot read: {e}", now)
+                    return
+                if isinstance(msg, protocol.Beat):
+                    watch.beat((job, rank), msg, now)
+                elif isinstance(msg, protocol.Ready):
+                    ready.add((job, rank))
+                elif isinstance(msg, protocol.Done):
+                    done[(job, rank)] = msg
+                    watch.finished((job, rank))
+                elif isinstance(msg, protocol.Error):
+                    watch.error((job, rank), msg.msg, now)
+                elif isinstance(msg, protocol.Announce) and cosched is not None:
+                    events.write(json.dumps(cosched.handle(job, rank, msg)) + "\n")
+                    events.flush()
 
             deadline = time.monotonic() + exp.testbed.ready_timeout_s
             while len(ready) < n:
@@ -174,8 +181,9 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
             ctx["t_start"] = t0
             log(f"[run] replaying {sum(len(j.trace.ops[0]) for j in jobs)} ops per rank "
                 f"(dilation {exp.scale.dilation:g}x)")
+            go = protocol.line(protocol.Go(t0))
             for _, _, p in agents:
-                p.stdin.write(f"go {t0!r}\n")
+                p.stdin.write(go)
                 p.stdin.flush()
             watch.start(time.time())
             ctx["faults"] = FaultInjector(tb, exp.faults, t0, exp.scale.dilation, events_path, log).start()
@@ -188,9 +196,9 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
             ctx["t_end"] = time.time()
             mon.stop()
             ctx["tcp"] = _tcp_counters(tb, jobs)
-            ctx["totals"] = {"bytes_sent": sum(m["bytes_sent"] for m in done.values()),
-                             "bytes_received": sum(m["bytes_received"] for m in done.values()),
-                             "checksum_errors": sum(m["checksum_errors"] for m in done.values())}
+            ctx["totals"] = {"bytes_sent": sum(m.bytes_sent for m in done.values()),
+                             "bytes_received": sum(m.bytes_received for m in done.values()),
+                             "checksum_errors": sum(m.checksum_errors for m in done.values())}
     finally:
         if ctx.get("capture"):
             ctx["capture"].stop()
@@ -210,14 +218,15 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
         sel.close()
 
 
-def write_plan(out_dir: str, job: str, plan: dict) -> tuple[str, str]:
-    """plans/<job>/rankN.json for the agent; returns it and the path for the agent's stderr."""
+def write_plan(out_dir: str, job: str, plan) -> tuple[str, str]:
+    """plans/<job>/rankN.json (an experiment.rankplan.RankPlan) for the agent; returns it and the
+    path for the agent's stderr."""
     folder = inside(out_dir, "plans", job)
     os.makedirs(folder, exist_ok=True)
-    path = inside(folder, f"rank{plan['rank']}.json")
+    path = inside(folder, f"rank{plan.rank}.json")
     with open(path, "w") as f:
-        json.dump(plan, f)
-    return path, inside(folder, f"rank{plan['rank']}.err")
+        f.write(to_json(plan, skip_defaults=True))
+    return path, inside(folder, f"rank{plan.rank}.err")
 
 
 class LineReader:
@@ -281,13 +290,10 @@ def _monitored_links(tb: Testbed) -> dict:
     return out
 
 
-def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
+def summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
+    """summary.json of an emulator run: the shared figures plus the testbed's own sections."""
     events = read_events(events_path)
-    dil = exp.scale.dilation
-    per_job = [job_results(j.name, events, dil, j.predicted_s) for j in jobs]
-    host_total = sum(fabric.host_link_gbps(h) for j in jobs for h in j.hosts)
     totals = ctx["totals"]
-    received = totals.get("bytes_received") or sum(e.get("size_bytes", 0) for e in events if e["kind"] == "transfer")
     t_start, t_end = ctx["t_start"] or 0, ctx["t_end"] or time.time()
     fid = fidelity.evaluate(ctx["monitor"], events, t_start, t_end)
     if ctx.get("ovs_send_buffer") is not None:
@@ -297,23 +303,9 @@ def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
     if totals and totals["bytes_sent"] != totals["bytes_received"]:
         ctx["status"] = "incomplete"
         ctx["error"] = (f"bytes sent {totals['bytes_sent']} != bytes received {totals['bytes_received']}")
-    return {
-        "version": SUMMARY_VERSION,
-        "name": exp.name,
-        "status": ctx["status"],
-        "error": ctx["error"],
-        "topology": {**exp.topology, **fabric.counts()},
-        "scale": {"link": exp.scale.link, "bytes": exp.scale.bytes, "dilation": dil},
-        "routing": exp.routing,
+    return build_summary(exp, fabric, jobs, events, status=ctx["status"], error=ctx["error"],
+                         bytes_received=totals.get("bytes_received"), engine={
         "datapath": ctx["datapath"],
-        "jobs": per_job,
-        "aggregate": aggregate(per_job, events, dil),
-        "prediction": {"model": "alpha-beta (traffic.collectives.model.predict_time_s): each rank's NIC at its "
-                                "host link rate, NVLink inside a server, pipelined by the agents' slices, "
-                                "no contention",
-                       "latency_s": exp.prediction.latency_us * 1e-6,
-                       "pipeline_slice_bytes": exp.testbed.slice_bytes / exp.scale.bytes},
-        "traffic": traffic_results(events, received, exp.scale.link, exp.scale.bytes, host_total),
         "tcp": ctx.get("tcp", {}),
         "integrity": {"bytes_sent_emulated": totals.get("bytes_sent"),
                       "bytes_received_emulated": totals.get("bytes_received"),
@@ -322,8 +314,7 @@ def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
         "controller": ctx["controller"] or {},
         "faults": ctx["faults"].applied if ctx.get("faults") else [],
         "capture": ctx["capture"].results if ctx.get("capture") else [],
-        "announcements": relay.summarize(events, dil),
+        "announcements": relay.summarize(events, exp.scale.dilation),
         "duration_s_wall": (t_end - t_start) if ctx["t_start"] else None,
         **({"calibration": ctx["calibration"]} if ctx.get("calibration") else {}),
-    }
-
+    })

@@ -39,11 +39,12 @@ class Watchdog:
             self.last_beat[k] = now
             self.moved[k[0]] = now
 
-    def beat(self, key, msg: dict, now: float) -> None:
+    def beat(self, key, msg, now: float) -> None:
+        """msg: the agent's protocol.Beat."""
         self.last_beat[key] = now
-        self.at[key] = msg.get("at")
-        self.busy[key] = bool(msg.get("busy"))
-        counters = (msg.get("sent"), msg.get("received"), msg.get("ops_done"))
+        self.at[key] = msg.at
+        self.busy[key] = msg.busy
+        counters = (msg.sent, msg.received, msg.ops_done)
         if self.counters.get(key) != counters or self.busy[key]:
             self.counters[key] = counters
             self.moved[key[0]] = now

@@ -9,7 +9,6 @@ import glob
 import json
 import os
 import signal
-import subprocess
 
 from badinput.paths import inside
 from emulator.testbed import runstate

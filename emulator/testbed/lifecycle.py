@@ -1,6 +1,6 @@
 """The testbed: OVS + Mininet fabric + Ryu controller, as one context manager.
 
-    with Testbed(fabric, run_dir, routing="ecmp", scale_link=2.5e-5) as tb:
+    with Testbed(fabric, run_dir, scale_link=2.5e-5, routing="ecmp") as tb:
         tb.host("h0").cmd("ping -c1 10.0.0.2")
 
 Entering starts OVS if needed, detects the datapath, builds the fabric,
@@ -22,9 +22,11 @@ from dataclasses import dataclass
 import psutil
 
 from badinput.paths import inside
+from controller.routing import DEFAULT_POLICY
 from emulator.testbed import runstate, shaping
 from emulator.testbed.datapath import AFXDP_MTU, AFXDP_PORT, MTU, detect_datapath, ensure_ovs
 from emulator.testbed.process import TestbedError, free_port, stop_process, wait_for
+from experiment import model
 from topologies import Fabric
 
 
@@ -39,9 +41,12 @@ class LinkShape:
 
 
 class Testbed:
-    def __init__(self, fabric: Fabric, run_dir: str, *, routing: str = "ecmp", scale_link: float = 2.5e-5,
-                 datapath: str = "auto", queue_packets: int = 1000, ready_timeout_s: float = 60.0,
-                 controller: bool = True, mtu: int = MTU, link_delay_us: float = 0.0, log=print):
+    """Settings left out take the experiment file's defaults (experiment.model.Testbed)."""
+
+    def __init__(self, fabric: Fabric, run_dir: str, *, scale_link: float, routing: str = DEFAULT_POLICY,
+                 datapath: str = model.Testbed.datapath, queue_packets: int = model.Testbed.queue_packets,
+                 ready_timeout_s: float = model.Testbed.ready_timeout_s, controller: bool = True, mtu: int = MTU,
+                 link_delay_us: float = 0.0, log=print):
         self.fabric = fabric
         self.run_dir = os.path.abspath(run_dir)
         self.routing = routing

@@ -15,6 +15,7 @@ import subprocess
 import time
 
 from badinput.paths import inside
+from experiment.engine import FolderBusy
 
 LEASE_DIR = "/run/dtnet"
 STATE_NAME = "state.json"
@@ -23,7 +24,7 @@ _TAGS = [f"{a}{b}" for a in "xyzw" for b in _ALPHABET + string.digits]
 
 
 class LeaseError(RuntimeError):
-    """This run cannot have what it needs to itself (a tag, its folder): refuse at once."""
+    """No free run tag: this run cannot have its names to itself; refuse at once."""
 
 
 def alive(pid: int) -> bool:
@@ -80,7 +81,7 @@ def lock_run_dir(run_dir: str) -> int:
                 owner = f"pid {json.load(f).get('owner_pid')}"
         except (OSError, ValueError):
             owner = "starting"
-        raise LeaseError(f"{run_dir} is the folder of a dtnet run that is still going ({owner}); "
+        raise FolderBusy(f"{run_dir} is the folder of a dtnet run that is still going ({owner}); "
                          "give this run another --out") from None
     return fd
 

@@ -11,7 +11,7 @@ import re
 
 from badinput.paths import inside
 from experiment.outputs import links as links_mod
-from experiment.outputs.summary import _fmt_b
+from experiment.outputs.summary import fmt_bytes
 
 FILES = {"iteration_time": "iteration_time.png", "cct": "cct_by_collective.png", "links": "link_heatmap.png"}
 
@@ -68,7 +68,7 @@ def cct_groups(summary: dict) -> list[tuple[str, list[float], float | None]]:
     for j in summary["jobs"]:
         for c in j["collectives"]:
             label = (f"{j['name']}: " if multi else "") + f"{c['op']} {c.get('algorithm', '')}\n" \
-                f"{_fmt_b(c['size_bytes'])} x{c['ranks']}"
+                f"{fmt_bytes(c['size_bytes'])} x{c['ranks']}"
             pred = c.get("predicted_cct_s")
             out.append((label, [t * 1e3 for t in c["cct_s_all"]], None if pred is None else pred * 1e3))
     return [g for g in out if g[1]]
@@ -286,7 +286,8 @@ def comparison_chart(summaries: list[dict], labels: list[str], path: str) -> boo
     # Above the bars, not on them: one row per three runs.
     top.legend(fontsize="small", loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(3, len(summaries)),
                frameon=False)
-    bottom.set_xticks(np.arange(len(colls)) + center, [f"{n}: {op}\n{_fmt_b(size)} x{k}" for n, op, size, k in colls],
+    bottom.set_xticks(np.arange(len(colls)) + center,
+                      [f"{n}: {op}\n{fmt_bytes(size)} x{k}" for n, op, size, k in colls],
                       fontsize="small")
     bottom.set_ylabel("busbw (Gb/s)")
     fig.suptitle("runs compared (real-cluster units)", y=1.03)
@@ -313,7 +314,7 @@ def sweep_chart(series: dict[str, list[tuple]], x_name: str, path: str) -> bool:
     if spread > 10:
         top.set_xscale("log", base=2)
     if x_name.endswith("_bytes"):
-        bottom.set_xticks(xs, [_fmt_b(x) for x in xs])
+        bottom.set_xticks(xs, [fmt_bytes(x) for x in xs])
     top.set_ylabel("busbw (Gb/s, real cluster)")
     top.legend(fontsize="small")
     from matplotlib.ticker import FuncFormatter, LogFormatter

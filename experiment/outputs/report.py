@@ -9,8 +9,8 @@ import os
 
 from badinput import InputError
 from badinput.paths import inside
-from experiment.outputs import summary as summary_tables
 from experiment.outputs import links as links_mod
+from experiment.outputs.summary import fmt_bytes, fmt_seconds, print_table
 
 NUM = (int, float)
 # The summary.json contract of DESIGN.md, as "key: type" (a dict is a nested
@@ -94,7 +94,7 @@ def report(run_dir: str, out) -> int:
     out.write(f"  {topo.get('kind', '?')}, {topo.get('hosts', '?')} hosts, {topo.get('switches', '?')} switches; "
               f"routing {s.get('routing', '?')}; datapath {s.get('datapath', '?')}; scale link {sc['link']:g}, "
               f"bytes {sc['bytes']:g} (time dilation {sc['dilation']:g}x)\n")
-    summary_tables.print_table(s, out)
+    print_table(s, out)
     if rows is not None:
         print_links(rows, out)
     present = [f for f in ("trace.json", "links.csv", "config.yaml", "events.jsonl")
@@ -163,7 +163,7 @@ def compare(run_dirs: list[str], out, plot: str | None = None) -> int:
             cs = [kc.get(key) for kc in keyed]
             algs = _ordered(c["algorithm"] for c in cs if c)
             op, size, n, _ = key
-            table.append((f"  {op} {summary_tables._fmt_b(size)} x{n}" + (f" ({algs[0]})" if len(algs) == 1 else ""), []))
+            table.append((f"  {op} {fmt_bytes(size)} x{n}" + (f" ({algs[0]})" if len(algs) == 1 else ""), []))
             if len(algs) > 1:
                 table.append(("    algorithm", [c["algorithm"] if c else None for c in cs]))
             table.append(("    cct mean", [_Secs(c["cct_s"]) if c else None for c in cs]))
@@ -211,7 +211,7 @@ def _cell(value, first=None) -> str:
         return "-"
     if isinstance(value, str):
         return value
-    text = summary_tables._fmt_s(value) if isinstance(value, _Secs) else f"{value:.3f}" if value < 10 else f"{value:.1f}"
+    text = fmt_seconds(value) if isinstance(value, _Secs) else f"{value:.3f}" if value < 10 else f"{value:.1f}"
     if first is None or isinstance(first, str):
         return text
     return text + (f" ({value / first:.2f}x)" if first else " (-)")

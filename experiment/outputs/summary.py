@@ -201,16 +201,49 @@ def traffic_results(events: list[dict], bytes_received_emu: int, scale_link: flo
             "active_s": (t1 - t0) * scale_link / scale_bytes}
 
 
+def build(exp, fabric, jobs, events: list[dict], *, status: str, error: str | None = None,
+          bytes_received: int | None = None, engine: dict | None = None) -> dict:
+    """summary.json: what every engine reports, in real-cluster units (docs/outputs.md).
+
+    jobs are the run's JobPlans; events its events.jsonl; bytes_received the emulated bytes
+    that arrived (from the transfer events when None). engine holds the engine's own sections
+    (datapath, fidelity, controller, ...), written after the shared ones."""
+    dil = exp.scale.dilation
+    per_job = [job_results(j.name, events, dil, j.predicted_s) for j in jobs]
+    host_total = sum(fabric.host_link_gbps(h) for j in jobs for h in j.hosts)
+    if not bytes_received:
+        bytes_received = sum(e.get("size_bytes", 0) for e in events if e["kind"] == "transfer")
+    return {
+        "version": SUMMARY_VERSION,
+        "name": exp.name,
+        "status": status,
+        "error": error,
+        "topology": {**exp.topology, **fabric.counts()},
+        "scale": {"link": exp.scale.link, "bytes": exp.scale.bytes, "dilation": dil},
+        "routing": exp.routing,
+        "jobs": per_job,
+        "aggregate": aggregate(per_job, events, dil),
+        "prediction": {"model": "alpha-beta (traffic.collectives.model.predict_time_s): each rank's NIC at its "
+                                "host link rate, NVLink inside a server, pipelined by the agents' slices, "
+                                "no contention",
+                       "latency_s": exp.prediction.latency_us * 1e-6,
+                       "pipeline_slice_bytes": exp.testbed.slice_bytes / exp.scale.bytes},
+        "traffic": traffic_results(events, bytes_received, exp.scale.link, exp.scale.bytes, host_total),
+        **(engine or {}),
+    }
+
+
 def print_table(summary: dict, out) -> None:
     for job in summary["jobs"]:
         it = job["iteration_time_s"]
         out.write(f"\njob {job['name']}: {job['ranks']} ranks, {job['iterations']} iterations, "
-                  f"iteration time mean {_fmt_s(it['mean'])} (p50 {_fmt_s(it['p50'])}, p99 {_fmt_s(it['p99'])})\n")
+                  f"iteration time mean {fmt_seconds(it['mean'])} (p50 {fmt_seconds(it['p50'])}, "
+                  f"p99 {fmt_seconds(it['p99'])})\n")
         b = job.get("breakdown_s")
         if b and b["compute"] > 0:  # only jobs that compute have a split worth printing
-            out.write(f"  per iteration (mean over ranks): compute {_fmt_s(b['compute'])}, exposed comm "
-                      f"{_fmt_s(b['exposed_comm'])}, idle/bubble {_fmt_s(b['idle'])}"
-                      f" (comm overlapped with compute {_fmt_s(b['overlapped_comm'])})\n")
+            out.write(f"  per iteration (mean over ranks): compute {fmt_seconds(b['compute'])}, exposed comm "
+                      f"{fmt_seconds(b['exposed_comm'])}, idle/bubble {fmt_seconds(b['idle'])}"
+                      f" (comm overlapped with compute {fmt_seconds(b['overlapped_comm'])})\n")
         # Summaries written before the alpha-beta prediction existed print without its columns.
         predicted = any("predicted_cct_s" in c for c in job["collectives"])
         if job["collectives"]:
@@ -218,15 +251,16 @@ def print_table(summary: dict, out) -> None:
                       f"{'time':>11}{'algbw Gb/s':>12}{'busbw Gb/s':>12}"
                       + (f"{'alpha-beta':>12}{'ratio':>7}" if predicted else "") + "\n")
         for c in job["collectives"]:
-            out.write(f"  {c['op']:<15}{c['algorithm']:<18}{c['ranks']:>6}{_fmt_b(c['size_bytes']):>11}"
-                      f"{c['count']:>7}{_fmt_s(c['cct_s']):>11}{c['algbw_gbps']:>12.1f}{c['busbw_gbps']:>12.1f}"
-                      + (f"{_fmt_opt(c.get('predicted_cct_s'), _fmt_s):>12}"
+            out.write(f"  {c['op']:<15}{c['algorithm']:<18}{c['ranks']:>6}{fmt_bytes(c['size_bytes']):>11}"
+                      f"{c['count']:>7}{fmt_seconds(c['cct_s']):>11}{c['algbw_gbps']:>12.1f}{c['busbw_gbps']:>12.1f}"
+                      + (f"{_fmt_opt(c.get('predicted_cct_s'), fmt_seconds):>12}"
                          f"{_fmt_opt(c.get('cct_vs_predicted'), '{:.2f}'.format):>7}" if predicted else "") + "\n")
     agg = summary.get("aggregate")
     if agg and agg["jobs"] > 1:
-        out.write(f"\nacross {agg['jobs']} jobs: iteration time mean {_fmt_s(agg['iteration_time_s_mean'])} "
-                  f"(slowest job {_fmt_s(agg['iteration_time_s_max'])}, p99 {_fmt_s(agg['iteration_time_s_p99'])}), "
-                  f"busbw mean {agg['busbw_gbps_mean']:.1f} Gb/s, makespan {_fmt_s(agg['makespan_s'])}\n")
+        out.write(f"\nacross {agg['jobs']} jobs: iteration time mean {fmt_seconds(agg['iteration_time_s_mean'])} "
+                  f"(slowest job {fmt_seconds(agg['iteration_time_s_max'])}, "
+                  f"p99 {fmt_seconds(agg['iteration_time_s_p99'])}), "
+                  f"busbw mean {agg['busbw_gbps_mean']:.1f} Gb/s, makespan {fmt_seconds(agg['makespan_s'])}\n")
     if summary.get("calibration"):
         print_calibration(summary["calibration"], out)
     t = summary["traffic"]
@@ -267,7 +301,8 @@ def print_calibration(cal: dict, out) -> None:
                   f"{cal['reason']}\n")
 
 
-def _fmt_s(s: float) -> str:
+def fmt_seconds(s: float) -> str:
+    """A duration as people read it: in s, ms or us."""
     if s >= 1:
         return f"{s:.3f} s"
     if s >= 1e-3:
@@ -279,7 +314,8 @@ def _fmt_opt(v, fmt) -> str:
     return "-" if v is None else fmt(v)
 
 
-def _fmt_b(n: float) -> str:
+def fmt_bytes(n: float) -> str:
+    """A size in binary units: 1 GiB, 1.5 MiB, 512 B."""
     for unit, f in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= f:
             return f"{n / f:g} {unit}" if (n / f) == int(n / f) else f"{n / f:.1f} {unit}"

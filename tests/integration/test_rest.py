@@ -32,7 +32,8 @@ def post(url, body):
 
 
 def test_bad_requests_get_a_4xx_and_the_controller_stays_up(tmp_path):
-    with Testbed(single_switch(2), str(tmp_path), routing="coschedule", log=lambda *_: None) as tb:
+    with Testbed(single_switch(2), str(tmp_path), scale_link=2.5e-5, routing="coschedule",
+                 log=lambda *_: None) as tb:
         url = tb.rest_url + "/dtnet/v1/announce"
         for name, body in BAD_BODIES.items():
             code, answer = post(url, body)

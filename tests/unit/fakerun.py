@@ -12,7 +12,7 @@ import dataclasses
 import json
 import os
 
-from emulator.run.runner import _summarize
+from emulator.run.runner import summarize
 from experiment import model
 from experiment.outputs.links import LinkSampler, directed_links
 from experiment.outputs.write import write_after_run
@@ -103,7 +103,7 @@ def make_run(run_dir, slow: float = 1.0, log=None, point: str = "") -> dict:
     sampler.close()
     ctx = {"status": "complete", "error": None, "datapath": "userspace", "controller": {"counters": {}},
            "totals": {}, "t_start": T0, "t_end": max(e["end"] for e in evs), "monitor": None}
-    summary = _summarize(exp, fabric, jobs, events_path, ctx)
+    summary = summarize(exp, fabric, jobs, events_path, ctx)
     write_json(os.path.join(run_dir, "summary.json"), summary)
     write_after_run(run_dir, exp, jobs, summary, T0, log or (lambda msg: None))
     return summary
@@ -122,3 +122,40 @@ def is_png(path) -> bool:
     with open(path, "rb") as f:
         data = f.read()
     return data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000
+
+
+def alpha_beta_engine(exp, out_dir, log=print) -> dict:
+    """A stand-in engine for tests of what runs an engine (the API, sweeps, the examples): every
+    collective takes its alpha-beta time (JobPlan.predicted_s), compute as planned, the ranks of
+    a job in lock step. It writes what an engine writes: config.yaml, events.jsonl,
+    summary.json, trace.json and plots/."""
+    from experiment.outputs.summary import build
+
+    os.makedirs(out_dir, exist_ok=True)
+    fabric = exp.fabric()
+    jobs = build_plans(exp, fabric)
+    model.write_resolved(exp, os.path.join(out_dir, "config.yaml"))
+    dil, evs = exp.scale.dilation, []
+    for jp in jobs:
+        t = T0 + jp.start_offset_s
+        for i, op in enumerate(jp.ranks[0].ops):  # the ranks' op lists line up in a collective workload
+            if op.kind == "compute":
+                dur = op.duration_s
+            else:
+                times = jp.predicted_s[(op.op, op.algorithm, op.size_bytes, op.ranks)]
+                dur = sum(times) / len(times) * dil
+            for plan in jp.ranks:
+                o = plan.ops[i]
+                evs.append({"kind": o.kind, "job": jp.name, "rank": plan.rank, "op_id": o.id, "start": t,
+                            "end": t + dur, "ready": t, "iteration": o.iteration, "label": o.label,
+                            **{k: getattr(o, k) for k in ("op", "algorithm", "group", "size_bytes", "ranks")
+                               if getattr(o, k) is not None}})
+            t += dur
+    with open(os.path.join(out_dir, "events.jsonl"), "w") as f:
+        for e in evs:
+            f.write(json.dumps(e) + "\n")
+    summary = build(exp, fabric, jobs, evs, status="complete", bytes_received=1,
+                    engine={"fidelity": {"ok": True, "checks": []}, "controller": {}})
+    write_json(os.path.join(out_dir, "summary.json"), summary)
+    write_after_run(out_dir, exp, jobs, summary, T0, log)
+    return summary

@@ -16,15 +16,15 @@ def test_a_pipeline_plan_runs_every_op_after_its_dependencies(tmp_path):
     (job,) = build_plans(exp, exp.fabric())
     events, _ = _run_agents(tmp_path, exp, lambda it: (0.0, "fallback"))
     ops = [e for e in events if e["kind"] in ("compute", "collective", "send", "recv")]
-    by_rank = {p["rank"]: p["ops"] for p in job.ranks}
+    by_rank = {p.rank: p.ops for p in job.ranks}
     assert len(ops) == sum(len(v) for v in by_rank.values())
     seen = {(e["rank"], e["op_id"]): e for e in ops}
     assert len(seen) == len(ops)  # each op exactly once
     for rank, plan_ops in by_rank.items():
         for spec in plan_ops:
-            e = seen[rank, spec["id"]]
-            for d in spec.get("deps", []):
-                assert e["start"] >= seen[rank, plan_ops[d]["id"]]["end"] - 1e-6, (rank, spec["id"])
+            e = seen[rank, spec.id]
+            for d in spec.deps:
+                assert e["start"] >= seen[rank, plan_ops[d].id]["end"] - 1e-6, (rank, spec.id)
     # pp=2: stage 1 waits for stage 0's first activations, a bubble the split must show.
     from experiment.outputs.summary import job_results
     b = job_results(job.name, ops, dilation=1.0)["breakdown_s"]

@@ -10,12 +10,20 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from dataclasses import replace
+
 import pytest
 
-from emulator.agent.gates import PhaseGates, TokenBucket, parse_offset_line
+from badinput import InputError
+from badinput.schema import to_json
+from controller.cosched import Answer
+from emulator.agent import protocol
+from emulator.agent.gates import PhaseGates, TokenBucket
+from emulator.agent.protocol import Go, PhaseAnswer
 from emulator.run import relay
 from experiment import model
 from experiment.plan import build_plans
+from experiment.rankplan import Peer, PhaseBody, Phases
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXP = os.path.join(ROOT, "experiments")
@@ -53,33 +61,54 @@ def test_token_bucket_does_not_bank_idle_time_beyond_its_burst():
     assert b.reserve(100, 10.0) == pytest.approx(0.1)
 
 
-# -- the runner's line, the agent's parser ----------------------------------------
-def test_offset_line_round_trips_and_carries_the_pace():
-    d = relay.Decision("answered", 0.25, 1, 0.2, 0.1, 0.5)
-    ans = parse_offset_line(relay.agent_line(3, 1000.5, d, link_mbps=10.0))
+# -- the runner's answer line, the agent's reader ------------------------------------
+def test_the_answer_line_round_trips_and_carries_the_pace():
+    d = relay.Decision("answered", Answer("j", 0.25, 1, True, 0.2, 0.1, 0.5))
+    ans = protocol.read(protocol.line(relay.phase_answer(3, 1000.5, d, link_mbps=10.0)))
     assert (ans.iteration, ans.start_at, ans.delay_s, ans.status) == (3, 1000.5, 0.25, "answered")
     assert ans.pace_mbps == pytest.approx(2.0)
     assert (ans.pace_from, ans.pace_until) == pytest.approx((1000.6, 1001.0))
-    ans = parse_offset_line(relay.agent_line(0, 7.0, relay.fallback("timeout"), 10.0))
+    ans = protocol.read(protocol.line(relay.phase_answer(0, 7.0, relay.fallback("timeout"), 10.0)))
     assert ans.status == "fallback" and ans.delay_s == 0 and ans.pace_mbps is None
 
 
-@pytest.mark.parametrize("line", ["go 1.0", "offset 1 2 3", "offset x 1 2 answered - - -", ""])
-def test_other_lines_are_not_answers(line):
-    assert parse_offset_line(line) is None
+ANSWER = {"ctl": "answer", "version": 1, "iteration": 1, "start_at": 2.0, "delay_s": 0.5, "status": "answered"}
+
+
+@pytest.mark.parametrize("line, key", [
+    ("go 1.0", "line"),                                                  # the old positional text
+    (json.dumps({"ctl": "launch"}), "ctl"),
+    (json.dumps({**ANSWER, "iteration": "x"}), "answer.iteration"),
+    (json.dumps({**ANSWER, "version": 2}), "answer.version"),
+    (json.dumps({k: v for k, v in ANSWER.items() if k != "start_at"}), "answer.start_at"),
+    (json.dumps({**ANSWER, "status": "maybe"}), "answer.status"),
+    (json.dumps({**ANSWER, "pace_mbps": 5.0}), "answer.pace_mbps"),        # a pace needs its window
+    (json.dumps({**ANSWER, "extra": 1}), "answer.extra"),
+])
+def test_a_line_that_breaks_the_protocol_is_refused_naming_the_key(line, key):
+    with pytest.raises(InputError) as e:
+        protocol.read(line)
+    assert e.value.key == key
+
+
+def test_every_message_round_trips():
+    from emulator.agent.protocol import Beat, Done, Error, Ready
+    msgs = [Go(1.5), PhaseAnswer(2, 3.0, 0.1, "fallback"), Ready(4), Beat(1, 10, 20, 3, True, "in op x"),
+            protocol.Announce(0, 9.5, {"job": "j"}), Done(1, 5, 5, 0), Error(None, "bad plan")]
+    for m in msgs:
+        assert protocol.read(protocol.line(m)) == m
 
 
 # -- gates ----------------------------------------------------------------------
 def _gates(announces=True):
     body = {"version": 1, "job": "j", "flows": [], "period_s": 0.7}
-    return PhaseGates({"iterations": [0, 1, 2], "answer_wait_s": 5.0,
-                       "announce": [[i, body] for i in (0, 1, 2)] if announces else []})
+    return PhaseGates(Phases((0, 1, 2), 5.0, tuple(PhaseBody(i, body) for i in (0, 1, 2)) if announces else ()))
 
 
 def test_first_ready_op_announces_once_with_the_planned_period():
     g = _gates()
     open_at, req = g.check(0, now=10.0)
-    assert req == {"ctl": "announce", "iteration": 0, "t": 10.0, "body": dict(req["body"], period_s=0.7)}
+    assert req == protocol.Announce(0, 10.0, {"version": 1, "job": "j", "flows": [], "period_s": 0.7})
     assert open_at == 15.0  # no answer yet: only the wait running out opens it
     assert g.check(0, now=10.1) == (15.0, None)
 
@@ -87,31 +116,31 @@ def test_first_ready_op_announces_once_with_the_planned_period():
 def test_gate_opens_at_the_answers_start_and_not_before_it_arrived():
     g = _gates()
     g.check(0, now=10.0)
-    g.answer(parse_offset_line("offset 0 10.3 0.3 answered - - -"), now=10.01)
+    g.answer(PhaseAnswer(0, 10.3, 0.3, "answered"), now=10.01)
     assert g.open_at(0) == 10.3
-    g.answer(parse_offset_line("offset 0 99 0 answered - - -"), now=10.02)  # a late duplicate changes nothing
+    g.answer(PhaseAnswer(0, 99.0, 0.0, "answered"), now=10.02)  # a late duplicate changes nothing
     assert g.open_at(0) == 10.3
     g2 = _gates(announces=False)
     g2.check(1, now=20.0)
-    g2.answer(parse_offset_line("offset 1 19.0 0 fallback - - -"), now=20.5)
+    g2.answer(PhaseAnswer(1, 19.0, 0.0, "fallback"), now=20.5)
     assert g2.open_at(1) == 20.5
 
 
 def test_next_period_is_measured_without_the_wait():
     g = _gates()
     g.check(0, now=10.0)
-    g.answer(parse_offset_line("offset 0 10.3 0.3 answered - - -"), now=10.01)
+    g.answer(PhaseAnswer(0, 10.3, 0.3, "answered"), now=10.01)
     ev = g.begin(0, now=10.3)
     assert ev["start"] == 10.0 and ev["end"] == 10.3 and ev["delay_emulated_s"] == 0.3
     assert g.begin(0, now=10.4) is None
     _, req = g.check(1, now=11.0)  # phase 0 began at 10.3: the period is 0.7, not 1.0
-    assert req["body"]["period_s"] == pytest.approx(0.7)
+    assert req.body["period_s"] == pytest.approx(0.7)
 
 
 def test_non_announcing_rank_waits_for_the_shared_answer():
     g = _gates(announces=False)
     assert g.check(0, now=10.0) == (15.0, None)
-    g.answer(parse_offset_line("offset 0 10.2 0.2 answered - - -"), now=10.05)
+    g.answer(PhaseAnswer(0, 10.2, 0.2, "answered"), now=10.05)
     assert g.open_at(0) == 10.2
     assert g.begin(0, 10.2)["status"] == "answered"
 
@@ -121,15 +150,16 @@ def test_coschedule_plans_announce_each_iterations_fabric_flows():
     exp = _exp({"kind": "single-switch", "hosts": 4}, iterations=3, compute_ms=10)
     (job,) = build_plans(exp, exp.fabric())
     for plan in job.ranks:
-        assert plan["cosched"]["iterations"] == [0, 1, 2]
-        assert len(plan["cosched"]["announce"]) == (3 if plan["rank"] == 0 else 0)
-    it, body = job.ranks[0]["cosched"]["announce"][0]
+        assert plan.cosched.iterations == (0, 1, 2)
+        assert len(plan.cosched.announce) == (3 if plan.rank == 0 else 0)
+    first = job.ranks[0].cosched.announce[0]
+    it, body = first.iteration, first.body
     sent = {}
     for plan in job.ranks:
-        (op,) = [o for o in plan["ops"] if o["kind"] == "collective" and o["iteration"] == it]
-        for _, d, _, b in op["sends"]:
-            key = (job.hosts[plan["rank"]], job.hosts[d])
-            sent[key] = sent.get(key, 0) + b
+        (op,) = [o for o in plan.ops if o.kind == "collective" and o.iteration == it]
+        for x in op.sends:
+            key = (job.hosts[plan.rank], job.hosts[x.dst])
+            sent[key] = sent.get(key, 0) + x.size_bytes
     assert {(f["src"], f["dst"]): f["size_bytes"] for f in body["flows"]} == sent
     assert body["collective"] == "all_reduce" and body["gpus"] == 4
     assert body["compute_s"] == pytest.approx(0.010 * exp.scale.dilation)
@@ -142,14 +172,14 @@ def test_coschedule_plans_announce_each_iterations_fabric_flows():
 def test_other_routings_plan_no_announcements():
     exp = _exp(routing="congestion-aware")
     (job,) = build_plans(exp, exp.fabric())
-    assert all("cosched" not in p for p in job.ranks)
+    assert all(p.cosched is None for p in job.ranks)
 
 
 def test_nvlink_pairs_are_not_announced():
     exp = model.load(os.path.join(EXP, "ring-rail-16.yaml"), ["controller.routing=coschedule"])
     fab = exp.fabric()
     (job,) = build_plans(exp, fab)
-    (_, body), *_ = job.ranks[0]["cosched"]["announce"]
+    body = job.ranks[0].cosched.announce[0].body
     assert body["flows"] and all(not fab.same_server(f["src"], f["dst"]) for f in body["flows"])
 
 
@@ -158,8 +188,8 @@ def test_model_workload_phases_are_announced_and_the_bodies_parse():
     exp = model.load(os.path.join(EXP, "gpt-small-3d.yaml"), ["controller.routing=coschedule"])
     fab = exp.fabric()
     (job,) = build_plans(exp, fab)
-    bodies = [b for p in job.ranks for _, b in p["cosched"].get("announce", [])]
-    assert len(bodies) == len(job.ranks[0]["cosched"]["iterations"]) >= 1
+    bodies = [a.body for p in job.ranks for a in p.cosched.announce]
+    assert len(bodies) == len(job.ranks[0].cosched.iterations) >= 1
     for b in bodies:
         ann = parse_announcement(json.dumps(b), fab)
         assert ann.compute_s > 0 and ann.overlap_s <= ann.compute_s and ann.collective == "other"
@@ -167,8 +197,8 @@ def test_model_workload_phases_are_announced_and_the_bodies_parse():
 
 # -- the relay against a fake controller -------------------------------------------
 class FakeController(BaseHTTPRequestHandler):
-    reply = (200, {"start_offset_s": 0.25, "priority": 1, "pace_share": None, "pace_from_s": None,
-                   "pace_until_s": None})
+    reply = (200, {"version": 1, "job": "j", "start_offset_s": 0.25, "priority": 1, "pace_share": None,
+                   "pace_from_s": None, "pace_until_s": None})
     delay_s = 0.0
     bodies: list = []
 
@@ -207,7 +237,7 @@ BODY = {"version": 1, "job": "j", "flows": [{"src": "h0", "dst": "h1", "size_byt
 def test_post_reads_the_controllers_answer(controller):
     url, h = controller
     d = relay.post(url, BODY, 1.0)
-    assert d == relay.Decision("answered", 0.25, 1)
+    assert d == relay.Decision("answered", Answer("j", 0.25, 1))
     assert h.bodies == [("/dtnet/v1/announce", BODY)]
 
 
@@ -236,12 +266,18 @@ def test_an_unreachable_controller_is_a_fallback():
     assert d.status == "fallback" and d.reason.startswith("unreachable")
 
 
+OK = {"version": 1, "job": "j"}
+
+
 @pytest.mark.parametrize("answer,word", [
     (b"not json", "JSON"),
-    ({"start_offset_s": -1}, "start_offset_s"),
-    ({"start_offset_s": "soon"}, "start_offset_s"),
-    ({"start_offset_s": 0, "pace_share": 2, "pace_from_s": 0, "pace_until_s": 1}, "pace_share"),
-    ({"start_offset_s": 0, "pace_share": 0.2, "pace_from_s": 1, "pace_until_s": 0.5}, "pace_from_s"),
+    ({**OK, "start_offset_s": -1}, "start_offset_s"),
+    ({**OK, "start_offset_s": "soon"}, "start_offset_s"),
+    ({**OK, "start_offset_s": 0, "pace_share": 2, "pace_from_s": 0, "pace_until_s": 1}, "pace_share"),
+    ({**OK, "start_offset_s": 0, "pace_share": 0.2, "pace_from_s": 1, "pace_until_s": 0.5}, "pace_from_s"),
+    ({"job": "j", "start_offset_s": 0}, "version"),
+    ({**OK, "version": 2}, "version"),
+    ({**OK, "start_at": 3}, "start_at"),
     ([1, 2], "object"),
 ])
 def test_a_malformed_answer_is_a_fallback(controller, answer, word):
@@ -253,15 +289,16 @@ def test_a_malformed_answer_is_a_fallback(controller, answer, word):
 
 def test_relay_tells_every_rank_of_the_job_and_only_them(controller):
     url, h = controller
-    h.reply = (200, {"start_offset_s": 0.4, "priority": 1, "pace_share": 0.2, "pace_from_s": 0.2, "pace_until_s": 0.8})
+    h.reply = (200, {**OK, "start_offset_s": 0.4, "priority": 1, "pace_share": 0.2, "pace_from_s": 0.2,
+                     "pace_until_s": 0.8})
     clock = iter([100.0, 100.0])
     launcher = relay.Relay(url, dilation=40.0, clock=lambda: next(clock))
     pipes = {(j, r): io.StringIO() for j in ("a", "b") for r in range(2)}
     for (j, r), pipe in pipes.items():
         launcher.add(j, r, pipe, link_mbps=10.0)
-    ev = launcher.handle("a", 0, {"ctl": "announce", "iteration": 2, "t": 99.99, "body": BODY})
+    ev = launcher.handle("a", 0, protocol.Announce(2, 99.99, BODY))
     for r in range(2):
-        ans = parse_offset_line(pipes["a", r].getvalue())
+        ans = protocol.read(pipes["a", r].getvalue())
         assert ans.iteration == 2 and ans.start_at == pytest.approx(100.4)
         assert ans.pace_mbps == pytest.approx(2.0)
         assert (ans.pace_from, ans.pace_until) == pytest.approx((100.6, 101.2))
@@ -276,9 +313,9 @@ def test_relay_without_a_controller_falls_back_at_once():
     launcher = relay.Relay(None, dilation=40.0)
     pipe = io.StringIO()
     launcher.add("a", 0, pipe, 10.0)
-    ev = launcher.handle("a", 0, {"ctl": "announce", "iteration": 0, "t": time.time(), "body": BODY})
+    ev = launcher.handle("a", 0, protocol.Announce(0, time.time(), BODY))
     assert ev["status"] == "fallback" and ev["reason"] == "no controller"
-    ans = parse_offset_line(pipe.getvalue())
+    ans = protocol.read(pipe.getvalue())
     assert ans.delay_s == 0 and ans.status == "fallback" and ans.start_at <= time.time()
 
 
@@ -299,7 +336,7 @@ def test_summary_counts_answers_fallbacks_and_offsets_in_real_seconds():
 # -- two real agents on loopback, a fake runner ----------------------------------------
 def _loopback_plans(tmp_path, exp):
     (job,) = build_plans(exp, exp.fabric())
-    ports = {p["rank"]: 0 for p in job.ranks}
+    ports = {p.rank: 0 for p in job.ranks}
     import socket
     for r in ports:
         with socket.socket() as s:
@@ -307,10 +344,9 @@ def _loopback_plans(tmp_path, exp):
             ports[r] = s.getsockname()[1]
     paths = []
     for p in job.ranks:
-        p["port"] = ports[p["rank"]]
-        p["peers"] = {k: {"ip": "127.0.0.1", "port": ports[int(k)]} for k in p["peers"]}
-        path = tmp_path / f"rank{p['rank']}.json"
-        path.write_text(json.dumps(p))
+        p = replace(p, port=ports[p.rank], peers={k: Peer("127.0.0.1", ports[k]) for k in p.peers})
+        path = tmp_path / f"rank{p.rank}.json"
+        path.write_text(to_json(p))
         paths.append(str(path))
     return paths
 
@@ -326,7 +362,7 @@ def _run_agents(tmp_path, exp, answer):
             assert json.loads(p.stdout.readline())["ctl"] == "ready"
         t0 = time.time() + 0.1
         for p in procs:
-            p.stdin.write(f"go {t0!r}\n")
+            p.stdin.write(protocol.line(Go(t0)))
             p.stdin.flush()
         events, answers, done = [], {}, set()
         lines: list = []
@@ -346,9 +382,9 @@ def _run_agents(tmp_path, exp, answer):
                     delay, status, *pace = answer(msg["iteration"])
                     start_at = time.time() + delay
                     answers[msg["iteration"]] = (start_at, msg)
-                    pace = f"{pace[0]!r} {start_at + pace[1]!r} {start_at + pace[2]!r}" if pace else "- - -"
+                    pace = (pace[0], start_at + pace[1], start_at + pace[2]) if pace else ()
                     for p in procs:
-                        p.stdin.write(f"offset {msg['iteration']} {start_at!r} {delay!r} {status} {pace}\n")
+                        p.stdin.write(protocol.line(PhaseAnswer(msg["iteration"], start_at, delay, status, *pace)))
                         p.stdin.flush()
                 elif msg.get("ctl") == "done":
                     done.add(i)

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from emulator.agent.protocol import Beat
 from emulator.agent.replay import Agent
 from emulator.run.faults import FaultInjector
 from emulator.run.watchdog import Watchdog
@@ -73,9 +74,9 @@ def _ring(tmp_path, faults=""):
 
 def test_straggler_is_in_its_ranks_plan_only_in_emulated_seconds(tmp_path):
     exp, job = _ring(tmp_path, "{at_ms: 25, straggler: h3, factor: 2.5}")
-    plans = {p["host"]: p for p in job.ranks}
-    assert plans["h3"]["straggler"] == {"from_s": pytest.approx(25e-3 * 40), "factor": 2.5}
-    assert all("straggler" not in p for h, p in plans.items() if h != "h3")
+    plans = {p.host: p for p in job.ranks}
+    assert plans["h3"].straggler.from_s == pytest.approx(25e-3 * 40) and plans["h3"].straggler.factor == 2.5
+    assert all(p.straggler is None for h, p in plans.items() if h != "h3")
     agent = Agent(plans["h3"])
     agent.t_go = 100.0
     assert agent.slowdown(100.5) == 1.0 and agent.slowdown(101.0) == 2.5
@@ -89,7 +90,8 @@ def test_agent_says_which_op_step_and_peer_it_waits_for(tmp_path):
     agent.ops[0].started = True
     assert agent.where() == "computing op it0/compute (iteration 0)"
     agent.ops[0].done = agent.ops[1].started = True
-    tid, src, step, size = agent.ops[1].spec["recvs"][0]
+    r = agent.ops[1].spec.recvs[0]
+    tid, src, step, size = r.tid, r.src, r.step, r.size_bytes
     agent.recv_got[tid] = 10
     assert agent.where() == (f"in op it0/all_reduce (iteration 0), step {step}: waiting for rank {src} "
                              f"(10 of {size} bytes arrived)")
@@ -107,8 +109,8 @@ RANKS = [("j", r) for r in range(4)]
 def test_watchdog_names_the_dead_rank_before_its_peers_complaints():
     w = Watchdog(RANKS, stall_s=10)
     w.start(0.0)
-    w.beat(("j", 3), {"sent": 5, "received": 5, "ops_done": 1, "busy": False,
-                      "at": "in op it4/all_reduce (iteration 4), step 5: waiting for rank 2"}, 1.0)
+    w.beat(("j", 3), Beat(3, 5, 5, 1, False, "in op it4/all_reduce (iteration 4), step 5: waiting for rank 2"),
+           1.0)
     w.error(("j", 0), "rank 0: connection from rank 3 closed with 100 bytes still to come; ...", 2.0)
     assert w.verdict(2.5) is None  # the grace period: the death may still come in
     w.ended(("j", 3), -9, 2.6)
@@ -123,8 +125,7 @@ def test_watchdog_finds_a_silent_agent_and_a_stalled_job():
     w.start(0.0)
     for t in range(1, 12):
         for r in range(3):  # rank 3 never beats again; the others beat but move nothing
-            w.beat(("j", r), {"sent": 1, "received": 1, "ops_done": 0, "busy": False,
-                              "at": f"in op x, step 0: waiting for rank {(r - 1) % 4}"}, float(t))
+            w.beat(("j", r), Beat(0, 1, 1, 0, False, f"in op x, step 0: waiting for rank {(r - 1) % 4}"), float(t))
         w.check(float(t))
     assert w.verdict(11.0) is None
     w.check(12.0)
@@ -139,7 +140,7 @@ def test_watchdog_leaves_busy_and_finished_ranks_alone():
     w.finished(("j", 0))
     w.ended(("j", 0), 0, 1.0)
     for t in range(1, 60):  # a long compute: counters still, but busy
-        w.beat(("j", 1), {"sent": 0, "received": 0, "ops_done": 0, "busy": True, "at": "computing"}, float(t))
+        w.beat(("j", 1), Beat(0, 0, 0, 0, True, "computing"), float(t))
         w.check(float(t))
     assert w.verdict(60.0) is None
 

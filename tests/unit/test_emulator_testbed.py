@@ -22,7 +22,7 @@ def test_auto_prefers_kernel_then_system_ports_and_afxdp_only_on_request(monkeyp
 
 
 def planned(fabric, datapath, tmp_path):
-    tb = Testbed(fabric, str(tmp_path), datapath=datapath)
+    tb = Testbed(fabric, str(tmp_path), scale_link=2.5e-5, datapath=datapath)
     tb.tag, tb.datapath, tb.link_ns = "xq", datapath, "xqlinks"
     if datapath == "afxdp":
         for i, (a, b, _) in enumerate(fabric.links()):
@@ -65,7 +65,7 @@ def test_the_switchs_shared_send_buffer_is_read_from_ss():
 def test_a_controller_that_loses_its_port_race_is_started_again_on_new_ports(tmp_path, monkeypatch):
     """Another run can take a port between free_port() and the controller's bind:
     the testbed must notice (the controller exits) and not talk to that run's controller."""
-    tb = Testbed(fat_tree(4), str(tmp_path), ready_timeout_s=5)
+    tb = Testbed(fat_tree(4), str(tmp_path), scale_link=2.5e-5, ready_timeout_s=5)
     ports = iter(range(6001, 6100))
     monkeypatch.setattr(lifecycle, "free_port", lambda: next(ports))
     started = []
@@ -101,7 +101,7 @@ def test_a_controller_that_loses_its_port_race_is_started_again_on_new_ports(tmp
 
 def test_the_controller_writes_one_log(tmp_path, monkeypatch):
     """Ryu's log lines and a crash's traceback in controller.log; no second copy beside it."""
-    tb = Testbed(fat_tree(4), str(tmp_path))
+    tb = Testbed(fat_tree(4), str(tmp_path), scale_link=2.5e-5)
     tb.rest_port, tb.state = 18080, type("State", (), {"add_pid": lambda self, role, pid: None})()
     started = {}
 

@@ -6,6 +6,7 @@ import os
 import pytest
 import yaml
 
+from badinput import InputError
 from experiment import model
 from experiment.plan import build_plans
 from traffic import trace as trace_mod
@@ -59,3 +60,30 @@ def test_trace_paths_stay_valid_from_the_run_folder(tmp_path):
     assert os.path.isabs(back.jobs[0].workload["trace"])
     (a,), (b,) = build_plans(exp, exp.fabric()), build_plans(back, back.fabric())
     assert a.ranks == b.ranks
+
+
+MINIMAL = {"name": "m", "topology": {"kind": "single-switch", "hosts": 2}, "scale": {"link": 2.5e-5, "bytes": 1e-3},
+           "jobs": [{"workload": {"collective": "all_reduce", "size_bytes": 1024}}]}
+
+
+def test_a_file_that_says_nothing_gets_the_dataclass_defaults():
+    """Each default is written once, on the dataclass field; parse and the testbed take it from there."""
+    import inspect
+
+    from controller.routing import DEFAULT_POLICY
+    from emulator.testbed.lifecycle import Testbed
+
+    exp = model.parse(MINIMAL)
+    assert (exp.testbed, exp.capture, exp.prediction) == (model.Testbed(), model.Capture(), model.Prediction())
+    assert (exp.jobs[0].start_ms, exp.jobs[0].order) == (model.Job.start_ms, model.Job.order)
+    assert exp.routing == DEFAULT_POLICY
+    params = inspect.signature(Testbed).parameters
+    for name in ("datapath", "queue_packets", "ready_timeout_s"):
+        assert params[name].default == getattr(model.Testbed(), name)
+    assert params["routing"].default == DEFAULT_POLICY
+
+
+def test_a_setting_out_of_range_names_its_key_and_range():
+    bad = {**MINIMAL, "testbed": {"slice_bytes": 100}}
+    with pytest.raises(InputError, match=r"testbed.slice_bytes: expected an integer in 512..16777216, found 100"):
+        model.parse(bad, "e.yaml")

@@ -16,6 +16,7 @@ import pytest
 from emulator.agent import replay as agent_mod
 from emulator.run import linksampler
 from experiment.outputs import chrometrace, links, plots
+from experiment.rankplan import Op, RankPlan, Recv, Send
 from tests.unit import fakerun
 
 @pytest.fixture(scope="module")
@@ -51,12 +52,15 @@ def test_summary_json_has_the_design_contract(runs):
 
 # -- events.jsonl, as the agent writes it ------------------------------------------
 
+def _plan(rank=0, slice_bytes=1024, ops=(), transfer_events=True, inbound=0) -> RankPlan:
+    return RankPlan(job="j", rank=rank, host="h0", port=0, dilation=1.0, slice_bytes=slice_bytes, start_offset_s=0.0,
+                    ops=tuple(ops), peers={}, inbound=inbound, transfer_events=transfer_events)
+
+
 def _agent(transfer_events=True):
-    plan = {"rank": 1, "job": "j", "port": 0, "slice_bytes": 1024, "transfer_events": transfer_events,
-            "ops": [{"id": "it0/all_reduce", "kind": "collective", "deps": [], "iteration": 0, "label": "ar",
-                     "op": "all_reduce", "algorithm": "ring", "group": "world", "size_bytes": 4096, "ranks": 2,
-                     "sends": [], "recvs": [[7, 0, 0, 2048]]}], "peers": {}, "inbound": 1}
-    return agent_mod.Agent(plan)
+    op = Op("it0/all_reduce", "collective", iteration=0, label="ar", op="all_reduce", algorithm="ring",
+            group="world", size_bytes=4096, ranks=2, recvs=(Recv(7, 0, 0, 2048),))
+    return agent_mod.Agent(_plan(rank=1, ops=[op], transfer_events=transfer_events, inbound=1))
 
 
 def test_agent_event_lines_carry_kind_rank_job_start_end(monkeypatch):
@@ -323,7 +327,7 @@ def test_agent_frames_cross_a_socket_whole_with_their_crc():
     the cached CRC of a transfer's full slices is the payload's CRC."""
     import socket
     import zlib
-    ag = agent_mod.Agent({"rank": 3, "job": "j", "ops": [], "slice_bytes": 4096})
+    ag = agent_mod.Agent(_plan(rank=3, slice_bytes=4096))
     a, b = socket.socketpair()
     with a, b:
         frames = [(7, 0, 4096), (7, 4096, 4096), (7, 8192, 100), (9, 0, 4096)]
@@ -346,9 +350,9 @@ def test_agent_send_gate_waits_for_earlier_receives_then_the_matching_share():
     """A send of step 3 may go up to byte b once its earlier receives are
     complete and b/size of its gate receive has arrived; zero-byte receives
     count as done."""
-    ag = agent_mod.Agent({"rank": 0, "job": "j", "slice_bytes": 100, "ops": [{
-        "id": 0, "kind": "collective", "recvs": [[1, 1, 0, 200], [2, 1, 1, 0], [3, 1, 2, 200]],
-        "sends": [[4, 1, 3, 400]], "send_deps": [[[1, 2], [3]]]}]})
+    ag = agent_mod.Agent(_plan(slice_bytes=100, ops=[Op(
+        "0", "collective", recvs=(Recv(1, 1, 0, 200), Recv(2, 1, 1, 0), Recv(3, 1, 2, 200)),
+        sends=(Send(4, 1, 3, 400, after=(1, 2), follow=(3,)),))]))
     (x,) = ag.ops[0].sends
     ag._received(3, 100)  # half the gate step's share is there, but step 0 is not
     assert not ag._gate_ok(x, 100)
@@ -362,9 +366,9 @@ def test_agent_send_gate_waits_for_earlier_receives_then_the_matching_share():
 def test_agent_send_gate_follows_the_plans_dependencies_not_step_order():
     """A double binary tree: the send of chunk 1 depends on chunk 1's receives
     only, so the other tree's slower receive at an earlier step does not hold it."""
-    ag = agent_mod.Agent({"rank": 0, "job": "j", "slice_bytes": 100, "ops": [{
-        "id": 0, "kind": "collective", "recvs": [[1, 1, 0, 200], [2, 2, 1, 200]],
-        "sends": [[3, 1, 2, 200]], "send_deps": [[[], [2]]]}]})
+    ag = agent_mod.Agent(_plan(slice_bytes=100, ops=[Op(
+        "0", "collective", recvs=(Recv(1, 1, 0, 200), Recv(2, 2, 1, 200)),
+        sends=(Send(3, 1, 2, 200, follow=(2,)),))]))
     (x,) = ag.ops[0].sends
     assert not ag._gate_ok(x, 100)
     ag._received(2, 100)  # tid 1 (the other tree, step 0) has nothing yet

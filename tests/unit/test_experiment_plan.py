@@ -6,7 +6,7 @@ import pytest
 
 from badinput import InputError
 from emulator.testbed.shaping import htb_cmds
-from experiment import model
+from experiment import model, placement
 from experiment.outputs.summary import bus_factor, job_results
 from experiment.plan import build_plans
 
@@ -23,10 +23,10 @@ def test_every_rank_of_every_group_instance_moves_bytes():
     exp, (job,) = _plans("gpt-small-3d.yaml")
     sent = {}
     for plan in job.ranks:
-        for op in plan["ops"]:
-            if op["kind"] == "collective":
-                sent.setdefault((op["id"], op["group"]), {})[plan["rank"]] = \
-                    (sum(s[3] for s in op["sends"]), sum(r[3] for r in op["recvs"]))
+        for op in plan.ops:
+            if op.kind == "collective":
+                sent.setdefault((op.id, op.group), {})[plan.rank] = \
+                    (sum(s.size_bytes for s in op.sends), sum(r.size_bytes for r in op.recvs))
     assert sent
     for key, per_rank in sent.items():
         assert len(per_rank) == op_group_size(job, key[1])
@@ -41,24 +41,24 @@ def test_ring_plan_bytes_follow_the_formula_and_scale():
     exp, (job,) = _plans("ring-single-switch.yaml", "jobs.0.workload.iterations=1")
     n, size = 8, round(1073741824 * exp.scale.bytes)
     for plan in job.ranks:
-        (op,) = [o for o in plan["ops"] if o["kind"] == "collective"]
-        assert sum(s[3] for s in op["sends"]) == pytest.approx(2 * (n - 1) * size / n, abs=2 * n)
-        assert len(plan["peers"]) == 1 and plan["inbound"] == 1
+        (op,) = [o for o in plan.ops if o.kind == "collective"]
+        assert sum(s.size_bytes for s in op.sends) == pytest.approx(2 * (n - 1) * size / n, abs=2 * n)
+        assert len(plan.peers) == 1 and plan.inbound == 1
 
 
 def test_same_server_peers_use_nvlink_addresses():
     exp, (job,) = _plans("ring-rail-16.yaml")
     fab = exp.fabric()
     for plan in job.ranks:
-        for peer, addr in plan["peers"].items():
-            a, b = plan["host"], job.hosts[int(peer)]
-            assert addr["ip"] == fab.node(b)["nvlink_ip" if fab.same_server(a, b) else "ip"]
+        for peer, addr in plan.peers.items():
+            a, b = plan.host, job.hosts[peer]
+            assert addr.ip == fab.node(b)["nvlink_ip" if fab.same_server(a, b) else "ip"]
 
 
 def test_rail_aligned_order_crosses_servers_on_one_rail():
     exp = model.load(os.path.join(EXP, "ring-rail-32.yaml"))
     fab = exp.fabric()
-    hosts = model.job_hosts(exp.jobs[0], fab)
+    hosts = placement.job_hosts(exp.jobs[0], fab)
     for a, b in zip(hosts, hosts[1:] + hosts[:1]):
         if not fab.same_server(a, b):
             assert fab.node(a)["gpu"] == fab.node(b)["gpu"]

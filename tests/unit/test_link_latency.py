@@ -89,7 +89,7 @@ def test_netem_holds_what_arrives_during_the_delay():
 
 def test_every_fabric_link_is_delayed_and_nvlink_is_not(tmp_path):
     fabric = rail_optimized(2, 4, 2)
-    tb = lifecycle.Testbed(fabric, str(tmp_path), datapath="userspace", link_delay_us=80.0)
+    tb = lifecycle.Testbed(fabric, str(tmp_path), scale_link=2.5e-5, datapath="userspace", link_delay_us=80.0)
     tb.tag, tb.datapath = "xq", "userspace"
     shapes = tb.plan_shaping()
     nvl = {tb.intf(a, b) for a, b, d in fabric.links() if d["kind"] == "nvlink"} | \

@@ -10,9 +10,11 @@ import pytest
 
 from badinput import InputError
 from badinput.paths import check_name, inside
+from badinput.schema import from_json
 from emulator.run.runner import write_plan
 from emulator.testbed import capture, clean, lifecycle, runstate
 from experiment import model, sweep
+from experiment.rankplan import RankPlan
 from topologies import single_switch
 from topologies.fabric import Fabric
 
@@ -58,13 +60,15 @@ def test_inside_refuses_dot_dot_absolute_and_symlinked_escapes(tmp_path):
 def test_plan_files_of_an_unchecked_job_name_stay_inside(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    path, err = write_plan(str(run), "a", {"rank": 3})
-    assert json.loads(pathlib.Path(path).read_text()) == {"rank": 3} and err.endswith("plans/a/rank3.err")
+    plan = RankPlan(job="a", rank=3, host="h0", port=0, dilation=1.0, slice_bytes=1024, start_offset_s=0.0, ops=(),
+                    peers={}, inbound=0, transfer_events=False)
+    path, err = write_plan(str(run), "a", plan)
+    assert from_json(RankPlan, pathlib.Path(path).read_text()) == plan and err.endswith("plans/a/rank3.err")
     with pytest.raises(InputError):
-        write_plan(str(run), "../../escaped", {"rank": 0})
+        write_plan(str(run), "../../escaped", plan)
     (run / "plans" / "b").symlink_to(tmp_path)
     with pytest.raises(InputError):
-        write_plan(str(run), "b", {"rank": 0})
+        write_plan(str(run), "b", plan)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
@@ -83,7 +87,7 @@ def test_tc_batch_path_is_one_shell_word(tmp_path):
     """The batch file's path holds the user's --out; the host's shell must see it as one word."""
     run = tmp_path / "out; touch pwned"
     run.mkdir()
-    tb = lifecycle.Testbed(single_switch(2), str(run))
+    tb = lifecycle.Testbed(single_switch(2), str(run), scale_link=2.5e-5)
     seen = []
 
     class Host:

@@ -30,7 +30,8 @@ import numpy as np
 
 from badinput import InputError
 from traffic.layout import Layout
-from traffic.trace import MAX_RANKS, MAX_SIZE_BYTES, Op, RankClass, Trace
+from traffic.limits import MAX_RANKS, MAX_SIZE_BYTES
+from traffic.trace import Op, RankClass, Trace
 
 KEYWORDS = ("HYBRID_TRANSFORMER_FWD_IN_BCKWD", "HYBRID_TRANSFORMER", "HYBRID_DLRM", "HYBRID_DLRM_ENHANCED",
             "HYBRID_DATA_MODEL", "HYBRID_MODEL_DATA", "HYBRID_CUSTOMIZED", "MODEL", "DATA", "TRANSFORMER",

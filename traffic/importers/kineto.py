@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from badinput import InputError
 from traffic.importers.assemble import Assembler, infer_groups, read_json_gz
-from traffic.trace import is_finite_number
+from traffic.limits import is_finite_number
 
 DTYPE_BYTES = {"float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "bfloat16": 2,
                "int": 4, "int32": 4, "long": 8, "int64": 8, "short": 2, "int16": 2, "char": 1, "int8": 1,
@@ -55,7 +55,9 @@ COMM_PREFIXES = ("c10d::", "gloo:")
 GLOO_THREADS = 2  # worker threads of a ProcessGroupGloo (its Options.threads default)
 
 
-def _op_name(name: str):
+def collective_op(name: str):
+    """dtnet's op for a profiler's collective name (any spelling: allreduce, all_reduce, c10d::send,
+    ...), or None when the name is no collective; the PyTorch ET importer reads names the same way."""
     n = name.lower().replace("_", "").replace("-", "")
     for key, op in (("reducescatter", "reduce_scatter"), ("allreduce", "all_reduce"), ("allgather", "all_gather"),
                     ("alltoall", "all_to_all"), ("broadcast", "broadcast"), ("barrier", "all_reduce")):
@@ -228,7 +230,7 @@ def _atoms(rank, events, path, nranks) -> list[Atom]:
 
 def _collective_from_args(args, where, path, nranks, name):
     """op, size and group from NCCL kernel args or a record_param_comms op's args."""
-    op = _op_name(str(args["Collective name"]))
+    op = collective_op(str(args["Collective name"]))
     if op is None:
         raise InputError(f"{where}.args.Collective name", "a collective dtnet models (all_reduce, all_gather, "
                          "reduce_scatter, all_to_all, broadcast, reduce, send, recv, barrier)",
@@ -363,7 +365,7 @@ def _gloo_comms(gloo, issue, path):
     for ts, end, i, ev, args in sorted(gloo, key=lambda e: (rf(e) if rf(e) is not None else 1 << 62, e[0])):
         name = str(ev.get("name"))
         where = f"traceEvents[{i}]"
-        op = _op_name(name.split(":", 1)[1])
+        op = collective_op(name.split(":", 1)[1])
         if op is None:
             raise InputError(f"{where}.name", "a gloo collective dtnet models (all_reduce, all_gather, "
                              "reduce_scatter, all_to_all, broadcast, reduce, barrier)", name, file=path)
@@ -389,7 +391,7 @@ def _gloo_comms(gloo, issue, path):
         call = None
         if me is not None:
             for e in reversed(calls):
-                if rf(e) < me and e[2] not in used and _op_name(str(e[3].get("name"))) == op:
+                if rf(e) < me and e[2] not in used and collective_op(str(e[3].get("name"))) == op:
                     call = e
                     break
         if call is not None:

@@ -27,7 +27,7 @@ import json
 
 from badinput import InputError
 from traffic.importers.assemble import Assembler, infer_groups, read_json_gz
-from traffic.importers.kineto import GLOO_THREADS, _op_name
+from traffic.importers.kineto import GLOO_THREADS, collective_op
 
 ROOTS = ("[pytorch|profiler|execution_trace|thread]", "[pytorch|profiler|execution_graph|thread]")
 PG_INIT = "## process_group:init ##"
@@ -278,7 +278,7 @@ def _collective(nodes, nid, path, iteration, span, children):
     nd = nodes[nid]
     where = f"node {nid}"
     name = nd["name"]
-    op = _op_name(name.split("::", 1)[1])
+    op = collective_op(name.split("::", 1)[1])
     if op is None:
         raise InputError(f"{where}.name", "a collective dtnet models (allreduce_, allgather_, reduce_scatter_, "
                          "alltoall_, broadcast_, reduce_, barrier, send, recv_)", name, file=path)
