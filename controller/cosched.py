@@ -27,16 +27,15 @@ Announcement, version 1 (JSON; units in names; unknown keys are an error)::
 iteration; ``overlap_s`` is compute the phase can hide. Bytes and seconds are
 those of the network the controller sees and of its clock: in dtnet, the
 emulated ones (emulated bytes, wall-clock seconds; link rates x link_scale).
-The answer's ``start_offset_s`` and pace window are in the same seconds.
+The answer (``Answer``, version 1, the same for every policy) gives
+``start_offset_s`` and the pace window in the same seconds.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
-from controller.hedera import path_links
-from controller.load import LinkLoad
-from controller.routing import NextHops, equal_cost_paths
+from controller.paths import path_links
 from topologies.fabric import Fabric
 
 VERSION = 1
@@ -125,6 +124,42 @@ def parse_announcement(body: bytes | str | dict, fabric: Fabric) -> Announcement
                         float(body.get("overlap_s", 0.0)), int(body.get("gpus", 1)))
 
 
+@dataclass(frozen=True)
+class AnsweredPath:
+    """The switch path the controller put one announced (src, dst) flow on."""
+    src: str
+    dst: str
+    path: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What POST /dtnet/v1/announce answers (200), whatever the policy.
+
+    start_offset_s: wait this long before the phase; priority: 0 is the highest; with
+    pace_share, each sending host of the job sends at most that share of its NIC rate from
+    pace_from_s until pace_until_s after its phase start. coschedule is false when the
+    policy does not co-schedule (the answer is then 'go now')."""
+    job: str
+    start_offset_s: float = 0.0
+    priority: int = 0
+    coschedule: bool = False
+    pace_share: float | None = None
+    pace_from_s: float | None = None
+    pace_until_s: float | None = None
+    intensity: float | None = None   # Crux's GPU intensity: compute work over communication time
+    comm_s: float | None = None      # the phase at line rate on its busiest link
+    placements: tuple[AnsweredPath, ...] = ()
+    version: int = VERSION
+
+    def to_dict(self) -> dict:
+        return {"version": self.version, "job": self.job, "start_offset_s": self.start_offset_s,
+                "priority": self.priority, "coschedule": self.coschedule, "pace_share": self.pace_share,
+                "pace_from_s": self.pace_from_s, "pace_until_s": self.pace_until_s,
+                "intensity": self.intensity, "comm_s": self.comm_s,
+                "placements": [{"src": p.src, "dst": p.dst, "path": list(p.path)} for p in self.placements]}
+
+
 def _typename(t) -> str:
     return {int: "an integer", str: "a string", list: "a list"}.get(t, "a number")
 
@@ -165,15 +200,15 @@ def periodic_starts(phase_s: float, period_s: float, after_s: float, before_s: f
 
 @dataclass
 class CoScheduler:
+    """The co-scheduling state of every job that announced: its links, paths and phase.
+    ``announce`` reads the fabric's shortest paths and loads from an Observation."""
     fabric: Fabric
-    next_hops: NextHops
-    load: LinkLoad
-    link_scale: float = 1.0
     offset_steps: int = 50
     low_share: float = 0.2  # of a sender's NIC rate, while a higher-priority phase overlaps
+    max_paths: int = 256
     jobs: dict = field(default_factory=dict)
 
-    def announce(self, ann: Announcement, now: float) -> dict:
+    def announce(self, ann: Announcement, now: float, obs) -> Answer:
         """Place the job's flows, pick its start offset, rank all jobs; returns the answer."""
         others = {j: st for j, st in self.jobs.items() if j != ann.job}
         taken: dict = {}
@@ -185,18 +220,18 @@ class CoScheduler:
         for src, dst, size in sorted(ann.flows, key=lambda f: (-f[2], f[0], f[1])):
             if src == dst or (src, dst) in paths:
                 continue
-            cands = equal_cost_paths(self.fabric, src, dst, self.next_hops, limit=256)
+            cands = obs.paths.equal_cost_paths(src, dst, limit=self.max_paths)
             if not cands:
                 continue
             best = min(cands, key=lambda p: (
                 sum(taken.get(ln, 0) + links.get(ln, 0) for ln in path_links(src, p, dst)),
-                max(self.load.utilization(*ln) for ln in path_links(src, p, dst)), p))
+                max(obs.utilization(*ln) for ln in path_links(src, p, dst)), p))
             paths[src, dst] = best
             for ln in path_links(src, best, dst):
                 links[ln] = links.get(ln, 0) + size
         # Phase length at line rate on the busiest link. Agents announce
         # emulated bytes and seconds; emulated rate = link_gbps x link_scale.
-        comm_s = max((b * 8 / (self.load.capacity_gbps[ln] * 1e9 * self.link_scale) for ln, b in links.items()),
+        comm_s = max((b * 8 / (obs.capacity_gbps(*ln) * 1e9 * obs.link_scale) for ln, b in links.items()),
                      default=0.0)
         comm_s = min(comm_s, ann.period_s)
         delay = self._offset(ann, links, comm_s, others, now)
@@ -205,13 +240,12 @@ class CoScheduler:
         self.jobs[ann.job] = st
         self._rank()
         pace = self._pace_window(st)
-        return {"version": VERSION, "job": ann.job, "start_offset_s": round(delay, 6),
-                "priority": st.priority, "intensity": None if math.isinf(st.intensity) else st.intensity,
-                "comm_s": comm_s, "pace_share": self.low_share if pace else None,
-                "pace_from_s": round(pace[0], 6) if pace else None,
-                "pace_until_s": round(pace[1], 6) if pace else None,
-                "placements": [{"src": s, "dst": d, "path": list(p)} for (s, d), p in sorted(paths.items())]}
-
+        return Answer(ann.job, start_offset_s=round(delay, 6), priority=st.priority, coschedule=True,
+                      pace_share=self.low_share if pace else None,
+                      pace_from_s=round(pace[0], 6) if pace else None,
+                      pace_until_s=round(pace[1], 6) if pace else None,
+                      intensity=None if math.isinf(st.intensity) else st.intensity, comm_s=comm_s,
+                      placements=tuple(AnsweredPath(s, d, tuple(p)) for (s, d), p in sorted(paths.items())))
     def _offset(self, ann, links, comm_s, others, now) -> float:
         """The delay in [0, period) that minimizes itself plus the predicted
         overlap on shared links over the horizon (the smallest on a tie).

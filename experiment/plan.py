@@ -77,7 +77,7 @@ def build_plans(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
                 # Emulated seconds after the shared start ("go"), not after the job's own start.
                 jp.ranks[hosts.index(f.straggler)]["straggler"] = {"from_s": f.at_ms / 1000.0 * dilation,
                                                                    "factor": f.factor}
-        if exp.routing == "coschedule":
+        if exp.coschedules:
             announcement_plan(fabric, jp, exp.scale.link)
         jobs.append(jp)
     return jobs

@@ -53,7 +53,7 @@ def _run(exp: Experiment, out_dir: str, log, calibration: dict | None = None) ->
     ctx = {"status": "incomplete", "error": None, "datapath": None, "controller": None,
            "totals": {}, "t_start": None, "t_end": None, "monitor": None, "calibration": calibration}
     try:
-        with Testbed(fabric, out_dir, routing=exp.routing, scale_link=exp.scale.link,
+        with Testbed(fabric, out_dir, policy=exp.routing, params=exp.policy_params, scale_link=exp.scale.link,
                      datapath=exp.testbed.datapath, queue_packets=exp.testbed.queue_packets,
                      ready_timeout_s=exp.testbed.ready_timeout_s, log=log) as tb:
             ctx["datapath"] = tb.datapath
@@ -83,7 +83,7 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
     agents = []  # (job, rank, Popen)
     sel = selectors.DefaultSelector()
     cosched = relay.Relay(tb.rest_url if tb.rest_port else None, exp.scale.dilation) \
-        if exp.routing == "coschedule" else None
+        if exp.coschedules else None
     try:
         for jp in jobs:
             for plan in jp.ranks:
@@ -290,6 +290,7 @@ def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
         "topology": {**exp.topology, **fabric.counts()},
         "scale": {"link": exp.scale.link, "bytes": exp.scale.bytes, "dilation": dil},
         "routing": exp.routing,
+        "policy": {"name": exp.routing, "params": dict(exp.policy_params)},
         "datapath": ctx["datapath"],
         "jobs": per_job,
         "aggregate": aggregate(per_job, events, dil),

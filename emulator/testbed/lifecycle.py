@@ -1,6 +1,6 @@
 """The testbed: OVS + Mininet fabric + Ryu controller, as one context manager.
 
-    with Testbed(fabric, run_dir, routing="ecmp", scale_link=2.5e-5) as tb:
+    with Testbed(fabric, run_dir, policy="ecmp", params={}, scale_link=2.5e-5) as tb:
         tb.host("h0").cmd("ping -c1 10.0.0.2")
 
 Entering starts OVS if needed, detects the datapath, builds the fabric,
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from controller import config as controller_config
 from emulator.testbed import runstate, shaping
 from emulator.testbed.datapath import AFXDP_MTU, AFXDP_PORT, MTU, detect_datapath, ensure_ovs
 from emulator.testbed.process import TestbedError, free_port, stop_process, wait_for
@@ -36,12 +37,14 @@ class LinkShape:
 
 
 class Testbed:
-    def __init__(self, fabric: Fabric, run_dir: str, *, routing: str = "ecmp", scale_link: float = 2.5e-5,
-                 datapath: str = "auto", queue_packets: int = 1000, ready_timeout_s: float = 60.0,
-                 controller: bool = True, mtu: int = MTU, log=print):
+    def __init__(self, fabric: Fabric, run_dir: str, *, policy: str = "ecmp", params: dict | None = None,
+                 scale_link: float = 2.5e-5, datapath: str = "auto", queue_packets: int = 1000,
+                 ready_timeout_s: float = 60.0, controller: bool = True, mtu: int = MTU, log=print,
+                 routing: str | None = None):
         self.fabric = fabric
         self.run_dir = os.path.abspath(run_dir)
-        self.routing = routing
+        self.policy = routing or policy  # routing: the old name
+        self.params = dict(params or {})
         self.scale_link = scale_link
         self.requested_datapath = datapath
         self.queue_packets = queue_packets
@@ -175,12 +178,13 @@ class Testbed:
 
     def _start_controller(self, fabric_path: str, ofp_port: int, restart: bool = False):
         self._ctl_args = (fabric_path, ofp_port)
-        log_path = os.path.join(self.run_dir, "controller.log")
-        cmd = [sys.executable, "-m", "controller.run", "--fabric", fabric_path, "--routing", self.routing,
-               "--ofp-port", str(ofp_port), "--rest-host", "127.0.0.1", "--rest-port", str(self.rest_port),
-               "--log-file", log_path,
-               # The controller reports and decides in real-cluster Gb/s.
-               "--link-scale", repr(self.scale_link)]
+        # One configuration file, in the run folder: `python -m controller.run` it to start the same controller.
+        cfg_path = os.path.join(self.run_dir, "controller.json")
+        controller_config.make(fabric_path, self.policy, self.params, ofp_port=ofp_port, rest_port=self.rest_port,
+                               log_file=os.path.join(self.run_dir, "controller.log"),
+                               # The controller reports and decides in real-cluster Gb/s.
+                               link_scale=self.scale_link).write(cfg_path)
+        cmd = [sys.executable, "-m", "controller.run", cfg_path]
         self._ctl_log = open(os.path.join(self.run_dir, "controller.out"), "a" if restart else "w")
         # Its own session, so a Ctrl-C at the terminal reaches us, not it:
         # we stop it ourselves during teardown.
