@@ -50,7 +50,8 @@ def policy_class(name, key: str = "controller.policy", file: str | None = None) 
         if obj is None:
             raise InputError(key, f"a class {attr} in module {module}", name, file)
     if not (isinstance(obj, type) and issubclass(obj, Policy)):
-        raise InputError(key, "a subclass of controller.policy.Policy", f"{name} ({type(obj).__name__})", file)
+        what = "a class not derived from Policy" if isinstance(obj, type) else f"a {type(obj).__name__}"
+        raise InputError(key, "a subclass of controller.policy.Policy", f"{name} ({what})", file)
     return obj
 
 

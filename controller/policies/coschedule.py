@@ -15,6 +15,9 @@ from controller.policy import Announcement, Answer, Observation
 
 
 class CoSchedule(CongestionAware):
+    """Congestion-aware placement, plus answers to announced phases: paths shared with the
+    fewest other jobs, a start offset that interleaves periodic phases, a priority by GPU
+    intensity realized as pacing."""
     PARAMS = {
         **FLOW_PARAMS,
         "offset_steps": Param(50, ge=1, le=10000, doc="start offsets tried per announcement, over one period"),
