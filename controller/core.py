@@ -115,7 +115,8 @@ class FabricController:
 
     def observation(self, now: float) -> Observation:
         return Observation(now, self.fabric, self.paths, self.load, self.sched.flows if self.sched else {},
-                           getattr(self, "fwd", None), self.link_scale, self.last_stats_s or None)
+                           getattr(self, "fwd", None), self.link_scale, self.last_stats_s or None,
+                           self.sched.version if self.sched else None)
 
     # -- switch lifecycle ---------------------------------------------------
     def switch_name(self, dpid: int) -> str | None:

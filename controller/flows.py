@@ -19,6 +19,10 @@ from topologies.fabric import Fabric
 __all__ = ["FlowEntry", "FlowKey", "FlowTable"]
 
 
+# What a policy may derive from: a change to any of these moves Observation.flows_version.
+WATCHED = frozenset({"path", "measured", "rate_gbps", "reply"})
+
+
 class FlowEntry(Flow):
     """A watched flow plus what the adapter installed for it."""
 
@@ -26,6 +30,13 @@ class FlowEntry(Flow):
         super().__init__(*args, **kwargs)
         self.bytes_at_s: float | None = None
         self.rules: dict = {}  # switch -> the entry installed there
+
+    def __setattr__(self, name, value):
+        object.__setattr__(self, name, value)
+        if name in WATCHED:
+            table = self.__dict__.get("table")
+            if table is not None:  # kept by a table: whoever changes it, the version moves
+                table.version += 1
 
     @property
     def cookie(self) -> int:
@@ -52,6 +63,7 @@ class FlowTable:
         self.decisions: deque = deque(maxlen=500)
         self._next_id = 1
         self.counters = {"flows_placed": 0, "flows_moved": 0, "flows_expired": 0}
+        self.version = 0  # Observation.flows_version: moves on every change but an addition
 
     # -- rules --------------------------------------------------------------
     def rules_for(self, e: FlowEntry, path: tuple[str, ...] | None, ingress: str | None = None,
@@ -112,6 +124,7 @@ class FlowTable:
         self._next_id = max(self._next_id, e.flow_id + 1)
         self.flows[e.key] = e
         self.by_cookie[e.cookie] = e
+        e.table = self  # from now on a change of what policies read moves the version
         self.counters["flows_placed"] += 1
         self._decide(now, "place", e, None, p.path, p.reason)
         rules = self.rules_for(e, p.path, ingress)
@@ -164,6 +177,7 @@ class FlowTable:
             return None, []
         del self.by_cookie[cookie]
         self.flows.pop(e.key, None)
+        self.version += 1
         self.counters["flows_expired"] += 1
         self._decide(now, "expire", e, e.path, None, "idle")
         rest = [FlowDelete(s, r.match, r.priority, strict=True) for s, r in e.rules.items() if s != e.ingress]

@@ -9,7 +9,11 @@ through rails and spines here, never through NVLink bridges.
 """
 from __future__ import annotations
 
+import itertools
 import zlib
+from collections import deque
+from itertools import compress
+from operator import itemgetter
 from collections.abc import Iterator
 from typing import Sequence
 
@@ -20,6 +24,9 @@ from scipy.sparse import csgraph
 from topologies.fabric import Fabric
 
 Link = tuple  # (from node, to node): one direction of a cable
+# Below this many (switch, neighbour) entries a breadth-first search in Python is
+# quicker than the call into scipy; both give the same hop counts.
+PYTHON_BFS_MAX = 4096
 
 
 def path_links(src: str, path: Sequence[str], dst: str) -> list[Link]:
@@ -58,89 +65,113 @@ class ShortestPaths:
         self.down = frozenset(down)
         self.switches = fabric.openflow_switches
         self.index = {s: i for i, s in enumerate(self.switches)}
-        n = len(self.switches)
-        adj: list[list[tuple[str, int, int]]] = [[] for _ in range(n)]  # (peer name, peer index, port)
+        # Per switch: (peer index, port) in port order, so that a port set comes out sorted.
+        adj: list[list[tuple[int, int]]] = [[] for _ in self.switches]
         self._peer: dict[tuple[str, int], str] = {}
-        rows, cols = [], []
-        for a, b, d in fabric.graph.edges(data=True):
-            ia, ib = self.index.get(a), self.index.get(b)
-            if ia is None or ib is None or frozenset((a, b)) in self.down:
-                continue
-            adj[ia].append((b, ib, d["ports"][a]))
-            adj[ib].append((a, ia, d["ports"][b]))
-            self._peer[a, d["ports"][a]] = b
-            self._peer[b, d["ports"][b]] = a
-            rows += (ia, ib)
-            cols += (ib, ia)
-        # Neighbours in port order, so that a port set comes out sorted.
-        self._adj = [sorted(x, key=lambda t: t[2]) for x in adj]
-        self._nbr = [np.fromiter((t[1] for t in x), np.int64, len(x)) for x in self._adj]
-        self._nbr_port = [np.fromiter((t[2] for t in x), np.int64, len(x)) for x in self._adj]
-        self._graph = sp.csr_matrix((np.ones(len(rows), np.int8), (rows, cols)), shape=(n, n))
         self.attach: dict[str, tuple[str, int]] = {}
+        nodes = fabric.graph.nodes
         for a, b, d in fabric.graph.edges(data=True):
-            if d["kind"] != "host":
+            if frozenset((a, b)) in self.down:
                 continue
-            h, sw = (a, b) if fabric.graph.nodes[a]["role"] == "host" else (b, a)
-            if sw in self.index and frozenset((h, sw)) not in self.down:
-                self.attach[h] = (sw, d["ports"][sw])
-        self._dist: dict[int, np.ndarray] = {}
-        self._ports: dict[tuple[int, int], tuple[int, ...] | None] = {}
+            ia, ib = self.index.get(a), self.index.get(b)
+            if ia is not None and ib is not None:
+                adj[ia].append((ib, d["ports"][a]))
+                adj[ib].append((ia, d["ports"][b]))
+                self._peer[a, d["ports"][a]] = b
+                self._peer[b, d["ports"][b]] = a
+            elif d["kind"] == "host":
+                h, sw = (a, b) if nodes[a]["role"] == "host" else (b, a)
+                if sw in self.index:
+                    self.attach[h] = (sw, d["ports"][sw])
+        self._adj = [sorted(x, key=lambda t: t[1]) for x in adj]
+        self._adj_size = sum(len(x) for x in adj)
+        # Per switch: its neighbours' entries fetched from a distance list in one C call.
+        self._nbr_dist = [itemgetter(*(j for j, _ in x)) if len(x) > 1 else
+                          (lambda dist, j=x[0][0]: (dist[j],)) if x else (lambda dist: ())
+                          for x in self._adj]
+        self._nbr_port = [tuple(p for _, p in x) for x in self._adj]
+        self._graph = None  # the CSR matrix, built on the first distance asked for
+        self._dist: dict[str, list[int]] = {}
+        self._ports: dict[tuple[str, str], tuple[int, ...] | None] = {}
+        self._next: dict[tuple[str, str], list[str]] = {}
 
     # -- distances ------------------------------------------------------------
-    def _distances(self, j: int) -> np.ndarray:
-        """Hop counts of every switch to switch j (-1: unreachable)."""
-        dist = self._dist.get(j)
+    def _distances(self, dst_switch: str) -> list[int]:
+        """Hop counts of every switch (by index) to dst_switch (-1: unreachable)."""
+        dist = self._dist.get(dst_switch)
         if dist is None:
-            order, pred = csgraph.breadth_first_order(self._graph, j, directed=False, return_predecessors=True)
-            dist = np.full(len(self.switches), -1, np.int32)
-            dist[j] = 0
-            rest = order[1:]
-            parents = pred[rest]
-            # BFS order lists parents before children: the depth settles after
-            # as many passes as the deepest level.
-            while True:
-                new = dist[parents] + 1
-                if np.array_equal(new, dist[rest]):
-                    break
-                dist[rest] = new
-            self._dist[j] = dist
+            bfs = self._bfs_python if self._adj_size <= PYTHON_BFS_MAX else self._bfs_scipy
+            dist = self._dist[dst_switch] = bfs(self.index[dst_switch])
         return dist
+
+    def _bfs_python(self, j: int) -> list[int]:
+        dist = [-1] * len(self.switches)
+        dist[j] = 0
+        q = deque([j])
+        while q:
+            u = q.popleft()
+            du = dist[u] + 1
+            for v, _ in self._adj[u]:
+                if dist[v] < 0:
+                    dist[v] = du
+                    q.append(v)
+        return dist
+
+    def _bfs_scipy(self, j: int) -> list[int]:
+        if self._graph is None:
+            rows = [i for i, x in enumerate(self._adj) for _ in x]
+            cols = [peer for x in self._adj for peer, _ in x]
+            n = len(self.switches)
+            self._graph = sp.csr_matrix((np.ones(len(rows), np.int8), (rows, cols)), shape=(n, n))
+        # Both directions of every cable are in the matrix: directed saves scipy a transpose.
+        order, pred = csgraph.breadth_first_order(self._graph, j, directed=True, return_predecessors=True)
+        arr = np.full(len(self.switches), -1, np.int32)
+        arr[j] = 0
+        rest = order[1:]
+        parents = pred[rest]
+        # BFS order lists parents before children: the depth settles after
+        # as many passes as the deepest level.
+        while True:
+            new = arr[parents] + 1
+            if np.array_equal(new, arr[rest]):
+                break
+            arr[rest] = new
+        return arr.tolist()
 
     def distances(self, dst_switch: str) -> dict[str, int]:
         """switch -> hops to dst_switch, for the switches that reach it."""
-        dist = self._distances(self.index[dst_switch])
-        return {self.switches[i]: int(d) for i, d in enumerate(dist) if d >= 0}
+        dist = self._distances(dst_switch)
+        return {self.switches[i]: d for i, d in enumerate(dist) if d >= 0}
 
     def distance(self, switch: str, dst_switch: str) -> int | None:
-        d = int(self._distances(self.index[dst_switch])[self.index[switch]])
+        d = self._distances(dst_switch)[self.index[switch]]
         return d if d >= 0 else None
 
     # -- next hops ------------------------------------------------------------
     def ports(self, switch: str, dst_switch: str) -> tuple[int, ...] | None:
         """The sorted ports of switch on a shortest path to dst_switch: () at dst_switch,
         None when dst_switch is unreachable from switch."""
-        i, j = self.index[switch], self.index[dst_switch]
-        key = (i, j)
-        if key in self._ports:
+        key = (switch, dst_switch)
+        try:
             return self._ports[key]
-        dist = self._distances(j)
+        except KeyError:
+            pass
+        dist = self._distances(dst_switch)
+        i = self.index[switch]
         di = dist[i]
         if di < 0:
             out = None
         elif di == 0:
             out = ()
         else:
-            out = tuple(self._nbr_port[i][dist[self._nbr[i]] == di - 1].tolist())
+            out = tuple(compress(self._nbr_port[i], map((di - 1).__eq__, self._nbr_dist[i](dist))))
         self._ports[key] = out
         return out
 
     def toward(self, dst_switch: str) -> dict[str, tuple[int, ...]]:
         """switch -> ports toward dst_switch, for every switch that reaches it (() at dst_switch)."""
-        j = self.index[dst_switch]
-        dist = self._distances(j)
-        return {self.switches[i]: self.ports(self.switches[i], dst_switch)
-                for i in np.flatnonzero(dist >= 0).tolist()}
+        dist = self._distances(dst_switch)
+        return {s: self.ports(s, dst_switch) for s, d in zip(self.switches, dist) if d >= 0}
 
     def neighbor(self, switch: str, port: int) -> str:
         try:
@@ -151,9 +182,17 @@ class ShortestPaths:
     def compute_all(self) -> None:
         """Distances to every switch that has hosts (what an all-pairs table would need)."""
         for d in sorted({sw for sw, _ in self.attach.values()}):
-            self._distances(self.index[d])
+            self._distances(d)
 
     # -- paths ----------------------------------------------------------------
+    def _next_names(self, node: str, d: str) -> list[str]:
+        """The next switches from node toward d, by name."""
+        key = (node, d)
+        out = self._next.get(key)
+        if out is None:
+            out = self._next[key] = sorted(self._peer[node, p] for p in self.ports(node, d))
+        return out
+
     def iter_paths(self, src: str, dst: str) -> Iterator[tuple[str, ...]]:
         """Every shortest switch path from src host's switch to dst host's, in sorted order,
         generated lazily (a walk that visits next hops by name)."""
@@ -162,24 +201,21 @@ class ShortestPaths:
         s, d = self.attach[src][0], self.attach[dst][0]
         if self.ports(s, d) is None:
             return
-        stack = [(s, (s,))]
+        stack = [(s,)]
         while stack:
-            node, prefix = stack.pop()
+            prefix = stack.pop()
+            node = prefix[-1]
             if node == d:
                 yield prefix
                 continue
-            nxt = sorted(self._peer[node, p] for p in self.ports(node, d))
-            stack += [(n, prefix + (n,)) for n in reversed(nxt)]
+            stack += [prefix + (n,) for n in reversed(self._next_names(node, d))]
 
     def equal_cost_paths(self, src: str, dst: str, limit: int | None = None) -> list[tuple[str, ...]]:
         """The first ``limit`` (all when None) shortest switch paths from src to dst, sorted;
         [] when dst is unreachable over OpenFlow."""
-        out = []
-        for p in self.iter_paths(src, dst):
-            if limit is not None and len(out) >= limit:
-                break
-            out.append(p)
-        return out
+        if limit is None:
+            return list(self.iter_paths(src, dst))
+        return list(itertools.islice(self.iter_paths(src, dst), limit))
 
     def count_paths(self, src: str, dst: str) -> int:
         """How many shortest paths there are, without listing them."""
@@ -192,6 +228,6 @@ class ShortestPaths:
 
         def count(node):
             if node not in memo:
-                memo[node] = sum(count(self._peer[node, p]) for p in self.ports(node, d))
+                memo[node] = sum(count(n) for n in self._next_names(node, d))
             return memo[node]
         return count(s)

@@ -126,6 +126,11 @@ class Forwarding:
     def ports(self, switch: str, dst: str) -> tuple[int, ...]:
         raise NotImplementedError
 
+    def switch_table(self, switch: str, hosts) -> list[tuple[str, tuple[int, ...]]]:
+        """(host, ports) for every destination host at one switch: what a switch's routes
+        hold. Override it when a whole table is cheaper than its entries one by one."""
+        return [(h, self.ports(switch, h)) for h in hosts]
+
 
 class EcmpForwarding(Forwarding):
     """Every shortest path: all the ports toward the destination's switch (ECMP)."""
@@ -141,6 +146,27 @@ class EcmpForwarding(Forwarding):
             return (at[1],)
         return self.paths.ports(switch, at[0]) or ()
 
+    def switch_table(self, switch: str, hosts) -> list[tuple[str, tuple[int, ...]]]:
+        if type(self).ports is not EcmpForwarding.ports:  # a subclass changed ports(): ask it
+            return Forwarding.switch_table(self, switch, hosts)
+        return self._ecmp_table(switch, hosts)
+
+    def _ecmp_table(self, switch: str, hosts) -> list[tuple[str, tuple[int, ...]]]:
+        # Hosts behind one switch share its port set: look it up once per switch.
+        attach, ports, memo, out = self.paths.attach, self.paths.ports, {}, []
+        for h in hosts:
+            at = attach.get(h)
+            if at is None:
+                out.append((h, ()))
+            elif at[0] == switch:
+                out.append((h, (at[1],)))
+            else:
+                ps = memo.get(at[0])
+                if ps is None:
+                    ps = memo[at[0]] = ports(switch, at[0]) or ()
+                out.append((h, ps))
+        return out
+
 
 class ShortestForwarding(EcmpForwarding):
     """One shortest path per (switch, destination host): of the ECMP ports, the one a
@@ -154,7 +180,14 @@ class ShortestForwarding(EcmpForwarding):
         self._rank = {h: nodes[h]["rank"] for h in paths.attach}
 
     def ports(self, switch: str, dst: str) -> tuple[int, ...]:
-        ports = super().ports(switch, dst)
+        return self._one(switch, dst, super().ports(switch, dst))
+
+    def switch_table(self, switch: str, hosts) -> list[tuple[str, tuple[int, ...]]]:
+        if type(self).ports is not ShortestForwarding.ports:
+            return Forwarding.switch_table(self, switch, hosts)
+        return [(h, self._one(switch, h, ps)) for h, ps in self._ecmp_table(switch, hosts)]
+
+    def _one(self, switch: str, dst: str, ports: tuple[int, ...]) -> tuple[int, ...]:
         if len(ports) > 1:
             # A stable hash: Python's str hash is salted per process.
             ports = (ports[zlib.crc32(f"{self._dpid[switch]}:{self._rank[dst]}".encode()) % len(ports)],)
@@ -178,14 +211,20 @@ class TableForwarding(Forwarding):
 
 class Loads:
     """Per-link loads as the engine measures them (the emulator: an EWMA of port
-    counters; the flow engine: the model's rates). ``capacity_gbps[(a, b)]`` per direction."""
+    counters; the flow engine: the model's rates). ``capacity_gbps[(a, b)]`` per direction.
+    ``version`` changes whenever a load does (None: unknown), so policies may cache."""
     capacity_gbps: Mapping
+    version: int | None = None
 
     def load(self, a: str, b: str) -> float:
         raise NotImplementedError
 
     def utilization(self, a: str, b: str) -> float:
         return self.load(a, b) / self.capacity_gbps[a, b]
+
+    def nonzero(self):
+        """((a, b), Gb/s) of the links that carry load (all of them, at worst)."""
+        return ((ln, self.load(*ln)) for ln in self.capacity_gbps)
 
 
 class Observation:
@@ -194,7 +233,7 @@ class Observation:
 
     def __init__(self, now: float, fabric: Fabric, paths: ShortestPaths, loads: Loads,
                  flows: Mapping | None = None, forwarding: Forwarding | None = None,
-                 link_scale: float = 1.0, stats_at_s: float | None = None):
+                 link_scale: float = 1.0, stats_at_s: float | None = None, flows_version: int | None = None):
         self.now = now
         self.fabric = fabric
         self.paths = paths
@@ -203,6 +242,10 @@ class Observation:
         self.forwarding = forwarding
         self.link_scale = link_scale  # the engine's link rate / the real one (1 in the flow engine)
         self.stats_at_s = stats_at_s  # when the newest counters were read
+        # Changes whenever the engine changes a watched flow (measures it, moves it, forgets
+        # it), but not when it adds one: a policy may keep what it derived from the flows it
+        # has seen, and add the new ones (None: unknown, derive afresh).
+        self.flows_version = flows_version
 
     @property
     def links_down(self) -> frozenset:

@@ -47,13 +47,9 @@ def switch_routes(fabric: Fabric, switch: str, fwd: Forwarding, route_table: int
     paths = paths or ShortestPaths(fabric)
     host_ports = tuple(sorted(p for sw, p in paths.attach.values() if sw == switch))
     flows = base_rules(switch, route_table, host_ports)
-    chosen: list[tuple[str, tuple[int, ...]]] = []
-    for h in fabric.hosts:
-        if h not in paths.attach:
-            continue
-        ports = tuple(fwd.ports(switch, h))
-        if ports:  # none: unreachable over OpenFlow, the table miss drops it
-            chosen.append((h, ports))
+    hosts = [h for h in fabric.hosts if h in paths.attach]
+    # No ports: unreachable over OpenFlow, the table miss drops it.
+    chosen = [(h, tuple(ps)) for h, ps in fwd.switch_table(switch, hosts) if ps]
     # One group per distinct port set, numbered in sorted order: deterministic
     # and small (a fat-tree edge switch needs one group for all its uplinks).
     gids = group_ids if group_ids is not None else {}

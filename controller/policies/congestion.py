@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import zlib
 
-from controller.hedera import estimate_demands, global_first_fit
+import numpy as np
+
+from controller.hedera import estimate_demands
 from controller.params import Param
 from controller.paths import path_links
+from controller.policies.scale import Candidates, LinkIndex, PendingDemands, first_fit, least_loaded
 from controller.policies.static import OBSERVE_PARAMS
 from controller.policy import EcmpForwarding, Flow, Forwarding, Observation, Placement, Policy
 
@@ -37,6 +40,9 @@ class CongestionAware(Policy):
         self.pinned: dict[tuple[str, str], tuple[str | None, tuple[str, ...], int | None]] = {}
         self.counters = {"rebalances": 0}
         self._nic_gbps: dict[str, float] = {}
+        self.links = LinkIndex(fabric)
+        self.candidates = Candidates(self.links)
+        self.pend = PendingDemands(self.links, self.is_elephant, self.nic_gbps)
 
     def forwarding(self, now: float, obs: Observation) -> Forwarding:
         return EcmpForwarding(obs.paths)
@@ -83,18 +89,17 @@ class CongestionAware(Policy):
 
     # -- hooks ----------------------------------------------------------------
     def flow_started(self, now: float, flow: Flow, obs: Observation) -> Placement | None:
-        paths = obs.paths.equal_cost_paths(flow.src, flow.dst, limit=self.params.max_paths)
-        if not paths:
+        cs = self.candidates.get(obs.paths, flow.src, flow.dst, self.params.max_paths)
+        if cs is None:
             return None
         pin = self.pinned.get((flow.src, flow.dst))
-        if pin is not None and pin[1] in paths:
+        if pin is not None and pin[1] in cs.index:
             return Placement(flow.key, pin[1], queue=pin[2], job=pin[0],
                              reason=f"announced placement of job {pin[0]}")
-        pending = self.pending(obs)
-        salt = zlib.crc32(str(flow.key).encode())
-        path = min(paths, key=lambda p: (self.path_cost(flow.src, p, flow.dst, pending, obs),
-                                         zlib.crc32(repr(p).encode()) ^ salt))
-        return Placement(flow.key, path, reason="least-loaded equal-cost path")
+        self.links.sync_loads(obs.loads)
+        pend = self.pend.sync(obs)
+        i = least_loaded(cs, self.links, pend, zlib.crc32(str(flow.key).encode()))
+        return Placement(flow.key, cs.paths[i], reason="least-loaded equal-cost path")
 
     def poll(self, now: float, obs: Observation) -> list[Placement]:
         """Global First Fit over the elephants."""
@@ -107,39 +112,35 @@ class CongestionAware(Policy):
         # Mice stay where they are, as background. Their own counters say what
         # they carry; the EWMA link loads would lag behind the last moves and
         # make elephants chase their own shadows.
-        background: dict = {}
+        links = self.links
+        reserved = np.zeros(len(links.cap))
         eleph_ids = {id(f) for f in eleph}
         for f in flows:
             if id(f) not in eleph_ids and f.measured:
-                for ln in path_links(f.src, f.path, f.dst):
-                    background[ln] = background.get(ln, 0.0) + f.rate_gbps
+                for i in links.ids(f.src, f.path, f.dst):
+                    reserved[i] += f.rate_gbps
         # Hedera reserves nothing for mice. Counting every ACK stream would make
         # a path that is free but for some ACKs too small for a flow at full
         # NIC demand; only mice beyond one mouse's worth of a link count.
-        cap = obs.loads.capacity_gbps
-        for ln, gbps in list(background.items()):
-            background[ln] = max(0.0, gbps - self.params.elephant_fraction * cap[ln])
+        reserved = np.maximum(0.0, reserved - self.params.elephant_fraction * links.cap)
         hold_s = self.params.hold_s
         held = [f for f in eleph if (f.moved_at_s is not None and now - f.moved_at_s < hold_s)
                 or (f.src, f.dst) in self.pinned]
         held_ids = {id(f) for f in held}
         order = held + [f for f in eleph if id(f) not in held_ids]
-        cands = []
+        current, cands = [], []
         for f in order:
-            if id(f) in held_ids:
-                cands.append([path_links(f.src, f.path, f.dst)])
-                continue
-            others = [p for p in obs.paths.equal_cost_paths(f.src, f.dst, limit=self.params.max_paths)
-                      if p != f.path]
-            cands.append([path_links(f.src, p, f.dst) for p in [f.path] + others])
+            current.append(links.ids(f.src, f.path, f.dst))
+            cs = None if id(f) in held_ids else \
+                self.candidates.get(obs.paths, f.src, f.dst, self.params.max_paths)
+            cands.append((cs, cs.index.get(f.path)) if cs is not None else None)
         dem = {id(f): d for f, d in zip(eleph, demands)}
-        chosen, _ = global_first_fit([dem[id(f)] for f in order], cands, cap.__getitem__, background)
+        chosen = first_fit(order, [dem[id(f)] for f in order], current, cands, links, reserved)
         moves = []
-        for i, (f, c) in enumerate(zip(order, chosen)):
-            if not c:  # 0: stays where it fits; None: no room anywhere, stays
+        for f, c, cand in zip(order, chosen, cands):
+            if c is None or c == -1:  # stays where it fits; or no room anywhere, stays
                 continue
-            new_path = tuple(n for n, _ in cands[i][c][1:])
-            moves.append(Placement(f.key, new_path, reason=f"GFF: {dem[id(f)]:.3g} Gb/s fits"))
+            moves.append(Placement(f.key, cand[0].paths[c], reason=f"GFF: {dem[id(f)]:.3g} Gb/s fits"))
         return moves
 
     def links_changed(self, now: float, obs: Observation) -> list[Placement]:

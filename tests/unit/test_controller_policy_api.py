@@ -212,3 +212,20 @@ def test_state_names_the_policy_and_its_params():
     st = sim.state()
     assert st["policy"]["policy"] == "congestion-aware" and st["policy"]["params"]["hold_s"] == 1.5
     assert st["routing"] == "congestion-aware" and isinstance(sim.policy.params, Params)
+
+
+def test_a_forwarding_that_narrows_ecmp_by_overriding_ports_is_what_the_switches_get():
+    fabric = fat_tree(4)
+
+    class FirstPort(EcmpForwarding):
+        def ports(self, switch, dst):
+            return super().ports(switch, dst)[:1]
+
+    class FirstPortPolicy(Policy):
+        def forwarding(self, now, obs):
+            return FirstPort(obs.paths)
+
+    net = FakeNetwork(fabric)
+    connect_all(FabricController(fabric, FirstPortPolicy(fabric)), net)
+    assert all(len(net.all_traces(s, d)) == 1 for s, d in itertools.permutations(fabric.hosts, 2))
+    assert all(delivered_pairs(net).values())

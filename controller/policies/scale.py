@@ -1,0 +1,259 @@
+"""What lets congestion-aware keep up at 65,536 hosts, with the same decisions as the plain loops.
+
+- ``LinkIndex``: an integer per directed link, so loads, pending demands and
+  capacities are arrays and a path's links are a row of ids.
+- ``Candidates``: each (source switch, destination switch) pair's candidate
+  paths, listed and hashed once per version of the shortest paths; flows between
+  the same two switches share them.
+- ``PendingDemands``: Hedera's natural demands of the flows not measured yet and
+  what they put on each link, kept up to date as flows arrive. Demand estimation
+  works on each connected set of senders and receivers on its own, so a new flow
+  changes only the demands of the flows it shares a sender or a receiver with
+  (transitively), and only their links need summing again.
+
+Sums run in the order the plain code sums them and rounding is Python's own, so
+every choice is the one the per-path loop makes (tests/unit/test_controller_scale.py).
+"""
+from __future__ import annotations
+
+import zlib
+from collections import defaultdict
+
+import numpy as np
+
+from controller.hedera import EPS, estimate_demands
+from controller.paths import ShortestPaths, path_links
+
+
+class LinkIndex:
+    """An integer id per directed link of the OpenFlow-steered fabric (host and fabric
+    links), capacities and current loads as arrays over those ids."""
+
+    def __init__(self, fabric):
+        self.id: dict[tuple[str, str], int] = {}
+        caps = []
+        for a, b, d in fabric.graph.edges(data=True):
+            if d["kind"] == "nvlink":
+                continue
+            for ln in ((a, b), (b, a)):
+                self.id[ln] = len(caps)
+                caps.append(d["link_gbps"])
+        self.cap = np.array(caps, dtype=float)
+        self.cap_eps = self.cap * (1 + EPS)  # what first fit compares against, as the plain loop does
+        self.load = np.zeros(len(caps))
+        self._loads_version = object()
+
+    def ids(self, src: str, path, dst: str) -> list[int]:
+        lid = self.id
+        return [lid[ln] for ln in path_links(src, path, dst)]
+
+    def sync_loads(self, loads) -> None:
+        """The engine's current loads into ``self.load`` (only when they changed)."""
+        version = getattr(loads, "version", None)
+        if version is not None and version == self._loads_version:
+            return
+        self.load[:] = 0.0
+        lid = self.id
+        for ln, gbps in loads.nonzero():
+            i = lid.get(ln)
+            if i is not None:
+                self.load[i] = gbps
+        self._loads_version = version
+
+
+class CandidateSet:
+    """One pair of switches' candidate paths (the first max_paths, sorted), their
+    switch-to-switch links as a matrix of link ids, and the hash of each path."""
+    __slots__ = ("paths", "index", "inner", "crc")
+
+    def __init__(self, paths: list, links: LinkIndex):
+        self.paths = paths
+        self.index = {p: i for i, p in enumerate(paths)}
+        lid = links.id
+        self.inner = np.array([[lid[ln] for ln in zip(p, p[1:])] for p in paths], dtype=np.int64) \
+            .reshape(len(paths), len(paths[0]) - 1)
+        self.crc = np.array([zlib.crc32(repr(p).encode()) for p in paths], dtype=np.int64)
+
+
+class Candidates:
+    """CandidateSets by (source switch, destination switch), for one ShortestPaths at a time."""
+
+    def __init__(self, links: LinkIndex, max_entries: int = 1 << 14):
+        self.links = links
+        self.max_entries = max_entries
+        self._paths: ShortestPaths | None = None
+        self._sets: dict = {}
+
+    def get(self, paths: ShortestPaths, src: str, dst: str, limit: int) -> CandidateSet | None:
+        if paths is not self._paths:  # links changed: every list is stale
+            self._paths, self._sets = paths, {}
+        at_s, at_d = paths.attach.get(src), paths.attach.get(dst)
+        if at_s is None or at_d is None:
+            return None
+        key = (at_s[0], at_d[0], limit)
+        cs = self._sets.get(key, False)
+        if cs is False:
+            if len(self._sets) >= self.max_entries:
+                self._sets.clear()
+            found = paths.equal_cost_paths(src, dst, limit)
+            cs = self._sets[key] = CandidateSet(found, self.links) if found else None
+        return cs
+
+
+def round9(values: np.ndarray) -> np.ndarray:
+    """Python's round(x, 9) of every value (numpy rounds differently at the halfway points)."""
+    uniq, inverse = np.unique(values, return_inverse=True)
+    return np.array([round(float(x), 9) for x in uniq])[inverse]
+
+
+def least_loaded(cs: CandidateSet, links: LinkIndex, pend: np.ndarray, salt: int) -> int:
+    """The index of the path with the least (max, sum) utilization of its switch-to-switch
+    links, ties broken by the path's hash salted by the flow's."""
+    tie = cs.crc ^ salt
+    if cs.inner.shape[1] == 0:
+        return int(np.argmin(tie))
+    ids = cs.inner
+    u = (links.load[ids] + pend[ids]) / links.cap[ids]
+    peak = u.max(axis=1)
+    least = peak.min()
+    # The paths whose rounded peak can be the least; the rounding is needed only for
+    # values that are not exactly zero.
+    c = np.flatnonzero(peak <= least + 2e-9)
+    if least != 0.0 or peak[c].any():
+        r = round9(peak[c])
+        c = c[r == r.min()]
+    uc = u[c]
+    total = uc[:, 0].copy()
+    for k in range(1, uc.shape[1]):  # in path order, as sum() adds
+        total += uc[:, k]
+    if total.any():
+        r = round9(total)
+        c = c[r == r.min()]
+    return int(c[np.argmin(tie[c])])
+
+
+class PendingDemands:
+    """Natural demands (Gb/s) of the flows not measured yet, and their sum on every link."""
+
+    def __init__(self, links: LinkIndex, is_elephant, nic_gbps):
+        self.links = links
+        self.is_elephant = is_elephant
+        self.nic_gbps = nic_gbps
+        self.version = object()
+        self.count = -1
+        self.pend = np.zeros(len(links.cap))
+
+    def sync(self, obs) -> np.ndarray:
+        """Bring the sums up to date with obs.flows; returns them, by link id."""
+        v, n = obs.flows_version, len(obs.flows)
+        if v is None or v != self.version or n < self.count:
+            self._rebuild(obs)
+        elif n > self.count:
+            new = list(obs.flows.values())[self.count:] if n - self.count > 64 else \
+                [f for _, f in zip(range(n - self.count), reversed(obs.flows.values()))][::-1]
+            for f in new:
+                self._add(f)
+            self.count = n
+        return self.pend
+
+    def _counted(self, f) -> bool:
+        """In Hedera's estimate: measured elephants and flows not measured yet (no replies)."""
+        return self.is_elephant(f) or (not f.measured and not f.reply)
+
+    def _rebuild(self, obs) -> None:
+        self.seq: dict[int, int] = {}
+        self.out_of: dict[str, list] = defaultdict(list)
+        self.into: dict[str, list] = defaultdict(list)
+        self.demand: dict[int, float] = {}
+        self.on_link: dict[int, list] = defaultdict(list)
+        self.pend = np.zeros(len(self.links.cap))
+        everyone = [f for f in obs.flows.values() if self._counted(f)]
+        for f in everyone:
+            self._register(f)
+        frac = estimate_demands([(f.src, f.dst) for f in everyone])
+        touched = set()
+        for f, x in zip(everyone, frac):
+            if not f.measured and not f.reply:
+                self.demand[id(f)] = x * self.nic_gbps(f.src)
+                if f.path is not None:
+                    for i in self.links.ids(f.src, f.path, f.dst):
+                        self.on_link[i].append(f)
+                        touched.add(i)
+        self._resum(touched)
+        self.version, self.count = obs.flows_version, len(obs.flows)
+
+    def _register(self, f) -> None:
+        self.seq[id(f)] = len(self.seq)
+        self.out_of[f.src].append(f)
+        self.into[f.dst].append(f)
+
+    def _add(self, f) -> None:
+        if not self._counted(f):
+            return
+        self._register(f)
+        # Everything f shares a sender or a receiver with, transitively.
+        comp, seen, todo = [], {id(f)}, [f]
+        while todo:
+            g = todo.pop()
+            comp.append(g)
+            for h in self.out_of[g.src] + self.into[g.dst]:
+                if id(h) not in seen:
+                    seen.add(id(h))
+                    todo.append(h)
+        comp.sort(key=lambda g: self.seq[id(g)])
+        frac = estimate_demands([(g.src, g.dst) for g in comp])
+        if f.path is not None and not f.measured and not f.reply:
+            for i in self.links.ids(f.src, f.path, f.dst):
+                self.on_link[i].append(f)
+        touched = set()
+        for g, x in zip(comp, frac):
+            if g.measured or g.reply:
+                continue
+            d = x * self.nic_gbps(g.src)
+            if g is f or self.demand.get(id(g)) != d:
+                self.demand[id(g)] = d
+                if g.path is not None:
+                    touched.update(self.links.ids(g.src, g.path, g.dst))
+        self._resum(touched)
+
+    def _resum(self, link_ids) -> None:
+        demand = self.demand
+        for i in link_ids:
+            total = 0.0
+            for g in self.on_link[i]:  # in flow order, as the plain loop adds them
+                total = total + demand[id(g)]
+            self.pend[i] = total
+
+
+def first_fit(order, demands, current, candidates, links: LinkIndex, reserved: np.ndarray) -> list:
+    """Global First Fit on arrays: per flow (in order), its current path if it has room,
+    else the first candidate that has, else None. ``current[i]``: the flow's path links as
+    ids; ``candidates[i]``: its CandidateSet and the index of its current path there
+    (None: held, only its current path counts). Returns per flow the chosen path index in
+    the candidate set, -1 for its current path, or None."""
+    cap_eps = links.cap_eps
+    out = []
+    for f, d, cur, cand in zip(order, demands, current, candidates):
+        if all(reserved[i] + d <= cap_eps[i] for i in cur):
+            out.append(-1)
+            for i in cur:
+                reserved[i] += d
+            continue
+        pick = None
+        if cand is not None:
+            cs, skip = cand
+            ends = (cur[0], cur[-1])  # host links: every candidate shares them
+            if all(reserved[i] + d <= cap_eps[i] for i in ends):
+                ids = cs.inner
+                ok = np.all(reserved[ids] + d <= cap_eps[ids], axis=1) if ids.shape[1] else \
+                    np.ones(len(cs.paths), bool)
+                if skip is not None:
+                    ok[skip] = False
+                hit = np.flatnonzero(ok)
+                if len(hit):
+                    pick = int(hit[0])
+                    for i in ends:
+                        reserved[i] += d
+                    np.add.at(reserved, ids[pick], d)
+        out.append(pick)
+    return out
