@@ -14,7 +14,6 @@ import zlib
 from collections import deque
 from itertools import compress
 from operator import itemgetter
-from collections.abc import Iterator
 from typing import Sequence
 
 import numpy as np
@@ -122,7 +121,8 @@ class ShortestPaths:
             rows = [i for i, x in enumerate(self._adj) for _ in x]
             cols = [peer for x in self._adj for peer, _ in x]
             n = len(self.switches)
-            self._graph = sp.csr_matrix((np.ones(len(rows), np.int8), (rows, cols)), shape=(n, n))
+            # float64: what csgraph works in, so it does not convert the matrix on every call.
+            self._graph = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(n, n))
         # Both directions of every cable are in the matrix: directed saves scipy a transpose.
         order, pred = csgraph.breadth_first_order(self._graph, j, directed=True, return_predecessors=True)
         arr = np.full(len(self.switches), -1, np.int32)
@@ -152,10 +152,9 @@ class ShortestPaths:
         """The sorted ports of switch on a shortest path to dst_switch: () at dst_switch,
         None when dst_switch is unreachable from switch."""
         key = (switch, dst_switch)
-        try:
-            return self._ports[key]
-        except KeyError:
-            pass
+        out = self._ports.get(key, False)
+        if out is not False:
+            return out
         dist = self._distances(dst_switch)
         i = self.index[switch]
         di = dist[i]
@@ -193,29 +192,21 @@ class ShortestPaths:
             out = self._next[key] = sorted(self._peer[node, p] for p in self.ports(node, d))
         return out
 
-    def iter_paths(self, src: str, dst: str) -> Iterator[tuple[str, ...]]:
-        """Every shortest switch path from src host's switch to dst host's, in sorted order,
-        generated lazily (a walk that visits next hops by name)."""
+    def equal_cost_paths(self, src: str, dst: str, limit: int | None = None) -> list[tuple[str, ...]]:
+        """The first ``limit`` (all when None) shortest switch paths from src host's switch to
+        dst host's, sorted; [] when dst is unreachable over OpenFlow."""
         if src not in self.attach or dst not in self.attach:
-            return
+            return []
         s, d = self.attach[src][0], self.attach[dst][0]
         if self.ports(s, d) is None:
-            return
-        stack = [(s,)]
-        while stack:
-            prefix = stack.pop()
-            node = prefix[-1]
-            if node == d:
-                yield prefix
-                continue
-            stack += [prefix + (n,) for n in reversed(self._next_names(node, d))]
-
-    def equal_cost_paths(self, src: str, dst: str, limit: int | None = None) -> list[tuple[str, ...]]:
-        """The first ``limit`` (all when None) shortest switch paths from src to dst, sorted;
-        [] when dst is unreachable over OpenFlow."""
-        if limit is None:
-            return list(self.iter_paths(src, dst))
-        return list(itertools.islice(self.iter_paths(src, dst), limit))
+            return []
+        # Level by level, children by name: the prefixes stay sorted, and as every prefix
+        # leads to d at least once, the first `limit` paths extend the first `limit` prefixes.
+        frontier, nxt = [(s,)], self._next_names
+        while frontier[0][-1] != d:
+            grown = (p + (n,) for p in frontier for n in nxt(p[-1], d))
+            frontier = list(grown if limit is None else itertools.islice(grown, limit))
+        return frontier
 
     def count_paths(self, src: str, dst: str) -> int:
         """How many shortest paths there are, without listing them."""

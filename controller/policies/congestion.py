@@ -97,8 +97,8 @@ class CongestionAware(Policy):
             return Placement(flow.key, pin[1], queue=pin[2], job=pin[0],
                              reason=f"announced placement of job {pin[0]}")
         self.links.sync_loads(obs.loads)
-        pend = self.pend.sync(obs)
-        i = least_loaded(cs, self.links, pend, zlib.crc32(str(flow.key).encode()))
+        self.pend.sync(obs)
+        i = least_loaded(cs, self.links, zlib.crc32(str(flow.key).encode()))
         return Placement(flow.key, cs.paths[i], reason="least-loaded equal-cost path")
 
     def poll(self, now: float, obs: Observation) -> list[Placement]:

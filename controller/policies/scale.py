@@ -41,6 +41,8 @@ class LinkIndex:
         self.cap = np.array(caps, dtype=float)
         self.cap_eps = self.cap * (1 + EPS)  # what first fit compares against, as the plain loop does
         self.load = np.zeros(len(caps))
+        self.pend = np.zeros(len(caps))  # PendingDemands keeps it
+        self.busy = np.zeros(len(caps))  # load + pend, link by link, as the plain loop adds them
         self._loads_version = object()
 
     def ids(self, src: str, path, dst: str) -> list[int]:
@@ -58,13 +60,18 @@ class LinkIndex:
             i = lid.get(ln)
             if i is not None:
                 self.load[i] = gbps
+        self.busy = self.load + self.pend
         self._loads_version = version
+
+    def set_pend(self, i: int, gbps: float) -> None:
+        self.pend[i] = gbps
+        self.busy[i] = self.load[i] + gbps
 
 
 class CandidateSet:
     """One pair of switches' candidate paths (the first max_paths, sorted), their
     switch-to-switch links as a matrix of link ids, and the hash of each path."""
-    __slots__ = ("paths", "index", "inner", "crc")
+    __slots__ = ("paths", "index", "inner", "cap", "crc")
 
     def __init__(self, paths: list, links: LinkIndex):
         self.paths = paths
@@ -72,6 +79,7 @@ class CandidateSet:
         lid = links.id
         self.inner = np.array([[lid[ln] for ln in zip(p, p[1:])] for p in paths], dtype=np.int64) \
             .reshape(len(paths), len(paths[0]) - 1)
+        self.cap = links.cap[self.inner]
         self.crc = np.array([zlib.crc32(repr(p).encode()) for p in paths], dtype=np.int64)
 
 
@@ -101,32 +109,38 @@ class Candidates:
 
 
 def round9(values: np.ndarray) -> np.ndarray:
-    """Python's round(x, 9) of every value (numpy rounds differently at the halfway points)."""
-    uniq, inverse = np.unique(values, return_inverse=True)
-    return np.array([round(float(x), 9) for x in uniq])[inverse]
+    """Python's round(x, 9) of every value. Away from a halfway point the nearest integer
+    to x * 1e9, divided by 1e9 (one correctly rounded division), is what Python gives;
+    values near one, where x * 1e9's own rounding could tip it, get Python's round."""
+    y = values * 1e9
+    out = np.rint(y) / 1e9
+    risky = (np.abs(y - np.floor(y) - 0.5) <= np.maximum(1e-6, 4 * np.spacing(y))) | ~(np.abs(y) < 2.0 ** 50)
+    if risky.any():
+        out[risky] = [round(float(v), 9) for v in values[risky]]
+    return out
 
 
-def least_loaded(cs: CandidateSet, links: LinkIndex, pend: np.ndarray, salt: int) -> int:
+def least_loaded(cs: CandidateSet, links: LinkIndex, salt: int) -> int:
     """The index of the path with the least (max, sum) utilization of its switch-to-switch
-    links, ties broken by the path's hash salted by the flow's."""
+    links (loads plus pending demands), ties broken by the path's hash salted by the flow's."""
     tie = cs.crc ^ salt
     if cs.inner.shape[1] == 0:
         return int(np.argmin(tie))
-    ids = cs.inner
-    u = (links.load[ids] + pend[ids]) / links.cap[ids]
+    u = links.busy[cs.inner] / cs.cap
     peak = u.max(axis=1)
     least = peak.min()
     # The paths whose rounded peak can be the least; the rounding is needed only for
     # values that are not exactly zero.
     c = np.flatnonzero(peak <= least + 2e-9)
-    if least != 0.0 or peak[c].any():
-        r = round9(peak[c])
+    pc = peak[c]
+    if (pc != pc[0]).any():  # equal values round alike: only different ones need rounding
+        r = round9(pc)
         c = c[r == r.min()]
     uc = u[c]
     total = uc[:, 0].copy()
     for k in range(1, uc.shape[1]):  # in path order, as sum() adds
         total += uc[:, k]
-    if total.any():
+    if (total != total[0]).any():
         r = round9(total)
         c = c[r == r.min()]
     return int(c[np.argmin(tie[c])])
@@ -141,10 +155,9 @@ class PendingDemands:
         self.nic_gbps = nic_gbps
         self.version = object()
         self.count = -1
-        self.pend = np.zeros(len(links.cap))
 
-    def sync(self, obs) -> np.ndarray:
-        """Bring the sums up to date with obs.flows; returns them, by link id."""
+    def sync(self, obs) -> None:
+        """Bring the sums (links.pend, links.busy) up to date with obs.flows."""
         v, n = obs.flows_version, len(obs.flows)
         if v is None or v != self.version or n < self.count:
             self._rebuild(obs)
@@ -154,7 +167,6 @@ class PendingDemands:
             for f in new:
                 self._add(f)
             self.count = n
-        return self.pend
 
     def _counted(self, f) -> bool:
         """In Hedera's estimate: measured elephants and flows not measured yet (no replies)."""
@@ -166,7 +178,8 @@ class PendingDemands:
         self.into: dict[str, list] = defaultdict(list)
         self.demand: dict[int, float] = {}
         self.on_link: dict[int, list] = defaultdict(list)
-        self.pend = np.zeros(len(self.links.cap))
+        self.links.pend[:] = 0.0
+        self.links.busy = self.links.load.copy()
         everyone = [f for f in obs.flows.values() if self._counted(f)]
         for f in everyone:
             self._register(f)
@@ -201,7 +214,8 @@ class PendingDemands:
                     seen.add(id(h))
                     todo.append(h)
         comp.sort(key=lambda g: self.seq[id(g)])
-        frac = estimate_demands([(g.src, g.dst) for g in comp])
+        # Alone, a flow's natural demand is its whole NIC (what estimate_demands says too).
+        frac = [1.0] if len(comp) == 1 else estimate_demands([(g.src, g.dst) for g in comp])
         if f.path is not None and not f.measured and not f.reply:
             for i in self.links.ids(f.src, f.path, f.dst):
                 self.on_link[i].append(f)
@@ -217,12 +231,12 @@ class PendingDemands:
         self._resum(touched)
 
     def _resum(self, link_ids) -> None:
-        demand = self.demand
+        demand, set_pend = self.demand, self.links.set_pend
         for i in link_ids:
             total = 0.0
             for g in self.on_link[i]:  # in flow order, as the plain loop adds them
                 total = total + demand[id(g)]
-            self.pend[i] = total
+            set_pend(i, total)
 
 
 def first_fit(order, demands, current, candidates, links: LinkIndex, reserved: np.ndarray) -> list:

@@ -125,11 +125,23 @@ def test_least_loaded_breaks_ties_by_the_flow_salted_path_hash():
     fabric = fat_tree(4)
     links = LinkIndex(fabric)
     cs = CandidateSet(ShortestPaths(fabric).equal_cost_paths("h0", "h15"), links)
-    pend = np.zeros(len(links.cap))
     salts = [zlib.crc32(f"flow {i}".encode()) for i in range(64)]
-    picks = {least_loaded(cs, links, pend, salt) for salt in salts}
-    assert picks == set(range(4))  # idle: the hash spreads flows over every path
-    pend[cs.inner[2]] = 1e-12  # a load below the ninth decimal still ties
-    assert least_loaded(cs, links, pend, 0) == least_loaded(cs, links, np.zeros(len(links.cap)), 0)
-    pend[cs.inner[[0, 1, 3]]] = 1.0
-    assert {least_loaded(cs, links, pend, salt) for salt in salts} == {2}
+    idle = [least_loaded(cs, links, salt) for salt in salts]
+    assert set(idle) == set(range(4))  # idle: the hash spreads flows over every path
+    for i in cs.inner[2]:
+        links.set_pend(int(i), 1e-12)  # a load below the ninth decimal still ties
+    assert [least_loaded(cs, links, salt) for salt in salts] == idle
+    for i in cs.inner[[0, 1, 3]].ravel():
+        links.set_pend(int(i), 1.0)
+    assert {least_loaded(cs, links, salt) for salt in salts} == {2}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.floats(0, 1e4, allow_nan=False), st.sampled_from([0.5e-9, 1.5e-9, 2.5e-9, 1 / 3, 0.0])),
+                min_size=1, max_size=50))
+def test_round9_is_pythons_round(values):
+    from controller.policies.scale import round9
+    arr = np.array(values, dtype=float)
+    halfway = (np.floor(arr * 1e9) + 0.5) / 1e9  # as close to a halfway point as floats get
+    for a in (arr, halfway):
+        assert round9(a).tolist() == [round(float(x), 9) for x in a]
