@@ -68,14 +68,17 @@ class ControllerConfig:
 
 
 def make(fabric: str, policy: str = DEFAULT_POLICY, params: dict | None = None, file: str | None = None,
-         keys: tuple[str, str] = ("policy.name", "policy.params"), **listen) -> ControllerConfig:
-    """A checked configuration: the fabric readable, the policy's params resolved, listen
-    addresses and ports valid. ``keys`` name the policy and its params in errors."""
+         keys: tuple[str, str] = ("policy.name", "policy.params"), check_fabric: bool = True,
+         **listen) -> ControllerConfig:
+    """A checked configuration: the fabric readable (unless the caller just wrote it), the
+    policy's params resolved, listen addresses and ports valid. ``keys`` name the policy
+    and its params in errors."""
     resolved = resolve_params(policy, params, keys[0], keys[1], file)
-    if os.path.exists(fabric):
+    if os.path.exists(fabric) or not check_fabric:
         fabric = os.path.abspath(fabric)
     cfg = ControllerConfig(fabric, policy, resolved.to_dict(), **listen)
-    load_fabric(cfg.fabric, file)
+    if check_fabric:
+        load_fabric(cfg.fabric, file)
     _check_listen(cfg, file)
     return cfg
 

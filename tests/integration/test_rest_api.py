@@ -65,7 +65,7 @@ def test_the_documented_by_hand_command_starts_a_controller(tmp_path):
     ofp, rest = free_port(), free_port()
     cmd = [sys.executable, "-m", "controller.run", "--fabric", "fat-tree:k=4", "--policy", "congestion-aware",
            "--param", "hold_s=1", "--ofp-port", str(ofp), "--rest-port", str(rest)]
-    with open(tmp_path / "controller.out", "w") as log:
+    with open(tmp_path / "controller.log", "w") as log:
         p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=str(tmp_path), start_new_session=True)
     try:
         deadline = time.monotonic() + 60
@@ -74,7 +74,7 @@ def test_the_documented_by_hand_command_starts_a_controller(tmp_path):
                 code, st = call(f"http://127.0.0.1:{rest}/dtnet/v1/status")
                 break
             except (urllib.error.URLError, ConnectionError):
-                assert p.poll() is None, open(tmp_path / "controller.out").read()
+                assert p.poll() is None, open(tmp_path / "controller.log").read()
                 assert time.monotonic() < deadline, "no answer in 60 s"
                 time.sleep(0.2)
         assert code == 200 and st["switches_expected"] == 20 and st["routing"] == "congestion-aware"
