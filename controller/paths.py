@@ -90,7 +90,10 @@ class ShortestPaths:
                           for x in self._adj]
         self._nbr_port = [tuple(p for _, p in x) for x in self._adj]
         self._graph = None  # the CSR matrix, built on the first distance asked for
+        self._named = None  # the same graph with neighbours in name order, for path_matrix
+        self.large = self._adj_size > PYTHON_BFS_MAX  # arrays pay off beyond this
         self._dist: dict[str, list[int]] = {}
+        self._dist_np: dict[str, np.ndarray] = {}
         self._ports: dict[tuple[str, str], tuple[int, ...] | None] = {}
         self._next: dict[tuple[str, str], list[str]] = {}
 
@@ -195,6 +198,13 @@ class ShortestPaths:
     def equal_cost_paths(self, src: str, dst: str, limit: int | None = None) -> list[tuple[str, ...]]:
         """The first ``limit`` (all when None) shortest switch paths from src host's switch to
         dst host's, sorted; [] when dst is unreachable over OpenFlow."""
+        if self.large:
+            m = self.path_matrix(src, dst, limit)
+            names = self.switches
+            return [] if m is None else [tuple(names[i] for i in row) for row in m.tolist()]
+        return self._equal_cost_paths(src, dst, limit)
+
+    def _equal_cost_paths(self, src: str, dst: str, limit: int | None) -> list[tuple[str, ...]]:
         if src not in self.attach or dst not in self.attach:
             return []
         s, d = self.attach[src][0], self.attach[dst][0]
@@ -207,6 +217,49 @@ class ShortestPaths:
             grown = (p + (n,) for p in frontier for n in nxt(p[-1], d))
             frontier = list(grown if limit is None else itertools.islice(grown, limit))
         return frontier
+
+    def path_matrix(self, src: str, dst: str, limit: int | None = None) -> np.ndarray | None:
+        """What equal_cost_paths lists, as rows of switch indices (``self.switches``), built
+        level by level on arrays; None when dst is unreachable over OpenFlow."""
+        if src not in self.attach or dst not in self.attach:
+            return None
+        s, d = self.index[self.attach[src][0]], self.index[self.attach[dst][0]]
+        dist = self.dist_array(self.switches[d])
+        hops = int(dist[s])
+        if hops < 0:
+            return None
+        indptr, nbr = self._by_name()
+        frontier = np.array([[s]], dtype=np.int64)
+        for level in range(hops):
+            u = frontier[:, -1]
+            starts = indptr[u]
+            counts = indptr[u + 1] - starts
+            rows = np.repeat(np.arange(len(u)), counts)
+            pos = np.arange(int(counts.sum())) + np.repeat(starts - (np.cumsum(counts) - counts), counts)
+            v = nbr[pos]
+            keep = dist[v] == hops - level - 1
+            rows, v = rows[keep], v[keep]
+            # Rows stay in name order; every prefix leads to d, so the first `limit` do.
+            if limit is not None and len(v) > limit:
+                rows, v = rows[:limit], v[:limit]
+            frontier = np.column_stack([frontier[rows], v])
+        return frontier
+
+    def dist_array(self, dst_switch: str) -> np.ndarray:
+        """_distances as a numpy array (by switch index)."""
+        arr = self._dist_np.get(dst_switch)
+        if arr is None:
+            arr = self._dist_np[dst_switch] = np.array(self._distances(dst_switch), dtype=np.int32)
+        return arr
+
+    def _by_name(self) -> tuple[np.ndarray, np.ndarray]:
+        """(indptr, neighbours) of the switch graph, each switch's neighbours in name order."""
+        if self._named is None:
+            names = self.switches
+            counts = [len(x) for x in self._adj]
+            nbr = [j for x in self._adj for j in sorted((j for j, _ in x), key=names.__getitem__)]
+            self._named = (np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), np.array(nbr, dtype=np.int64))
+        return self._named
 
     def count_paths(self, src: str, dst: str) -> int:
         """How many shortest paths there are, without listing them."""

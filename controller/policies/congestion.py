@@ -99,7 +99,7 @@ class CongestionAware(Policy):
         self.links.sync_loads(obs.loads)
         self.pend.sync(obs)
         i = least_loaded(cs, self.links, zlib.crc32(str(flow.key).encode()))
-        return Placement(flow.key, cs.paths[i], reason="least-loaded equal-cost path")
+        return Placement(flow.key, cs.path(i), reason="least-loaded equal-cost path")
 
     def poll(self, now: float, obs: Observation) -> list[Placement]:
         """Global First Fit over the elephants."""
@@ -133,14 +133,14 @@ class CongestionAware(Policy):
             current.append(links.ids(f.src, f.path, f.dst))
             cs = None if id(f) in held_ids else \
                 self.candidates.get(obs.paths, f.src, f.dst, self.params.max_paths)
-            cands.append((cs, cs.index.get(f.path)) if cs is not None else None)
+            cands.append((cs, f.path) if cs is not None else None)
         dem = {id(f): d for f, d in zip(eleph, demands)}
         chosen = first_fit(order, [dem[id(f)] for f in order], current, cands, links, reserved)
         moves = []
         for f, c, cand in zip(order, chosen, cands):
             if c is None or c == -1:  # stays where it fits; or no room anywhere, stays
                 continue
-            moves.append(Placement(f.key, cand[0].paths[c], reason=f"GFF: {dem[id(f)]:.3g} Gb/s fits"))
+            moves.append(Placement(f.key, cand[0].path(c), reason=f"GFF: {dem[id(f)]:.3g} Gb/s fits"))
         return moves
 
     def links_changed(self, now: float, obs: Observation) -> list[Placement]:

@@ -63,24 +63,84 @@ class LinkIndex:
         self.busy = self.load + self.pend
         self._loads_version = version
 
+    def switch_link_ids(self, sp: ShortestPaths, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """Link ids of the switch-to-switch links u[i] -> v[i] (switch indices of sp)."""
+        keys, ids = self._switch_keys(sp)
+        n = len(sp.switches)
+        return ids[np.searchsorted(keys, u * n + v)]
+
+    def _switch_keys(self, sp: ShortestPaths):
+        if getattr(self, "_keys_for", None) is not sp:
+            n, index = len(sp.switches), sp.index
+            pairs = [(index[a] * n + index[b], i) for (a, b), i in self.id.items() if a in index and b in index]
+            pairs.sort()
+            self._keys = (np.array([k for k, _ in pairs], dtype=np.int64), np.array([i for _, i in pairs], np.int64))
+            self._pieces = ([(repr(n) + ", ").encode() for n in sp.switches],
+                            [(repr(n) + ")").encode() for n in sp.switches])
+            self._keys_for = sp
+        return self._keys
+
+    def repr_pieces(self, sp: ShortestPaths) -> tuple[list, list]:
+        """Per switch index of sp, the bytes its name adds to a tuple's repr in the middle
+        ("'name', ") and at the end ("'name')")."""
+        self._switch_keys(sp)
+        return self._pieces
+
     def set_pend(self, i: int, gbps: float) -> None:
         self.pend[i] = gbps
         self.busy[i] = self.load[i] + gbps
 
 
 class CandidateSet:
-    """One pair of switches' candidate paths (the first max_paths, sorted), their
-    switch-to-switch links as a matrix of link ids, and the hash of each path."""
-    __slots__ = ("paths", "index", "inner", "cap", "crc")
+    """One pair of switches' candidate paths (the first max_paths, sorted): their
+    switch-to-switch links as a matrix of link ids, their capacities, each path's hash.
+    ``paths`` (name tuples) and ``index`` (path -> position) are made when first asked for."""
+    __slots__ = ("rows", "names", "inner", "cap", "crc", "_paths", "_index")
 
-    def __init__(self, paths: list, links: LinkIndex):
-        self.paths = paths
-        self.index = {p: i for i, p in enumerate(paths)}
-        lid = links.id
-        self.inner = np.array([[lid[ln] for ln in zip(p, p[1:])] for p in paths], dtype=np.int64) \
-            .reshape(len(paths), len(paths[0]) - 1)
-        self.cap = links.cap[self.inner]
-        self.crc = np.array([zlib.crc32(repr(p).encode()) for p in paths], dtype=np.int64)
+    def __init__(self, paths: list, links: LinkIndex, rows: np.ndarray | None = None, names=None,
+                 inner: np.ndarray | None = None, crc: np.ndarray | None = None):
+        self._paths, self._index = paths, None
+        self.rows, self.names = rows, names
+        if inner is None:
+            lid = links.id
+            inner = np.array([[lid[ln] for ln in zip(p, p[1:])] for p in paths], dtype=np.int64) \
+                .reshape(len(paths), len(paths[0]) - 1)
+            crc = np.array([zlib.crc32(repr(p).encode()) for p in paths], dtype=np.int64)
+        self.inner, self.crc = inner, crc
+        self.cap = links.cap[inner]
+
+    @classmethod
+    def from_matrix(cls, sp: ShortestPaths, rows: np.ndarray, links: LinkIndex) -> "CandidateSet":
+        """From ShortestPaths.path_matrix: link ids looked up on arrays, hashes from the
+        names' reprs (what repr(path) spells), no name tuples made."""
+        names = sp.switches
+        inner = links.switch_link_ids(sp, rows[:, :-1], rows[:, 1:])
+        if rows.shape[1] == 1:
+            crc = [zlib.crc32(repr((names[int(rows[0, 0])],)).encode())] * len(rows)
+        else:
+            crc = _path_crcs(rows, *links.repr_pieces(sp))
+        return cls(None, links, rows, names, inner, np.array(crc, dtype=np.int64))
+
+    def __len__(self):
+        return len(self.crc)
+
+    def path(self, i: int) -> tuple[str, ...]:
+        if self._paths is not None:
+            return self._paths[i]
+        return tuple(self.names[j] for j in self.rows[i].tolist())
+
+    @property
+    def paths(self) -> list:
+        if self._paths is None:
+            names = self.names
+            self._paths = [tuple(names[j] for j in row) for row in self.rows.tolist()]
+        return self._paths
+
+    @property
+    def index(self) -> dict:
+        if self._index is None:
+            self._index = {p: i for i, p in enumerate(self.paths)}
+        return self._index
 
 
 class Candidates:
@@ -103,9 +163,29 @@ class Candidates:
         if cs is False:
             if len(self._sets) >= self.max_entries:
                 self._sets.clear()
-            found = paths.equal_cost_paths(src, dst, limit)
-            cs = self._sets[key] = CandidateSet(found, self.links) if found else None
+            if paths.large:
+                rows = paths.path_matrix(src, dst, limit)
+                cs = None if rows is None else CandidateSet.from_matrix(paths, rows, self.links)
+            else:
+                found = paths.equal_cost_paths(src, dst, limit)
+                cs = CandidateSet(found, self.links) if found else None
+            self._sets[key] = cs
         return cs
+
+
+def _path_crcs(rows: np.ndarray, mid: list, last: list) -> list[int]:
+    """crc32(repr(path)) of every row, sharing the crc of the prefix a row has in common with
+    the one before it (sorted rows share long prefixes). A tuple's repr is '(' + 'a', ... + ')'."""
+    n, width = rows.shape
+    differs = rows[1:] != rows[:-1]
+    first = [0] + (np.argmax(differs, axis=1)).tolist()
+    stack = [zlib.crc32(b"(")] + [0] * width
+    out = []
+    for r, row in enumerate(rows.tolist()):
+        for j in range(first[r], width - 1):
+            stack[j + 1] = zlib.crc32(mid[row[j]], stack[j])
+        out.append(zlib.crc32(last[row[-1]], stack[width - 1]))
+    return out
 
 
 def round9(values: np.ndarray) -> np.ndarray:
@@ -126,7 +206,10 @@ def least_loaded(cs: CandidateSet, links: LinkIndex, salt: int) -> int:
     tie = cs.crc ^ salt
     if cs.inner.shape[1] == 0:
         return int(np.argmin(tie))
-    u = links.busy[cs.inner] / cs.cap
+    busy = links.busy[cs.inner]
+    if not busy.any():  # idle: every cost is (0, 0)
+        return int(np.argmin(tie))
+    u = busy / cs.cap
     peak = u.max(axis=1)
     least = peak.min()
     # The paths whose rounded peak can be the least; the rounding is needed only for
@@ -213,12 +296,20 @@ class PendingDemands:
                 if id(h) not in seen:
                     seen.add(id(h))
                     todo.append(h)
-        comp.sort(key=lambda g: self.seq[id(g)])
-        # Alone, a flow's natural demand is its whole NIC (what estimate_demands says too).
-        frac = [1.0] if len(comp) == 1 else estimate_demands([(g.src, g.dst) for g in comp])
-        if f.path is not None and not f.measured and not f.reply:
-            for i in self.links.ids(f.src, f.path, f.dst):
+        ids_f = self.links.ids(f.src, f.path, f.dst) if f.path is not None else ()
+        if len(comp) == 1:
+            if f.measured:  # a measured elephant: counted in others' estimates, pending nothing
+                return
+            # Alone, a flow's natural demand is its whole NIC (what estimate_demands says too).
+            self.demand[id(f)] = self.nic_gbps(f.src)
+            for i in ids_f:
                 self.on_link[i].append(f)
+            self._resum(ids_f)
+            return
+        comp.sort(key=lambda g: self.seq[id(g)])
+        frac = estimate_demands([(g.src, g.dst) for g in comp])
+        for i in ids_f:
+            self.on_link[i].append(f)
         touched = set()
         for g, x in zip(comp, frac):
             if g.measured or g.reply:
@@ -227,7 +318,7 @@ class PendingDemands:
             if g is f or self.demand.get(id(g)) != d:
                 self.demand[id(g)] = d
                 if g.path is not None:
-                    touched.update(self.links.ids(g.src, g.path, g.dst))
+                    touched.update(ids_f if g is f else self.links.ids(g.src, g.path, g.dst))
         self._resum(touched)
 
     def _resum(self, link_ids) -> None:
@@ -242,9 +333,9 @@ class PendingDemands:
 def first_fit(order, demands, current, candidates, links: LinkIndex, reserved: np.ndarray) -> list:
     """Global First Fit on arrays: per flow (in order), its current path if it has room,
     else the first candidate that has, else None. ``current[i]``: the flow's path links as
-    ids; ``candidates[i]``: its CandidateSet and the index of its current path there
-    (None: held, only its current path counts). Returns per flow the chosen path index in
-    the candidate set, -1 for its current path, or None."""
+    ids; ``candidates[i]``: its CandidateSet and its current path (None: held, only its
+    current path counts). Returns per flow the chosen path index in the candidate set, -1
+    for its current path, or None."""
     cap_eps = links.cap_eps
     out = []
     for f, d, cur, cand in zip(order, demands, current, candidates):
@@ -255,12 +346,13 @@ def first_fit(order, demands, current, candidates, links: LinkIndex, reserved: n
             continue
         pick = None
         if cand is not None:
-            cs, skip = cand
+            cs, here = cand
             ends = (cur[0], cur[-1])  # host links: every candidate shares them
             if all(reserved[i] + d <= cap_eps[i] for i in ends):
                 ids = cs.inner
                 ok = np.all(reserved[ids] + d <= cap_eps[ids], axis=1) if ids.shape[1] else \
-                    np.ones(len(cs.paths), bool)
+                    np.ones(len(cs), bool)
+                skip = cs.index.get(here)  # the current path is not a candidate twice
                 if skip is not None:
                     ok[skip] = False
                 hit = np.flatnonzero(ok)

@@ -39,14 +39,16 @@ class Loads(LinkLoad):
 
 
 @settings(max_examples=40, deadline=None)
-@given(fi=st.integers(0, len(FABRICS) - 1), seed=st.integers(0, 10 ** 6), n=st.integers(1, 40))
-def test_placements_match_the_plain_loop(fi, seed, n):
+@given(fi=st.integers(0, len(FABRICS) - 1), seed=st.integers(0, 10 ** 6), n=st.integers(1, 40), large=st.booleans())
+def test_placements_match_the_plain_loop(fi, seed, n, large):
     """flow_started with the caches places every flow where min over (path_cost, hash)
-    with the from-scratch pending demands would, flow after flow, measured or not."""
+    with the from-scratch pending demands would, flow after flow, measured or not; with
+    the candidate paths listed in Python or on arrays (what large fabrics get)."""
     fabric = FABRICS[fi]
     rng = random.Random(seed)
     pol = CongestionAware(fabric, {"elephant_fraction": 0.1})
     paths, loads, flows = ShortestPaths(fabric), Loads(fabric), {}
+    paths.large = large
     obs = Observation(0.0, fabric, paths, loads, flows, flows_version=0)
     loads.set(rng)
     hosts = fabric.hosts
@@ -80,6 +82,7 @@ def test_first_fit_on_arrays_matches_global_first_fit(fi, seed, n):
     fabric = FABRICS[fi]
     rng = random.Random(seed)
     paths, links = ShortestPaths(fabric), LinkIndex(fabric)
+    paths.large = seed % 2 == 0  # candidate sets from arrays, or from name tuples
     cand = Candidates(links)
     hosts = fabric.hosts
     order, demands, current, cs_list, plain = [], [], [], [], []
@@ -97,7 +100,7 @@ def test_first_fit_on_arrays_matches_global_first_fit(fi, seed, n):
         demands.append(rng.choice([50.0, 133.33333333333334, 200.0, 400.0]))
         current.append(links.ids(src, cur, dst))
         cs = None if held else cand.get(paths, src, dst, 256)
-        cs_list.append((cs, cs.index.get(cur)) if cs is not None else None)
+        cs_list.append((cs, cur) if cs is not None else None)
         others = [] if held else [p for p in ecp if p != cur]
         plain.append([path_links(src, p, dst) for p in [cur] + others])
     reserved = np.zeros(len(links.cap))
@@ -111,6 +114,24 @@ def test_first_fit_on_arrays_matches_global_first_fit(fi, seed, n):
             assert g == (None if w is None else -1)
         else:
             assert cs[0].paths[g] == tuple(n for n, _ in pl[w][1:]), (g, w)
+
+
+@settings(max_examples=30, deadline=None)
+@given(fi=st.integers(0, len(FABRICS) - 1), seed=st.integers(0, 10 ** 6), limit=st.sampled_from([None, 1, 3, 256]))
+def test_paths_listed_on_arrays_are_the_ones_listed_in_python(fi, seed, limit):
+    fabric = FABRICS[fi]
+    rng = random.Random(seed)
+    down = frozenset(frozenset(ln[:2]) for ln in rng.sample(fabric.links("fabric"), 2))
+    paths = ShortestPaths(fabric, down)
+    links = LinkIndex(fabric)
+    for _ in range(20):
+        a, b = rng.sample(fabric.hosts, 2)
+        plain = paths._equal_cost_paths(a, b, limit)
+        rows = paths.path_matrix(a, b, limit)
+        assert ([] if rows is None else [tuple(paths.switches[i] for i in r) for r in rows.tolist()]) == plain
+        if plain:
+            fast, slow = CandidateSet.from_matrix(paths, rows, links), CandidateSet(plain, links)
+            assert fast.paths == slow.paths and (fast.inner == slow.inner).all() and (fast.crc == slow.crc).all()
 
 
 @pytest.mark.parametrize("fabric", FABRICS + [fat_tree(8)], ids=lambda f: f"{f.kind}-{len(f.hosts)}")
