@@ -83,7 +83,7 @@ def bench_k(k: int, rules: bool) -> dict:
         return obs.paths, got
     row["ecmp_s"], (paths, got) = timed(ecmp)
     row["ecmp_routed"] = sum(p is not None for p in got) / len(got)
-    row["searches"] = len(paths._dist)
+    row["searches"] = paths.searches
 
     # Congestion-aware: place every flow, then first-fit them all as elephants.
     pol, obs, watched = engine(fabric, "congestion-aware")

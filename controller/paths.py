@@ -91,7 +91,7 @@ class ShortestPaths:
         self._nbr_port = [tuple(p for _, p in x) for x in self._adj]
         self._graph = None  # the CSR matrix, built on the first distance asked for
         self._named = None  # the same graph with neighbours in name order, for path_matrix
-        self.large = self._adj_size > PYTHON_BFS_MAX  # arrays pay off beyond this
+        self.large = self._adj_size > PYTHON_BFS_MAX  # arrays (and scipy's search) pay off beyond this
         self._dist: dict[str, list[int]] = {}
         self._dist_np: dict[str, np.ndarray] = {}
         self._ports: dict[tuple[str, str], tuple[int, ...] | None] = {}
@@ -102,9 +102,23 @@ class ShortestPaths:
         """Hop counts of every switch (by index) to dst_switch (-1: unreachable)."""
         dist = self._dist.get(dst_switch)
         if dist is None:
-            bfs = self._bfs_python if self._adj_size <= PYTHON_BFS_MAX else self._bfs_scipy
-            dist = self._dist[dst_switch] = bfs(self.index[dst_switch])
+            if self.large:
+                dist = self.dist_array(dst_switch).tolist()
+            else:
+                dist = self._bfs_python(self.index[dst_switch])
+            self._dist[dst_switch] = dist
         return dist
+
+    def dist_array(self, dst_switch: str) -> np.ndarray:
+        """Hop counts to dst_switch as a numpy array (by switch index), for array code."""
+        arr = self._dist_np.get(dst_switch)
+        if arr is None:
+            if self.large:
+                arr = self._bfs_scipy(self.index[dst_switch])
+            else:
+                arr = np.array(self._distances(dst_switch), dtype=np.int32)
+            self._dist_np[dst_switch] = arr
+        return arr
 
     def _bfs_python(self, j: int) -> list[int]:
         dist = [-1] * len(self.switches)
@@ -139,7 +153,12 @@ class ShortestPaths:
             if np.array_equal(new, arr[rest]):
                 break
             arr[rest] = new
-        return arr.tolist()
+        return arr
+
+    @property
+    def searches(self) -> int:
+        """How many destination switches have been searched (each costs one breadth-first search)."""
+        return len(self._dist.keys() | self._dist_np.keys())
 
     def distances(self, dst_switch: str) -> dict[str, int]:
         """switch -> hops to dst_switch, for the switches that reach it."""
@@ -244,13 +263,6 @@ class ShortestPaths:
                 rows, v = rows[:limit], v[:limit]
             frontier = np.column_stack([frontier[rows], v])
         return frontier
-
-    def dist_array(self, dst_switch: str) -> np.ndarray:
-        """_distances as a numpy array (by switch index)."""
-        arr = self._dist_np.get(dst_switch)
-        if arr is None:
-            arr = self._dist_np[dst_switch] = np.array(self._distances(dst_switch), dtype=np.int32)
-        return arr
 
     def _by_name(self) -> tuple[np.ndarray, np.ndarray]:
         """(indptr, neighbours) of the switch graph, each switch's neighbours in name order."""

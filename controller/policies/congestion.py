@@ -39,7 +39,6 @@ class CongestionAware(Policy):
         # (src, dst) -> (job, path, queue): placements announced for a job, kept as they are.
         self.pinned: dict[tuple[str, str], tuple[str | None, tuple[str, ...], int | None]] = {}
         self.counters = {"rebalances": 0}
-        self._nic_gbps: dict[str, float] = {}
         self.links = LinkIndex(fabric)
         self.candidates = Candidates(self.links)
         self.pend = PendingDemands(self.links, self.is_elephant, self.nic_gbps)
@@ -48,9 +47,7 @@ class CongestionAware(Policy):
         return EcmpForwarding(obs.paths)
 
     def nic_gbps(self, host: str) -> float:
-        if host not in self._nic_gbps:
-            self._nic_gbps[host] = self.fabric.host_link_gbps(host)
-        return self._nic_gbps[host]
+        return self.links.nic_gbps[host]
 
     # -- demands --------------------------------------------------------------
     def is_elephant(self, f: Flow) -> bool:

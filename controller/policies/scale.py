@@ -39,6 +39,12 @@ class LinkIndex:
                 self.id[ln] = len(caps)
                 caps.append(d["link_gbps"])
         self.cap = np.array(caps, dtype=float)
+        # Each host's NIC rate (its host link), for demands in Gb/s.
+        self.nic_gbps = {}
+        nodes = fabric.graph.nodes
+        for a, b, d in fabric.graph.edges(data=True):
+            if d["kind"] == "host":
+                self.nic_gbps[a if nodes[a]["role"] == "host" else b] = d["link_gbps"]
         self.cap_eps = self.cap * (1 + EPS)  # what first fit compares against, as the plain loop does
         self.load = np.zeros(len(caps))
         self.pend = np.zeros(len(caps))  # PendingDemands keeps it
@@ -86,9 +92,9 @@ class LinkIndex:
         self._switch_keys(sp)
         return self._pieces
 
-    def set_pend(self, i: int, gbps: float) -> None:
-        self.pend[i] = gbps
-        self.busy[i] = self.load[i] + gbps
+    def set_pend(self, ids: list[int], gbps: list[float]) -> None:
+        self.pend[ids] = gbps
+        self.busy[ids] = self.load[ids] + self.pend[ids]
 
 
 class CandidateSet:
@@ -223,8 +229,10 @@ def least_loaded(cs: CandidateSet, links: LinkIndex, salt: int) -> int:
     total = uc[:, 0].copy()
     for k in range(1, uc.shape[1]):  # in path order, as sum() adds
         total += uc[:, k]
-    if (total != total[0]).any():
-        r = round9(total)
+    near = total <= total.min() + 2e-9  # the same for the sums
+    c, tc = c[near], total[near]
+    if (tc != tc[0]).any():
+        r = round9(tc)
         c = c[r == r.min()]
     return int(c[np.argmin(tie[c])])
 
@@ -322,12 +330,15 @@ class PendingDemands:
         self._resum(touched)
 
     def _resum(self, link_ids) -> None:
-        demand, set_pend = self.demand, self.links.set_pend
-        for i in link_ids:
+        demand, on_link = self.demand, self.on_link
+        ids, totals = list(link_ids), []
+        for i in ids:
             total = 0.0
-            for g in self.on_link[i]:  # in flow order, as the plain loop adds them
+            for g in on_link[i]:  # in flow order, as the plain loop adds them
                 total = total + demand[id(g)]
-            set_pend(i, total)
+            totals.append(total)
+        if ids:
+            self.links.set_pend(ids, totals)
 
 
 def first_fit(order, demands, current, candidates, links: LinkIndex, reserved: np.ndarray) -> list:

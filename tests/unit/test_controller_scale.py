@@ -134,12 +134,24 @@ def test_paths_listed_on_arrays_are_the_ones_listed_in_python(fi, seed, limit):
             assert fast.paths == slow.paths and (fast.inner == slow.inner).all() and (fast.crc == slow.crc).all()
 
 
+@pytest.mark.parametrize("fabric", FABRICS, ids=lambda f: f"{f.kind}-{len(f.hosts)}")
+def test_routes_and_walks_on_arrays_are_the_small_fabrics_ones(fabric):
+    """ShortestPaths.large (scipy's search, arrays) changes how, not what."""
+    small, large = ShortestPaths(fabric), ShortestPaths(fabric)
+    large.large = True
+    for d in small.switches:
+        for s in small.switches:
+            assert small.ports(s, d) == large.ports(s, d)
+    for a, b in zip(fabric.hosts, reversed(fabric.hosts)):
+        assert small.equal_cost_paths(a, b) == large.equal_cost_paths(a, b)
+
+
 @pytest.mark.parametrize("fabric", FABRICS + [fat_tree(8)], ids=lambda f: f"{f.kind}-{len(f.hosts)}")
 def test_scipy_and_python_searches_give_the_same_hop_counts(fabric):
     paths = ShortestPaths(fabric, frozenset({frozenset(fabric.links("fabric")[0][:2])}))
     for dst in paths.switches:
         j = paths.index[dst]
-        assert paths._bfs_python(j) == paths._bfs_scipy(j)
+        assert paths._bfs_python(j) == paths._bfs_scipy(j).tolist()
 
 
 def test_least_loaded_breaks_ties_by_the_flow_salted_path_hash():
@@ -149,11 +161,10 @@ def test_least_loaded_breaks_ties_by_the_flow_salted_path_hash():
     salts = [zlib.crc32(f"flow {i}".encode()) for i in range(64)]
     idle = [least_loaded(cs, links, salt) for salt in salts]
     assert set(idle) == set(range(4))  # idle: the hash spreads flows over every path
-    for i in cs.inner[2]:
-        links.set_pend(int(i), 1e-12)  # a load below the ninth decimal still ties
+    links.set_pend(cs.inner[2].tolist(), [1e-12] * cs.inner.shape[1])  # below the ninth decimal: still ties
     assert [least_loaded(cs, links, salt) for salt in salts] == idle
-    for i in cs.inner[[0, 1, 3]].ravel():
-        links.set_pend(int(i), 1.0)
+    ids = sorted(set(cs.inner[[0, 1, 3]].ravel().tolist()) - set(cs.inner[2].tolist()))
+    links.set_pend(ids, [1.0] * len(ids))
     assert {least_loaded(cs, links, salt) for salt in salts} == {2}
 
 
