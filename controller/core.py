@@ -353,7 +353,11 @@ class FabricController:
 
     # -- inspection ---------------------------------------------------------
     def state(self, now: float) -> dict:
-        extra = dict(self.policy.state(now, self.observation(now)) or {})
+        try:
+            extra = dict(self.policy.state(now, self.observation(now)) or {})
+        except Exception as e:  # the policy's report failed: report the rest
+            self.counters["policy_errors"] += 1
+            extra = {"error": f"{type(e).__name__}: {e}"[:300]}
         return {
             "time_s": now,
             "routing": self.routing,

@@ -69,8 +69,9 @@ class ShortestPaths:
         self._peer: dict[tuple[str, int], str] = {}
         self.attach: dict[str, tuple[str, int]] = {}
         nodes = fabric.graph.nodes
+        down = self.down
         for a, b, d in fabric.graph.edges(data=True):
-            if frozenset((a, b)) in self.down:
+            if down and frozenset((a, b)) in down:
                 continue
             ia, ib = self.index.get(a), self.index.get(b)
             if ia is not None and ib is not None:
@@ -82,13 +83,9 @@ class ShortestPaths:
                 h, sw = (a, b) if nodes[a]["role"] == "host" else (b, a)
                 if sw in self.index:
                     self.attach[h] = (sw, d["ports"][sw])
-        self._adj = [sorted(x, key=lambda t: t[1]) for x in adj]
+        self._adj = adj
         self._adj_size = sum(len(x) for x in adj)
-        # Per switch: its neighbours' entries fetched from a distance list in one C call.
-        self._nbr_dist = [itemgetter(*(j for j, _ in x)) if len(x) > 1 else
-                          (lambda dist, j=x[0][0]: (dist[j],)) if x else (lambda dist: ())
-                          for x in self._adj]
-        self._nbr_port = [tuple(p for _, p in x) for x in self._adj]
+        self._nbr: list = [None] * len(adj)  # per switch, made when first asked: see _neighbours
         self._graph = None  # the CSR matrix, built on the first distance asked for
         self._named = None  # the same graph with neighbours in name order, for path_matrix
         self.large = self._adj_size > PYTHON_BFS_MAX  # arrays (and scipy's search) pay off beyond this
@@ -185,9 +182,19 @@ class ShortestPaths:
         elif di == 0:
             out = ()
         else:
-            out = tuple(compress(self._nbr_port[i], map((di - 1).__eq__, self._nbr_dist[i](dist))))
+            get, ports = self._nbr[i] or self._neighbours(i)
+            out = tuple(compress(ports, map((di - 1).__eq__, get(dist))))
         self._ports[key] = out
         return out
+
+    def _neighbours(self, i: int):
+        """(a getter of the neighbours' entries of a distance list, in one C call; their
+        ports), in port order so that port sets come out sorted."""
+        x = sorted(self._adj[i], key=lambda t: t[1])
+        get = itemgetter(*(j for j, _ in x)) if len(x) > 1 else \
+            (lambda dist, j=x[0][0]: (dist[j],)) if x else (lambda dist: ())
+        self._nbr[i] = (get, tuple(p for _, p in x))
+        return self._nbr[i]
 
     def toward(self, dst_switch: str) -> dict[str, tuple[int, ...]]:
         """switch -> ports toward dst_switch, for every switch that reaches it (() at dst_switch)."""

@@ -39,9 +39,15 @@ class CongestionAware(Policy):
         # (src, dst) -> (job, path, queue): placements announced for a job, kept as they are.
         self.pinned: dict[tuple[str, str], tuple[str | None, tuple[str, ...], int | None]] = {}
         self.counters = {"rebalances": 0}
-        self.links = LinkIndex(fabric)
-        self.candidates = Candidates(self.links)
-        self.pend = PendingDemands(self.links, self.is_elephant, self.nic_gbps)
+        self._links = None  # LinkIndex, Candidates and PendingDemands: made on first use
+
+    @property
+    def links(self) -> LinkIndex:
+        if self._links is None:
+            self._links = LinkIndex(self.fabric)
+            self.candidates = Candidates(self._links)
+            self.pend = PendingDemands(self._links, self.is_elephant, self.nic_gbps)
+        return self._links
 
     def forwarding(self, now: float, obs: Observation) -> Forwarding:
         return EcmpForwarding(obs.paths)
@@ -86,6 +92,7 @@ class CongestionAware(Policy):
 
     # -- hooks ----------------------------------------------------------------
     def flow_started(self, now: float, flow: Flow, obs: Observation) -> Placement | None:
+        links = self.links  # (made on first use, with the candidates)
         cs = self.candidates.get(obs.paths, flow.src, flow.dst, self.params.max_paths)
         if cs is None:
             return None
@@ -93,9 +100,9 @@ class CongestionAware(Policy):
         if pin is not None and pin[1] in cs.index:
             return Placement(flow.key, pin[1], queue=pin[2], job=pin[0],
                              reason=f"announced placement of job {pin[0]}")
-        self.links.sync_loads(obs.loads)
+        links.sync_loads(obs.loads)
         self.pend.sync(obs)
-        i = least_loaded(cs, self.links, zlib.crc32(str(flow.key).encode()))
+        i = least_loaded(cs, links, zlib.crc32(str(flow.key).encode()))
         return Placement(flow.key, cs.path(i), reason="least-loaded equal-cost path")
 
     def poll(self, now: float, obs: Observation) -> list[Placement]:
