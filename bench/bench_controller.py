@@ -14,7 +14,8 @@ crosses the core), the way an engine drives the policy objects (no OpenFlow):
 - one switch's rules (what a switch connect costs the emulator's controller), and
   every switch's rules up to --rules-up-to-k.
 
-``growth`` is the ratio to the previous k (hosts grow x8 per doubling of k).
+``growth`` is the ratio to the previous k (hosts grow x8 per doubling of k); ``cpu`` is
+the process's own CPU time beside the wall time (on a shared machine wall exceeds it).
 
 --baseline DIR: the same operations through FabricController (what the Ryu
 adapter calls: bench/controller_ops.py) for this checkout and DIR's, in turn,
@@ -43,9 +44,14 @@ from controller.routing import switch_routes  # noqa: E402
 from topologies import fat_tree  # noqa: E402
 
 
-def timed(fn):
-    t0 = time.perf_counter()
+CPU: dict = {}  # phase -> CPU seconds of this process, beside the wall seconds timed() returns
+
+
+def timed(fn, name=None):
+    t0, c0 = time.perf_counter(), time.process_time()
     out = fn()
+    if name:
+        CPU[name] = time.process_time() - c0
     return time.perf_counter() - t0, out
 
 
@@ -81,7 +87,7 @@ def bench_k(k: int, rules: bool) -> dict:
         pol, obs, _ = engine(fabric, "ecmp")
         got = [path_of(key, s, d, {}, obs.forwarding, obs.paths) for s, d, key in flows]
         return obs.paths, got
-    row["ecmp_s"], (paths, got) = timed(ecmp)
+    row["ecmp_s"], (paths, got) = timed(ecmp, "ecmp")
     row["ecmp_routed"] = sum(p is not None for p in got) / len(got)
     row["searches"] = paths.searches
 
@@ -94,13 +100,14 @@ def bench_k(k: int, rules: bool) -> dict:
             p = pol.flow_started(0.0, f, obs)
             f.path = p.path if p is not None else None
             watched[key] = f
-    row["place_s"], _ = timed(place)
+    row["place_s"], _ = timed(place, "place")
     for f in watched.values():
         f.measured, f.rate_gbps = True, fabric.host_link_gbps(f.src)
     obs.flows_version += 1
-    row["gff_s"], moves = timed(lambda: pol.poll(1.0, obs))
+    row["gff_s"], moves = timed(lambda: pol.poll(1.0, obs), "gff")
     row["gff_moves"] = len(moves)
 
+    row["cpu"] = dict(CPU)
     fwd = obs.forwarding
     row["one_switch_s"], _ = timed(lambda: switch_routes(fabric, fabric.switches[-1], fwd, 1, obs.paths))
     if rules:
@@ -129,13 +136,16 @@ def scale(args) -> list[dict]:
         def g(key):
             return f"x{r[key] / prev[key]:.1f}" if prev and prev.get(key) and r.get(key) else "-"
         rules = f"all rules {r['rules_s']:.2f}s ({r['flow_entries']} entries), " if "rules_s" in r else ""
+        cpu = r["cpu"]
         print(f"k={k:2d} hosts={r['hosts']:6d} switches={r['switches']:5d} | "
-              f"ECMP {r['ecmp_s']:6.2f}s ({g('ecmp_s')}; {r['searches']} searches, {r['ecmp_routed']:.0%} routed) | "
-              f"congestion-aware: place {r['place_s']:6.2f}s ({g('place_s')}), "
-              f"GFF {r['gff_s']:5.2f}s ({g('gff_s')}; {r['gff_moves']} moves) | "
-              f"{rules}one switch {r['one_switch_s'] * 1e3:.1f}ms | fabric build {r['build_s']:.2f}s", flush=True)
+              f"ECMP {r['ecmp_s']:6.2f}s (cpu {cpu['ecmp']:.2f}s, growth {g('ecmp_s')}; {r['searches']} searches, "
+              f"{r['ecmp_routed']:.0%} routed) | congestion-aware: place {r['place_s']:6.2f}s "
+              f"(cpu {cpu['place']:.2f}s, growth {g('place_s')}), GFF {r['gff_s']:5.2f}s (cpu {cpu['gff']:.2f}s, "
+              f"growth {g('gff_s')}; {r['gff_moves']} moves) | {rules}one switch {r['one_switch_s'] * 1e3:.1f}ms | "
+              f"fabric build {r['build_s']:.2f}s", flush=True)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"peak memory {rss:.0f} MB")
+    print(f"peak memory {rss:.0f} MB; load average {' '.join(open('/proc/loadavg').read().split()[:3])} "
+          "(cpu: this process's CPU seconds; wall above it means the machine was shared)")
     return rows
 
 

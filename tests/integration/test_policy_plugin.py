@@ -11,7 +11,9 @@ import textwrap
 import pytest
 import yaml
 
+from controller.paths import ShortestPaths
 from tests.integration.helpers import ROOT, assert_nothing_left
+from topologies import fat_tree
 
 pytestmark = pytest.mark.mininet
 
@@ -80,5 +82,8 @@ def test_a_policy_from_outside_the_tree_runs_on_real_switches(tmp_path):
     # Every ring connection was placed by the policy (8 data flows, their ACK streams too).
     assert len(mine) >= 8 and state["counters"]["flows_placed"] == len(state["decisions"])
     assert state["counters"]["policy_errors"] == 0
-    assert all(d["to"][1:-1] for d in mine if d["to"][0] != d["to"][-1])
+    # And each flow took the path the policy chose: the last equal-cost one.
+    paths = ShortestPaths(fat_tree(4))
+    assert state["flows"] and all(tuple(f["path"]) == paths.equal_cost_paths(f["src"], f["dst"])[-1]
+                                  for f in state["flows"])
     assert_nothing_left(out)
