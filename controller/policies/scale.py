@@ -209,32 +209,32 @@ def round9(values: np.ndarray) -> np.ndarray:
 def least_loaded(cs: CandidateSet, links: LinkIndex, salt: int) -> int:
     """The index of the path with the least (max, sum) utilization of its switch-to-switch
     links (loads plus pending demands), ties broken by the path's hash salted by the flow's."""
-    tie = cs.crc ^ salt
     if cs.inner.shape[1] == 0:
-        return int(np.argmin(tie))
+        return int(np.argmin(cs.crc ^ salt))
     busy = links.busy[cs.inner]
     if not busy.any():  # idle: every cost is (0, 0)
-        return int(np.argmin(tie))
+        return int(np.argmin(cs.crc ^ salt))
     u = busy / cs.cap
     peak = u.max(axis=1)
-    least = peak.min()
-    # The paths whose rounded peak can be the least; the rounding is needed only for
-    # values that are not exactly zero.
-    c = np.flatnonzero(peak <= least + 2e-9)
-    pc = peak[c]
-    if (pc != pc[0]).any():  # equal values round alike: only different ones need rounding
-        r = round9(pc)
-        c = c[r == r.min()]
-    uc = u[c]
-    total = uc[:, 0].copy()
-    for k in range(1, uc.shape[1]):  # in path order, as sum() adds
-        total += uc[:, k]
-    near = total <= total.min() + 2e-9  # the same for the sums
-    c, tc = c[near], total[near]
-    if (tc != tc[0]).any():
-        r = round9(tc)
-        c = c[r == r.min()]
-    return int(c[np.argmin(tie[c])])
+    # The paths whose rounded peak can be the least; equal values round alike, so only
+    # different ones need rounding.
+    c = np.flatnonzero(peak <= peak.min() + 2e-9)
+    if len(c) > 1:
+        pc = peak[c]
+        if (pc != pc[0]).any():
+            r = round9(pc)
+            c = c[r == r.min()]
+    if len(c) > 1:
+        uc = u[c]
+        total = uc[:, 0].copy()
+        for k in range(1, uc.shape[1]):  # in path order, as sum() adds
+            total += uc[:, k]
+        near = total <= total.min() + 2e-9  # the same for the sums
+        c, tc = c[near], total[near]
+        if (tc != tc[0]).any():
+            r = round9(tc)
+            c = c[r == r.min()]
+    return int(c[np.argmin(cs.crc[c] ^ salt)])
 
 
 class PendingDemands:
