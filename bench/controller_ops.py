@@ -6,10 +6,12 @@ TREE is the root of a dtnet checkout: the modules are imported from there, so th
 same driver times the code of two commits (bench_controller.py --baseline runs it
 for both, in turn). It uses only what the adapter calls (the constructor,
 switch_connected, packet_in_flow, flow_stats, poll_done, port_status), which both
-sides share. Prints one JSON line of seconds per operation (the best of N).
+sides share. Prints one JSON line of seconds per operation (the best of N), each
+timed with the garbage collector off, as timeit does.
 """
 from __future__ import annotations
 
+import gc
 import json
 import sys
 import time
@@ -30,9 +32,13 @@ def main(argv=None) -> int:
     best: dict[str, float] = {}
 
     def timed(name, fn):
+        # As timeit does: the garbage of the operation before is not this one's cost.
+        gc.collect()
+        gc.disable()
         t0 = time.perf_counter()
         out = fn()
         dt = time.perf_counter() - t0
+        gc.enable()
         best[name] = min(best.get(name, dt), dt)
         return out
 
