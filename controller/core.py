@@ -97,6 +97,7 @@ class FabricController:
         self.resyncs: list[dict] = []  # one per resynchronized connect: what it found and changed
         self.last_stats_s = 0.0  # newest port-statistics reply
         self.reroutes: deque = deque(maxlen=200)  # rebalances: observed, decided, installed
+        self.failures: deque = deque(maxlen=50)  # the policy's hooks that raised: when, which, what
         self._set_forwarding(0.0)
 
     def _set_forwarding(self, now: float) -> None:
@@ -249,10 +250,19 @@ class FabricController:
                           for k, r in old_flows.items() if k not in new_flows]
             stages[3] += [GroupDelete(sw, gid) for gid in old_groups if gid not in new_groups]
         if self.sched is not None:
-            moves = self._checked(self.policy.links_changed(now, self.observation(now)))
+            try:
+                moves = self._checked(self.policy.links_changed(now, self.observation(now)))
+            except Exception as e:  # the routes above must still go out: they are installed already
+                self.policy_failed(now, "links_changed", e)
+                moves = []
             for i, ops in enumerate(self.sched.move(moves, now)):
                 stages[1 + min(i, 2)] += ops
         return [s for s in stages if s]
+
+    def policy_failed(self, now: float, hook: str, error: Exception) -> None:
+        """A policy hook raised: count it and keep what it said (state's policy_failures)."""
+        self.counters["policy_errors"] += 1
+        self.failures.append({"time_s": now, "hook": hook, "error": f"{type(error).__name__}: {error}"[:300]})
 
     # -- flows ----------------------------------------------------------------
     def packet_in_flow(self, dpid: int, in_port: int, key: FlowKey, now: float) -> Plan:
@@ -356,8 +366,8 @@ class FabricController:
         try:
             extra = dict(self.policy.state(now, self.observation(now)) or {})
         except Exception as e:  # the policy's report failed: report the rest
-            self.counters["policy_errors"] += 1
-            extra = {"error": f"{type(e).__name__}: {e}"[:300]}
+            self.policy_failed(now, "state", e)
+            extra = {}
         return {
             "time_s": now,
             "routing": self.routing,
@@ -368,6 +378,7 @@ class FabricController:
             "decisions": list(self.sched.decisions) if self.sched else [],
             "jobs": extra.pop("jobs", []),
             "policy_state": extra,
+            "policy_failures": list(self.failures),
             "resyncs": list(self.resyncs),
             "counters": {**self.counters, **(self.sched.counters if self.sched else {}), **self.policy.counters},
             "reroutes": list(self.reroutes),

@@ -90,8 +90,8 @@ class DtnetApp(app_manager.RyuApp):
         counted, and the controller goes on serving."""
         try:
             return fn(*args)
-        except Exception:
-            self.ctl.counters["policy_errors"] += 1
+        except Exception as e:
+            self.ctl.policy_failed(time.time(), what, e)
             self.logger.exception("dtnet: %s failed", what)
             return []
 

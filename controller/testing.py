@@ -27,7 +27,7 @@ from collections import defaultdict
 
 from controller.core import FabricController
 from controller.fakeof import CONTROLLER, DELIVERED, DROPPED, LOOP, FakeNetwork, Trace  # noqa: F401
-from controller.policy import FlowKey, Policy
+from controller.policy import FlowKey, Policy, PolicyError
 from topologies.fabric import Fabric
 
 GBPS = 1e9 / 8  # bytes per second at 1 Gb/s
@@ -183,12 +183,16 @@ class Sim:
         return plan
 
     def set_link(self, a: str, b: str, up: bool) -> None:
-        """A cable goes down (or up): both ends report it, the controller reroutes."""
+        """A cable goes down (or up): both ends report it, the controller reroutes. A policy
+        whose links_changed raised makes this raise too (the routes went out regardless)."""
         self.net.set_link(a, b, up)
+        failed = len(self.ctl.failures)
         for node, peer in ((a, b), (b, a)):
             if node in self.ctl.switches:
                 dpid = self.fabric.node(node)["dpid"]
                 self.apply(self.ctl.port_status(dpid, self.fabric.port(node, peer), up, self.now))
+        if len(self.ctl.failures) > failed:
+            raise PolicyError(f"links_changed failed: {self.ctl.failures[-1]['error']}")
 
     def announce(self, job: str, flows, period_s: float = 1.0, **fields) -> dict:
         """POST an announcement (flows: (src, dst, size_bytes)); returns the 200 answer."""

@@ -229,3 +229,29 @@ def test_a_forwarding_that_narrows_ecmp_by_overriding_ports_is_what_the_switches
     connect_all(FabricController(fabric, FirstPortPolicy(fabric)), net)
     assert all(len(net.all_traces(s, d)) == 1 for s, d in itertools.permutations(fabric.hosts, 2))
     assert all(delivered_pairs(net).values())
+
+
+def test_a_failing_links_changed_still_lets_the_routes_go_out():
+    class Breaks(Policy):
+        sees_flows = True
+
+        def flow_started(self, now, flow, obs):
+            return Placement(flow.key, obs.paths.equal_cost_paths(flow.src, flow.dst)[0])
+
+        def links_changed(self, now, obs):
+            raise RuntimeError("oops")
+
+        def state(self, now, obs):
+            raise ValueError("no report")
+
+    fabric = fat_tree(4)
+    sim = Sim(fabric, Breaks(fabric))
+    sim.start("h0", "h4", 10)
+    with pytest.raises(PolicyError, match="RuntimeError: oops"):
+        sim.set_link("edge0_0", "agg0_0", up=False)
+    # Base forwarding was rerouted all the same: every pair (from h0's edge) is delivered.
+    assert all(t.delivered for d in fabric.hosts[2:] for t in sim.net.all_traces("h0", d, sport=7)
+               if t.outcome != "controller")
+    st = sim.state()
+    assert st["counters"]["policy_errors"] == 2 and [f["hook"] for f in st["policy_failures"]] == [
+        "links_changed", "state"]
