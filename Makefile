@@ -14,10 +14,10 @@ demo: setup
 
 # Unit and integration tiers in one run; exit 5 ("no tests ran") fails too.
 test: setup
-	$(PY) -m pytest tests -v -p no:cacheprovider
+	$(PY) -m pytest tests examples -v -p no:cacheprovider
 
 unit: setup
-	$(PY) -m pytest tests/unit -q -p no:cacheprovider
+	$(PY) -m pytest tests/unit examples -q -p no:cacheprovider
 
 integration: setup
 	$(PY) -m pytest tests/integration -v -m mininet -p no:cacheprovider

@@ -32,7 +32,7 @@ def iperf3_ring(exp, out_dir, duration_s=8):
     fabric = exp.fabric()
     hosts = placement.job_hosts(exp.jobs[0], fabric)
     ring = [(h, hosts[(i + 1) % len(hosts)]) for i, h in enumerate(hosts)]
-    with Testbed(fabric, out_dir, routing=exp.routing, scale_link=exp.scale.link,
+    with Testbed(fabric, out_dir, policy=exp.routing, params=exp.policy_params, scale_link=exp.scale.link,
                  datapath=exp.testbed.datapath, log=lambda *_: None) as tb:
         return sum(iperf3_flows(tb, ring, duration_s))
 

@@ -11,14 +11,16 @@ touched, and only then sends the next stage: that is what makes an install
 from __future__ import annotations
 
 from collections import deque
-
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from badinput.schema import to_dict
-from controller.cosched import AnnounceError, Answer, CoScheduler, parse_announcement
-from controller.flows import CongestionConfig, FlowKey, FlowScheduler
+from controller.cosched import AnnounceError, Answer, parse_announcement
+from controller.flows import FlowKey, FlowTable
 from controller.load import LinkLoad
-from controller.routing import DEFAULT_POLICY, ROUTE_TABLE, NextHops, check_policy, switch_routes
+from controller.paths import ShortestPaths
+from controller.policy import Observation, Placement, Policy, PolicyError
+from controller.registry import DEFAULT_POLICY, make_policy
+from controller.routing import switch_routes
 from controller.rules import COOKIE_FLOW_BASE, COOKIE_FLOW_MASK, GROUP_ALL, FlowDelete, GroupDelete
 from topologies.fabric import Fabric
 
@@ -57,34 +59,65 @@ def _route_ports(group) -> tuple | None:
 
 
 class FabricController:
-    """Routing state of one fabric: which switches are up, and what they must hold."""
+    """Routing state of one fabric: which switches are up, what they must hold, and the
+    policy whose decisions it turns into rule operations.
 
-    def __init__(self, fabric: Fabric, routing: str = DEFAULT_POLICY, config: CongestionConfig | None = None):
-        check_policy(routing)
+    ``policy``: a registry name (``ecmp``, ``mypkg.mod:Mine``) or a ``Policy`` object;
+    ``params`` its params (names only); ``link_scale``: emulated link rate / real rate,
+    so loads and rates come out in the fabric's real-cluster Gb/s.
+    """
+
+    def __init__(self, fabric: Fabric, policy: str | Policy = DEFAULT_POLICY, params: Mapping | None = None, *,
+                 link_scale: float = 1.0, routing: str | None = None):
+        if routing is not None:  # the old name of the argument
+            policy = routing
         self.fabric = fabric
-        self.routing = routing
-        self.cfg = config or CongestionConfig()
+        self.policy = policy if isinstance(policy, Policy) else make_policy(policy, fabric, params)
+        self.routing = self.policy.name or self.policy.describe()["policy"]
+        self.link_scale = link_scale
         self.down: set[frozenset] = set()
-        self.next_hops = NextHops(fabric)
+        self.paths = ShortestPaths(fabric)
         self.switches = {s: SwitchState(s, fabric.node(s)["dpid"]) for s in fabric.openflow_switches}
         # What each switch holds (as far as we sent it): for diffs on link changes.
         self.installed: dict[str, tuple[dict, dict]] = {}
         self.group_ids: dict[str, dict] = {s: {} for s in self.switches}
-        self.load = LinkLoad(fabric, self.cfg.link_scale, self.cfg.tau_s)
-        self.sched = FlowScheduler(fabric, self.next_hops, self.load, self.cfg, ROUTE_TABLE[routing]) \
-            if ROUTE_TABLE[routing] else None
-        self.cosched = CoScheduler(fabric, self.next_hops, self.load, self.cfg.link_scale) \
-            if routing == "coschedule" else None
+        self.load = LinkLoad(fabric, link_scale, self.policy.setting("tau_s", 1.0))
+        # Policies that watch flows keep table 0 for per-flow placements and send
+        # unplaced host TCP to the controller there; routes go to table 1.
+        self.route_table = 1 if self.policy.sees_flows else 0
+        self.sched = FlowTable(fabric, self.route_table, self.policy.setting("idle_timeout_s", 30), link_scale) \
+            if self.policy.sees_flows else None
         self.by_dpid = {st.dpid: st for st in self.switches.values()}
         # Only fabric addresses: NVLink addresses live on kernel bridges the
         # controller never sees.
         self.ip_to_mac = {fabric.node(h)["ip"]: fabric.node(h)["mac"] for h in fabric.hosts}
         self.counters = {"arp_replies": 0, "arp_ignored": 0, "switch_connects": 0, "switch_errors": 0,
                          "resyncs": 0, "resync_entries_kept": 0, "resync_entries_sent": 0,
-                         "resync_entries_deleted": 0}
+                         "resync_entries_deleted": 0, "policy_errors": 0}
         self.resyncs: list[dict] = []  # one per resynchronized connect: what it found and changed
         self.last_stats_s = 0.0  # newest port-statistics reply
         self.reroutes: deque = deque(maxlen=200)  # rebalances: observed, decided, installed
+        self.failures: deque = deque(maxlen=50)  # the policy's hooks that raised: when, which, what
+        self._set_forwarding(0.0)
+
+    def _set_forwarding(self, now: float) -> None:
+        self.fwd = self.policy.forwarding(now, self.observation(now))
+        if self.sched is not None:
+            self.sched.fwd = self.fwd
+
+    @property
+    def next_hops(self) -> ShortestPaths:
+        return self.paths
+
+    @property
+    def poll_s(self) -> float:
+        """How often the adapter reads counters and calls the policy's poll."""
+        return self.policy.setting("poll_s", 0.5)
+
+    def observation(self, now: float) -> Observation:
+        return Observation(now, self.fabric, self.paths, self.load, self.sched.flows if self.sched else {},
+                           getattr(self, "fwd", None), self.link_scale, self.last_stats_s or None,
+                           self.sched.version if self.sched else None)
 
     # -- switch lifecycle ---------------------------------------------------
     def switch_name(self, dpid: int) -> str | None:
@@ -154,7 +187,8 @@ class FabricController:
         return [stage for stage in (add_g, add_f, del_f, del_g) if stage]
 
     def _routes(self, switch: str) -> tuple[list, list]:
-        flows, groups = switch_routes(self.fabric, switch, self.routing, self.next_hops, self.group_ids[switch])
+        flows, groups = switch_routes(self.fabric, switch, self.fwd, self.route_table, self.paths,
+                                      self.group_ids[switch])
         self.installed[switch] = ({r.key: r for r in flows}, {g.group_id: g for g in groups})
         return flows, groups
 
@@ -200,7 +234,8 @@ class FabricController:
         if (link in self.down) != up:
             return []  # no change
         (self.down.discard if up else self.down.add)(link)
-        self.next_hops = NextHops(self.fabric, frozenset(self.down))
+        self.paths = ShortestPaths(self.fabric, frozenset(self.down))
+        self._set_forwarding(now)
         stages: list[list] = [[], [], [], []]
         for sw, state in self.switches.items():
             if not state.connected:
@@ -215,19 +250,63 @@ class FabricController:
                           for k, r in old_flows.items() if k not in new_flows]
             stages[3] += [GroupDelete(sw, gid) for gid in old_groups if gid not in new_groups]
         if self.sched is not None:
-            self.sched.next_hops = self.next_hops
-            if self.cosched is not None:
-                self.cosched.next_hops = self.next_hops
-            for i, ops in enumerate(self.sched.links_changed(self.down, now)):
+            try:
+                moves = self._checked(self.policy.links_changed(now, self.observation(now)))
+            except Exception as e:  # the routes above must still go out: they are installed already
+                self.policy_failed(now, "links_changed", e)
+                moves = []
+            for i, ops in enumerate(self.sched.move(moves, now)):
                 stages[1 + min(i, 2)] += ops
         return [s for s in stages if s]
 
-    # -- congestion-aware ---------------------------------------------------
+    def policy_failed(self, now: float, hook: str, error: Exception) -> None:
+        """A policy hook raised: count it and keep what it said (state's policy_failures)."""
+        self.counters["policy_errors"] += 1
+        self.failures.append({"time_s": now, "hook": hook, "error": f"{type(error).__name__}: {error}"[:300]})
+
+    # -- flows ----------------------------------------------------------------
     def packet_in_flow(self, dpid: int, in_port: int, key: FlowKey, now: float) -> Plan:
-        """A host's TCP packet with no placement: place its flow."""
-        if self.sched is None or dpid not in self.by_dpid:
+        """A host's TCP packet with no placement: ask the policy where its flow goes."""
+        if self.sched is None or dpid not in self.by_dpid or key in self.sched.flows:
             return []
-        return self.sched.new_flow(key, now)
+        src, dst = self.sched.ip_to_host.get(key.src_ip), self.sched.ip_to_host.get(key.dst_ip)
+        if src is None or dst is None or src == dst or src not in self.paths.attach:
+            return []
+        flow = self.sched.new_entry(key, src, dst, now)
+        p = self.policy.flow_started(now, flow, self.observation(now))
+        if p is None:
+            return []
+        if p.key != key:
+            raise PolicyError(f"{self.routing}: flow_started({key}) answered for another flow, {p.key}")
+        self._check(p, src, dst)
+        return self.sched.place(flow, p, self.paths.attach[src][0], now)
+
+    def _check(self, p: Placement, src: str, dst: str) -> None:
+        """A placement's path must run from src's switch to dst's over live links."""
+        if p.path is None:
+            return
+        path, name = p.path, self.routing
+        if not path or path[0] != self.paths.attach[src][0] or dst not in self.paths.attach or \
+                path[-1] != self.paths.attach[dst][0]:
+            raise PolicyError(f"{name}: flow {p.key}: path {list(path)} does not run from {src}'s switch "
+                              f"to {dst}'s")
+        for a, b in zip(path, path[1:]):
+            if a not in self.switches or b not in self.switches or not self.fabric.graph.has_edge(a, b) \
+                    or frozenset((a, b)) in self.down:
+                raise PolicyError(f"{name}: flow {p.key}: path {list(path)}: no live link {a}-{b}")
+        if len(set(path)) != len(path):
+            raise PolicyError(f"{name}: flow {p.key}: path {list(path)} visits a switch twice")
+        if p.queue is not None and not (isinstance(p.queue, int) and p.queue >= 0):
+            raise PolicyError(f"{name}: flow {p.key}: queue {p.queue!r}: expected an integer >= 0")
+
+    def _checked(self, moves) -> list[Placement]:
+        moves = list(moves or ())
+        for p in moves:
+            f = self.sched.flows.get(p.key)
+            if f is None:
+                raise PolicyError(f"{self.routing}: a move of {p.key}, which is not a watched flow")
+            self._check(p, f.src, f.dst)
+        return moves
 
     def port_stats(self, dpid: int, stats, now: float) -> None:
         """stats: (port, tx_bytes, rx_bytes) of one switch."""
@@ -244,11 +323,22 @@ class FabricController:
             self.sched.flow_stats(st.name, stats, now)
 
     def flow_removed(self, dpid: int, cookie: int, now: float, match: dict | None = None) -> Plan:
-        return self.sched.flow_removed(cookie, now, match) if self.sched is not None else []
+        if self.sched is None:
+            return []
+        gone, plan = self.sched.flow_removed(cookie, now, match)
+        if gone is not None:
+            self.policy.flow_ended(now, gone, self.observation(now))
+        return plan
 
     def poll_done(self, now: float) -> Plan:
-        """A round of statistics is in: re-place elephants."""
-        return self.sched.rebalance(now) if self.sched is not None else []
+        """A round of statistics is in: the policy moves what it moves."""
+        if self.sched is None:
+            if self.policy.poll(now, self.observation(now)):
+                raise PolicyError(f"{self.routing}: poll moved flows, but the policy does not watch any "
+                                  "(sees_flows is False)")
+            return []
+        moves = self._checked(self.policy.poll(now, self.observation(now)))
+        return [st for st in self.sched.move(moves, now) if st]
 
     def reroute_record(self, plan: Plan, now: float) -> dict:
         """A rebalance about to be installed: when its evidence arrived and when it was decided."""
@@ -267,24 +357,30 @@ class FabricController:
             ann = parse_announcement(body, self.fabric)
         except AnnounceError as e:
             return 400, {"error": str(e)}
-        if self.cosched is None:
-            return 200, to_dict(Answer(ann.job))
-        answer = self.cosched.announce(ann, now)
-        self.sched.pinned = self.cosched.pins()
-        return 200, answer
+        if not self.policy.coschedules:
+            return 200, Answer(ann.job).to_dict()
+        return 200, self.policy.announce(now, ann, self.observation(now)).to_dict()
 
     # -- inspection ---------------------------------------------------------
     def state(self, now: float) -> dict:
+        try:
+            extra = dict(self.policy.state(now, self.observation(now)) or {})
+        except Exception as e:  # the policy's report failed: report the rest
+            self.policy_failed(now, "state", e)
+            extra = {}
         return {
             "time_s": now,
             "routing": self.routing,
+            "policy": self.policy.describe() | {"policy": self.routing},
             "links_down": sorted(sorted(l) for l in self.down),
             "link_loads": self.load.snapshot(min_gbps=1e-9),
             "flows": self.sched.snapshot() if self.sched else [],
             "decisions": list(self.sched.decisions) if self.sched else [],
-            "jobs": self.cosched.snapshot() if self.cosched else [],
+            "jobs": extra.pop("jobs", []),
+            "policy_state": extra,
+            "policy_failures": list(self.failures),
             "resyncs": list(self.resyncs),
-            "counters": {**self.counters, **(self.sched.counters if self.sched else {})},
+            "counters": {**self.counters, **(self.sched.counters if self.sched else {}), **self.policy.counters},
             "reroutes": list(self.reroutes),
         }
 

@@ -38,9 +38,7 @@ from dataclasses import dataclass, field
 from badinput import InputError
 from badinput.paths import check_name
 from badinput.schema import to_dict
-from controller.hedera import path_links
-from controller.load import LinkLoad
-from controller.routing import NextHops, equal_cost_paths
+from controller.paths import path_links
 from topologies.fabric import Fabric
 
 VERSION = 1
@@ -132,8 +130,8 @@ def parse_announcement(body: bytes | str | dict, fabric: Fabric) -> Announcement
 
 
 @dataclass(frozen=True)
-class Placement:
-    """The switch path the controller put one announced flow on."""
+class AnsweredPath:
+    """The switch path the controller put one announced (src, dst) flow on."""
     src: str
     dst: str
     path: tuple[str, ...]
@@ -141,7 +139,7 @@ class Placement:
 
 @dataclass(frozen=True)
 class Answer:
-    """What POST /dtnet/v1/announce answers (200), whatever the routing policy.
+    """What POST /dtnet/v1/announce answers (200), whatever the policy.
 
     start_offset_s: wait this long before the phase; priority: 0 is the highest; with
     pace_share, each sending host of the job sends at most that share of its NIC rate from
@@ -157,7 +155,7 @@ class Answer:
     pace_until_s: float | None = None
     intensity: float | None = None   # Crux's GPU intensity: compute work over communication time
     comm_s: float | None = None      # the phase at line rate on its busiest link
-    placements: tuple[Placement, ...] = ()
+    placements: tuple[AnsweredPath, ...] = ()
     version: int = VERSION
 
     def check(self) -> None:
@@ -171,6 +169,9 @@ class Answer:
             window = (self.pace_from_s, self.pace_until_s)
             if None in window or not 0 <= window[0] <= window[1]:
                 raise InputError("pace_from_s, pace_until_s", "0 <= from <= until seconds", window)
+
+    def to_dict(self) -> dict:
+        return to_dict(self)
 
 
 def _typename(t) -> str:
@@ -213,15 +214,15 @@ def periodic_starts(phase_s: float, period_s: float, after_s: float, before_s: f
 
 @dataclass
 class CoScheduler:
+    """The co-scheduling state of every job that announced: its links, paths and phase.
+    ``announce`` reads the fabric's shortest paths and loads from an Observation."""
     fabric: Fabric
-    next_hops: NextHops
-    load: LinkLoad
-    link_scale: float = 1.0
     offset_steps: int = 50
     low_share: float = 0.2  # of a sender's NIC rate, while a higher-priority phase overlaps
+    max_paths: int = 256
     jobs: dict = field(default_factory=dict)
 
-    def announce(self, ann: Announcement, now: float) -> dict:
+    def announce(self, ann: Announcement, now: float, obs) -> Answer:
         """Place the job's flows, pick its start offset, rank all jobs; returns the answer."""
         others = {j: st for j, st in self.jobs.items() if j != ann.job}
         taken: dict = {}
@@ -233,18 +234,18 @@ class CoScheduler:
         for src, dst, size in sorted(ann.flows, key=lambda f: (-f[2], f[0], f[1])):
             if src == dst or (src, dst) in paths:
                 continue
-            cands = equal_cost_paths(self.fabric, src, dst, self.next_hops, limit=256)
+            cands = obs.paths.equal_cost_paths(src, dst, limit=self.max_paths)
             if not cands:
                 continue
             best = min(cands, key=lambda p: (
                 sum(taken.get(ln, 0) + links.get(ln, 0) for ln in path_links(src, p, dst)),
-                max(self.load.utilization(*ln) for ln in path_links(src, p, dst)), p))
+                max(obs.utilization(*ln) for ln in path_links(src, p, dst)), p))
             paths[src, dst] = best
             for ln in path_links(src, best, dst):
                 links[ln] = links.get(ln, 0) + size
         # Phase length at line rate on the busiest link. Agents announce
         # emulated bytes and seconds; emulated rate = link_gbps x link_scale.
-        comm_s = max((b * 8 / (self.load.capacity_gbps[ln] * 1e9 * self.link_scale) for ln, b in links.items()),
+        comm_s = max((b * 8 / (obs.capacity_gbps(*ln) * 1e9 * obs.link_scale) for ln, b in links.items()),
                      default=0.0)
         comm_s = min(comm_s, ann.period_s)
         delay = self._offset(ann, links, comm_s, others, now)
@@ -253,13 +254,12 @@ class CoScheduler:
         self.jobs[ann.job] = st
         self._rank()
         pace = self._pace_window(st)
-        return to_dict(Answer(
-            ann.job, start_offset_s=round(delay, 6), priority=st.priority, coschedule=True,
-            pace_share=self.low_share if pace else None, pace_from_s=round(pace[0], 6) if pace else None,
-            pace_until_s=round(pace[1], 6) if pace else None,
-            intensity=None if math.isinf(st.intensity) else st.intensity, comm_s=comm_s,
-            placements=tuple(Placement(s, d, tuple(p)) for (s, d), p in sorted(paths.items()))))
-
+        return Answer(ann.job, start_offset_s=round(delay, 6), priority=st.priority, coschedule=True,
+                      pace_share=self.low_share if pace else None,
+                      pace_from_s=round(pace[0], 6) if pace else None,
+                      pace_until_s=round(pace[1], 6) if pace else None,
+                      intensity=None if math.isinf(st.intensity) else st.intensity, comm_s=comm_s,
+                      placements=tuple(AnsweredPath(s, d, tuple(p)) for (s, d), p in sorted(paths.items())))
     def _offset(self, ann, links, comm_s, others, now) -> float:
         """The delay in [0, period) that minimizes itself plus the predicted
         overlap on shared links over the horizon (the smallest on a tie).

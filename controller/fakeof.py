@@ -11,9 +11,9 @@ here as it does on a real switch.
 from __future__ import annotations
 
 import functools
-import zlib
 from dataclasses import dataclass
 
+from controller.paths import five_tuple_hash
 from controller.rules import (GROUP_ALL, ETH_ARP, ETH_IPV4, IPPROTO_TCP, IPPROTO_UDP, FlowDelete, FlowRule,
                               GroupDelete, GroupRule, RuleError, ip_to_int)
 from topologies.fabric import Fabric
@@ -148,22 +148,11 @@ class FakeSwitch:
         return index
 
 
-def _fmix32(h: int) -> int:
-    """Murmur3's finalizer: avalanches every input bit (crc32 alone is linear,
-    so salting it would leave the choices of all switches correlated)."""
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
-    return h ^ (h >> 16)
-
-
 def flow_hash(pkt: dict, salt: int) -> int:
     """Deterministic per-flow hash, salted per switch like independent ECMP seeds."""
     l4 = (pkt.get("tcp_src"), pkt.get("tcp_dst")) if pkt.get("ip_proto") == IPPROTO_TCP \
         else (pkt.get("udp_src"), pkt.get("udp_dst"))
-    key = f"{pkt.get('ipv4_src')}|{pkt.get('ipv4_dst')}|{pkt.get('ip_proto')}|{l4[0]}|{l4[1]}"
-    return _fmix32(zlib.crc32(key.encode()) ^ _fmix32(salt))
+    return five_tuple_hash(pkt.get("ipv4_src"), pkt.get("ipv4_dst"), pkt.get("ip_proto"), l4[0], l4[1], salt)
 
 
 class FakeNetwork:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Callable, Hashable, Sequence
 
+from controller.paths import path_links  # noqa: F401  (callers found it here first)
+
 EPS = 1e-9
 
 
@@ -54,12 +56,6 @@ def estimate_demands(flows: Sequence[tuple[Hashable, Hashable]], max_rounds: int
 
 
 Link = tuple  # (from node, to node)
-
-
-def path_links(src: str, path: Sequence[str], dst: str) -> list[Link]:
-    """Directed links of a host-to-host path over switches ``path``."""
-    nodes = [src, *path, dst]
-    return list(zip(nodes, nodes[1:]))
 
 
 def global_first_fit(demands_gbps: Sequence[float], candidates: Sequence[Sequence[list[Link]]],

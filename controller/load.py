@@ -37,6 +37,7 @@ class LinkLoad:
         self._last: dict[tuple[str, str], tuple[float, int]] = {}  # link -> (time_s, bytes)
         self.load_gbps: dict[tuple[str, str], float] = {}
         self.updated_at_s: dict[tuple[str, str], float] = {}
+        self.version = 0  # changes whenever a load does, so policies may cache what they derive
 
     def peer(self, switch: str, port: int) -> str | None:
         return self._peer.get((switch, port))
@@ -61,12 +62,17 @@ class LinkLoad:
         prev = self.load_gbps.get(link)
         self.load_gbps[link] = rate if prev is None else prev + alpha * (rate - prev)
         self.updated_at_s[link] = now
+        self.version += 1
 
     def load(self, a: str, b: str) -> float:
         return self.load_gbps.get((a, b), 0.0)
 
     def utilization(self, a: str, b: str) -> float:
         return self.load(a, b) / self.capacity_gbps[a, b]
+
+    def nonzero(self):
+        """((a, b), Gb/s) of every link with a load."""
+        return self.load_gbps.items()
 
     def snapshot(self, min_gbps: float = 0.0) -> list[dict]:
         return [{"from": a, "to": b, "load_gbps": round(v, 6),

@@ -1,108 +1,22 @@
-"""Destination-based routes for every host IP on every OpenFlow switch.
+"""Base forwarding compiled to OpenFlow: destination routes for every host IP on every switch.
 
-Pure code over the ``Fabric`` graph. ``shortest`` gives every destination
-one next hop per switch (so one path per host pair); ``ecmp`` gives a select
-group over every next hop that lies on a shortest path. Only the
-OpenFlow-steered part of the fabric is used: hosts of rail-optimized fabrics
-reach each other through rails and spines here, never through NVLink bridges.
+A policy's ``Forwarding`` says, per switch and destination host, which ports a
+packet may leave by; here that becomes one flow entry per destination and
+one select group per distinct port set (ECMP). The fake network and the Ryu
+adapter read the same entries.
 """
 from __future__ import annotations
 
-import zlib
-from collections import deque
-
-from badinput import InputError
+from controller.load import LinkLoad
+from controller.paths import ShortestPaths, path_links  # noqa: F401  (path_links: the old home)
+from controller.policy import Forwarding, Observation
+from controller.registry import DEFAULT_POLICY, policy_class
 from controller.rules import (COOKIE_ARP, COOKIE_DETECT, COOKIE_MISS, COOKIE_ROUTE, ETH_ARP, ETH_IPV4,
                               IPPROTO_TCP, PRIORITY_ARP, PRIORITY_DETECT, PRIORITY_MISS, PRIORITY_ROUTE,
                               FlowRule, GroupRule)
 from topologies.fabric import Fabric
 
-# Every policy routes on top of one base table; the congestion-aware ones add
-# per-flow rules above ECMP.
-POLICIES = {"shortest": "shortest", "ecmp": "ecmp", "congestion-aware": "ecmp", "coschedule": "ecmp"}
-DEFAULT_POLICY = "ecmp"  # what a run gets when its experiment names no routing
-# Where destination routes live. The congestion-aware policies keep table 0
-# for per-flow placements and send unplaced host TCP to the controller there.
-ROUTE_TABLE = {"shortest": 0, "ecmp": 0, "congestion-aware": 1, "coschedule": 1}
-
-
-def check_policy(policy: str) -> str:
-    """Return the base forwarding ('shortest' or 'ecmp') of a routing policy."""
-    if policy not in POLICIES:
-        raise InputError("controller.routing", "one of " + ", ".join(POLICIES), policy)
-    return POLICIES[policy]
-
-
-class NextHops:
-    """For each destination switch and each switch: the sorted ports that lie on a shortest path.
-
-    Computed once per destination switch by BFS over the switch graph, so the
-    cost is (#destination switches x #links), not per host pair.
-    """
-
-    def __init__(self, fabric: Fabric, down: frozenset = frozenset()):
-        """``down``: links (frozenset of two node names) to route around."""
-        self.fabric = fabric
-        self.down = frozenset(down)
-        self.switches = fabric.openflow_switches
-        of = set(self.switches)
-        self._adj: dict[str, list[tuple[str, int]]] = {s: [] for s in self.switches}
-        self._peer: dict[tuple[str, int], str] = {}
-        for a, b, d in fabric.graph.edges(data=True):
-            if a in of and b in of and frozenset((a, b)) not in self.down:
-                self._adj[a].append((b, d["ports"][a]))
-                self._adj[b].append((a, d["ports"][b]))
-                self._peer[a, d["ports"][a]] = b
-                self._peer[b, d["ports"][b]] = a
-        self.attach: dict[str, tuple[str, int]] = {}
-        for h in fabric.hosts:
-            sw, port = fabric.attachment(h)
-            if sw in of and frozenset((h, sw)) not in self.down:
-                self.attach[h] = (sw, port)
-        self._to: dict[str, dict[str, tuple[int, ...]]] = {}
-        self._dist: dict[str, dict[str, int]] = {}
-
-    def distances(self, dst_switch: str) -> dict[str, int]:
-        if dst_switch not in self._dist:
-            dist = {dst_switch: 0}
-            q = deque([dst_switch])
-            while q:
-                u = q.popleft()
-                du = dist[u] + 1
-                for v, _ in self._adj[u]:
-                    if v not in dist:
-                        dist[v] = du
-                        q.append(v)
-            self._dist[dst_switch] = dist
-        return self._dist[dst_switch]
-
-    def toward(self, dst_switch: str) -> dict[str, tuple[int, ...]]:
-        """switch -> ports toward dst_switch (absent when unreachable, () at dst_switch)."""
-        if dst_switch not in self._to:
-            dist = self.distances(dst_switch)
-            out = {}
-            for s, ds in dist.items():
-                out[s] = tuple(sorted(p for n, p in self._adj[s] if dist.get(n, -2) == ds - 1))
-            self._to[dst_switch] = out
-        return self._to[dst_switch]
-
-    def ports(self, switch: str, dst_switch: str) -> tuple[int, ...] | None:
-        return self.toward(dst_switch).get(switch)
-
-    def neighbor(self, switch: str, port: int) -> str:
-        try:
-            return self._peer[switch, port]
-        except KeyError:
-            raise KeyError(f"{switch} has no switch on port {port}") from None
-
-    def compute_all(self) -> None:
-        for d in sorted({sw for sw, _ in self.attach.values()}):
-            self.toward(d)
-
-
-def _mix(a: int, b: int) -> int:
-    """A stable hash (Python's str hash is salted per process)."""
-    return zlib.crc32(f"{a}:{b}".encode())
+NextHops = ShortestPaths  # the old name
 
 
 def base_rules(switch: str, route_table: int = 0, host_ports: tuple[int, ...] = ()) -> list[FlowRule]:
@@ -119,36 +33,23 @@ def base_rules(switch: str, route_table: int = 0, host_ports: tuple[int, ...] = 
     return rules
 
 
-def switch_routes(fabric: Fabric, switch: str, policy: str = DEFAULT_POLICY, next_hops: NextHops | None = None,
-                  group_ids: dict | None = None) -> tuple[list[FlowRule], list[GroupRule]]:
+def switch_routes(fabric: Fabric, switch: str, fwd: Forwarding, route_table: int = 0,
+                  paths: ShortestPaths | None = None, group_ids: dict | None = None,
+                  ) -> tuple[list[FlowRule], list[GroupRule]]:
     """The flow entries and groups of one switch (what the adapter installs on connect).
 
     ``group_ids`` (port set -> group id) keeps ids stable across recomputations;
     new port sets get fresh ids, in sorted order.
     """
-    base = check_policy(policy)
-    table = ROUTE_TABLE[policy]
-    nh = next_hops or NextHops(fabric)
     node = fabric.node(switch)
     if node.get("role") != "switch" or not node.get("openflow", True):
         raise KeyError(f"{switch} is not an OpenFlow switch")
-    dpid = node["dpid"]
-    host_ports = tuple(sorted(p for sw, p in nh.attach.values() if sw == switch))
-    flows = base_rules(switch, table, host_ports)
-    chosen: list[tuple[str, tuple[int, ...]]] = []
-    for h in fabric.hosts:
-        if h not in nh.attach:
-            continue
-        dsw, hport = nh.attach[h]
-        if dsw == switch:
-            chosen.append((h, (hport,)))
-            continue
-        ports = nh.ports(switch, dsw)
-        if not ports:
-            continue  # unreachable over OpenFlow: table miss drops it
-        if base == "shortest" and len(ports) > 1:
-            ports = (ports[_mix(dpid, fabric.node(h)["rank"]) % len(ports)],)
-        chosen.append((h, ports))
+    paths = paths or ShortestPaths(fabric)
+    host_ports = tuple(sorted(p for sw, p in paths.attach.values() if sw == switch))
+    flows = base_rules(switch, route_table, host_ports)
+    hosts = [h for h in fabric.hosts if h in paths.attach]
+    # No ports: unreachable over OpenFlow, the table miss drops it.
+    chosen = [(h, tuple(ps)) for h, ps in fwd.switch_table(switch, hosts) if ps]
     # One group per distinct port set, numbered in sorted order: deterministic
     # and small (a fat-tree edge switch needs one group for all its uplinks).
     gids = group_ids if group_ids is not None else {}
@@ -161,47 +62,28 @@ def switch_routes(fabric: Fabric, switch: str, policy: str = DEFAULT_POLICY, nex
     for h, ps in chosen:
         act = (("group", gids[ps]),) if len(ps) > 1 else (("output", ps[0]),)
         flows.append(FlowRule(switch, PRIORITY_ROUTE, {"eth_type": ETH_IPV4, "ipv4_dst": fabric.node(h)["ip"]},
-                              act, cookie=COOKIE_ROUTE, table=table))
+                              act, cookie=COOKIE_ROUTE, table=route_table))
     return flows, groups
 
 
 def compute_routes(fabric: Fabric, policy: str = DEFAULT_POLICY) -> tuple[list[FlowRule], list[GroupRule]]:
-    """Flow entries and groups for every OpenFlow switch, in dpid order."""
-    check_policy(policy)
-    nh = NextHops(fabric)
+    """Flow entries and groups for every OpenFlow switch, in dpid order, of a named policy."""
+    cls = policy_class(policy, "controller.routing")
+    pol = cls(fabric)
+    paths = ShortestPaths(fabric)
+    fwd = pol.forwarding(0.0, Observation(0.0, fabric, paths, LinkLoad(fabric)))
+    table = 1 if cls.sees_flows else 0
     flows: list[FlowRule] = []
     groups: list[GroupRule] = []
     for sw in fabric.openflow_switches:
-        f, g = switch_routes(fabric, sw, policy, nh)
+        f, g = switch_routes(fabric, sw, fwd, table, paths)
         flows += f
         groups += g
     return flows, groups
 
 
-def equal_cost_paths(fabric: Fabric, src: str, dst: str, next_hops: NextHops | None = None,
+def equal_cost_paths(fabric: Fabric, src: str, dst: str, next_hops: ShortestPaths | None = None,
                      limit: int | None = None) -> list[tuple[str, ...]]:
-    """Every shortest switch path from src host's switch to dst host's switch, sorted.
-
-    Paths are tuples of switch names; [] when dst is unreachable over OpenFlow.
-    """
-    nh = next_hops or NextHops(fabric)
-    if src not in nh.attach or dst not in nh.attach:
-        return []
-    s, d = nh.attach[src][0], nh.attach[dst][0]
-    toward = nh.toward(d)
-    if s not in toward:
-        return []
-    paths: list[tuple[str, ...]] = []
-
-    def walk(node: str, prefix: tuple[str, ...]) -> None:
-        if limit is not None and len(paths) >= limit:
-            return
-        if node == d:
-            paths.append(prefix)
-            return
-        for p in toward[node]:
-            n = nh.neighbor(node, p)
-            walk(n, prefix + (n,))
-
-    walk(s, (s,))
-    return sorted(paths)
+    """Every shortest switch path from src host's switch to dst host's switch, sorted
+    (the first ``limit`` of them); [] when dst is unreachable over OpenFlow."""
+    return (next_hops or ShortestPaths(fabric)).equal_cost_paths(src, dst, limit)

@@ -2,29 +2,20 @@
 
 Every handler turns a Ryu event into a call on ``FabricController`` with the
 time, and turns what comes back (rule operations, ARP answers) into OFP
-messages. No decision is made here.
+messages (``controller.ofwire``). No decision is made here.
 
-Configuration comes from the environment, so that ``python -m controller.run``
-(which the testbed uses) and a by-hand ``ryu-manager`` read it the same way:
+The configuration (fabric, policy, params, listen addresses) comes from one
+file, read by ``python -m controller.run CONFIG.json``, which hands it over
+through ``configure`` before Ryu loads this app. By hand::
 
-  DTNET_FABRIC      path of the fabric JSON (``Fabric.dump``); required
-  DTNET_ROUTING     shortest | ecmp | congestion-aware | coschedule (default ecmp)
-  DTNET_POLL_S      statistics poll period, seconds (default 0.5)
-  DTNET_LINK_SCALE  emulated link rate / real link rate (default 1), so loads
-                    come out in the fabric's real-cluster Gb/s
-  DTNET_HOLD_S      minimum time between two moves of one flow (default 2)
-  DTNET_TAU_S       EWMA time constant of link loads (default 1)
+  python -m controller.run --fabric fat-tree:k=4 --policy congestion-aware \\
+      --ofp-port 16653 --rest-port 18080
 
-By hand (Ryu 4.34 with eventlet 0.33 needs the shim that ``controller.run``
-applies, hence ``controller.run ryu-manager`` rather than bare ``ryu-manager``):
-
-  DTNET_FABRIC=fabric.json python -m controller.run ryu-manager \\
-      --ofp-tcp-listen-port 16653 --wsapi-port 18080 controller/ryu_app.py
+(bare ``ryu-manager`` crashes with Ryu 4.34 and eventlet 0.33; controller.run applies the shim.)
 """
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import OrderedDict
 
@@ -39,40 +30,27 @@ from ryu.ofproto import ofproto_v1_3
 
 from controller.core import FabricController
 from controller.cosched import MAX_BODY_BYTES
-from controller.flows import CongestionConfig, FlowKey
-from controller.routing import DEFAULT_POLICY
-from controller.rules import (COOKIE_FLOW_BASE, COOKIE_FLOW_MASK, GROUP_ALL, FlowDelete, FlowRule, GroupDelete,
-                              GroupRule, RuleError)
-from topologies.fabric import Fabric
+from controller.flows import FlowKey
+from controller.ofwire import flow_rule_from_stats, group_rule_from_desc, port_up, to_ofp
+from controller.rules import COOKIE_FLOW_BASE, COOKIE_FLOW_MASK, RuleError
 
 BARRIER_TIMEOUT_S = 10.0
 READ_BACK_TIMEOUT_S = 5.0  # a switch's answer to the tables read back on connect
-PACKET_IN_BYTES = 128  # headers are all the controller reads
-ENV_CONFIG = {"DTNET_POLL_S": "poll_s", "DTNET_LINK_SCALE": "link_scale", "DTNET_HOLD_S": "hold_s",
-              "DTNET_TAU_S": "tau_s"}
 API = "/dtnet/v1"
 APP_KEY = "dtnet_app"
+_SETUP: dict = {}  # what configure() handed over: the config and its fabric
 
 
-def load_from_env() -> FabricController:
-    path = os.environ.get("DTNET_FABRIC")
-    if not path:
-        raise SystemExit("dtnet controller: DTNET_FABRIC: expected the path of a fabric JSON, found nothing")
-    try:
-        fabric = Fabric.load(path)
-    except (OSError, ValueError, KeyError) as e:
-        raise SystemExit(f"dtnet controller: {path}: expected a fabric JSON, found an error: {e}")
-    cfg = {}
-    for var, name in ENV_CONFIG.items():
-        if os.environ.get(var):
-            try:
-                cfg[name] = float(os.environ[var])
-            except ValueError:
-                raise SystemExit(f"dtnet controller: {var}: expected a number, found {os.environ[var]!r}")
-    try:
-        return FabricController(fabric, os.environ.get("DTNET_ROUTING", DEFAULT_POLICY), CongestionConfig(**cfg))
-    except ValueError as e:
-        raise SystemExit(f"dtnet controller: {e}")
+def configure(cfg, fabric) -> None:
+    """Hand the app its configuration (controller.config.ControllerConfig) and fabric."""
+    _SETUP.update(cfg=cfg, fabric=fabric)
+
+
+def build_controller() -> FabricController:
+    if not _SETUP:
+        raise SystemExit("dtnet controller: no configuration; start it with python -m controller.run CONFIG.json")
+    cfg = _SETUP["cfg"]
+    return FabricController(_SETUP["fabric"], cfg.policy, cfg.params, link_scale=cfg.link_scale)
 
 
 class DtnetApp(app_manager.RyuApp):
@@ -81,14 +59,14 @@ class DtnetApp(app_manager.RyuApp):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.ctl = load_from_env()
+        self.ctl = build_controller()
         self.datapaths = {}
         self.groups: dict[int, set[int]] = {}  # dpid -> installed group ids (add vs modify)
         self.waiters: dict[tuple[int, int], hub.Event] = {}
         self.replies: dict[tuple[int, int], tuple[list, hub.Event]] = {}  # multipart replies being collected
         kwargs["wsgi"].register(RestApi, {APP_KEY: self})
-        self.logger.info("dtnet: %d switches expected, routing %s",
-                         len(self.ctl.switches), self.ctl.routing)
+        self.logger.info("dtnet: %d switches expected, policy %s, params %s",
+                         len(self.ctl.switches), self.ctl.routing, json.dumps(self.ctl.policy.params.to_dict()))
         # One worker runs plans in the order they were made: two plans racing
         # (a link down, then up) could otherwise delete a group the later one re-added.
         self.plans = hub.Queue()
@@ -107,11 +85,21 @@ class DtnetApp(app_manager.RyuApp):
             except Exception:  # a bad plan must not stop the ones after it
                 self.logger.exception("dtnet: plan failed")
 
+    def _decide(self, what: str, fn, *args):
+        """Call the controller (and so the policy); a policy that fails is logged and
+        counted, and the controller goes on serving."""
+        try:
+            return fn(*args)
+        except Exception as e:
+            self.ctl.policy_failed(time.time(), what, e)
+            self.logger.exception("dtnet: %s failed", what)
+            return []
+
     # -- statistics ---------------------------------------------------------
     def _poll_loop(self):
         """Ask every switch for port (and per-flow) counters each period; after
         the replies had half a period to come in, let the policy react."""
-        period = self.ctl.cfg.poll_s
+        period = self.ctl.poll_s
         while True:
             for dp in list(self.datapaths.values()):
                 ofp, parser = dp.ofproto, dp.ofproto_parser
@@ -120,7 +108,7 @@ class DtnetApp(app_manager.RyuApp):
                     dp.send_msg(parser.OFPFlowStatsRequest(dp, 0, 0, ofp.OFPP_ANY, ofp.OFPG_ANY,
                                                            COOKIE_FLOW_BASE, COOKIE_FLOW_MASK, parser.OFPMatch()))
             hub.sleep(period / 2)
-            plan = self.ctl.poll_done(time.time())
+            plan = self._decide("poll", self.ctl.poll_done, time.time())
             if plan:
                 self.logger.info("dtnet: rebalance: %d operations", sum(len(st) for st in plan))
                 rec = self.ctl.reroute_record(plan, time.time())
@@ -155,7 +143,8 @@ class DtnetApp(app_manager.RyuApp):
 
     @set_ev_cls(ofp_event.EventOFPFlowRemoved, MAIN_DISPATCHER)
     def _flow_removed(self, ev):
-        plan = self.ctl.flow_removed(ev.msg.datapath.id, ev.msg.cookie, ev.timestamp, dict(ev.msg.match.items()))
+        plan = self._decide("flow removed", self.ctl.flow_removed, ev.msg.datapath.id, ev.msg.cookie,
+                            ev.timestamp, dict(ev.msg.match.items()))
         if plan:
             self._submit(plan)
 
@@ -163,11 +152,11 @@ class DtnetApp(app_manager.RyuApp):
     def _port_status(self, ev):
         msg = ev.msg
         ofp = msg.datapath.ofproto
-        up = _port_up(ofp, msg.desc) and msg.reason != ofp.OFPPR_DELETE
+        up = port_up(ofp, msg.desc) and msg.reason != ofp.OFPPR_DELETE
         self._port_changed(msg.datapath.id, msg.desc.port_no, up, ev.timestamp)
 
     def _port_changed(self, dpid: int, port: int, up: bool, now: float) -> None:
-        plan = self.ctl.port_status(dpid, port, up, now)
+        plan = self._decide("port status", self.ctl.port_status, dpid, port, up, now)
         if plan:
             self.logger.info("dtnet: port %d of %s %s: %d operations", port, self.ctl.switch_name(dpid),
                              "up" if up else "down", sum(len(st) for st in plan))
@@ -226,8 +215,9 @@ class DtnetApp(app_manager.RyuApp):
             self.logger.warning("dtnet: %s: %s", name, e)
             return None
         try:
-            return ([(p.port_no, _port_up(ofp, p)) for p in ports if p.port_no <= ofp.OFPP_MAX],
-                    [_flow_rule(name, dp, st) for st in flows], [_group_rule(name, dp, g) for g in groups])
+            return ([(p.port_no, port_up(ofp, p)) for p in ports if p.port_no <= ofp.OFPP_MAX],
+                    [flow_rule_from_stats(name, dp, st) for st in flows],
+                    [group_rule_from_desc(name, dp, g) for g in groups])
         except (RuleError, TypeError, KeyError, ValueError) as e:
             self.logger.warning("dtnet: %s holds an entry dtnet does not make: %s", name, e)
             return None
@@ -286,8 +276,9 @@ class DtnetApp(app_manager.RyuApp):
                     # and resynchronized when it reconnects. The others go on.
                     self.logger.warning("dtnet: %s is gone; its %d operations skipped", name, len(ops))
                     continue
+                installed = self.groups.setdefault(dp.id, set())
                 for op in ops:
-                    dp.send_msg(self._to_ofp(dp, op))
+                    dp.send_msg(to_ofp(dp, op, installed))
                 barrier = dp.ofproto_parser.OFPBarrierRequest(dp)
                 dp.set_xid(barrier)
                 ev = hub.Event()
@@ -302,65 +293,6 @@ class DtnetApp(app_manager.RyuApp):
             done()
         return True
 
-    def _to_ofp(self, dp, op):
-        ofp, parser = dp.ofproto, dp.ofproto_parser
-        if isinstance(op, FlowRule):
-            inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, self._actions(dp, op.actions))]
-            if op.goto_table is not None:
-                inst.append(parser.OFPInstructionGotoTable(op.goto_table))
-            return parser.OFPFlowMod(dp, cookie=op.cookie, table_id=op.table, command=ofp.OFPFC_ADD,
-                                     idle_timeout=op.idle_timeout_s, hard_timeout=op.hard_timeout_s,
-                                     priority=op.priority, buffer_id=ofp.OFP_NO_BUFFER,
-                                     flags=ofp.OFPFF_SEND_FLOW_REM if op.notify_removed else 0,
-                                     match=parser.OFPMatch(**op.match), instructions=inst)
-        if isinstance(op, FlowDelete):
-            return parser.OFPFlowMod(dp, cookie=op.cookie, cookie_mask=op.cookie_mask, table_id=op.table,
-                                     command=ofp.OFPFC_DELETE_STRICT if op.strict else ofp.OFPFC_DELETE,
-                                     priority=op.priority, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
-                                     match=parser.OFPMatch(**op.match))
-        if isinstance(op, GroupRule):
-            installed = self.groups.setdefault(dp.id, set())
-            cmd = ofp.OFPGC_MODIFY if op.group_id in installed else ofp.OFPGC_ADD
-            installed.add(op.group_id)
-            gtype = {"select": ofp.OFPGT_SELECT, "all": ofp.OFPGT_ALL, "indirect": ofp.OFPGT_INDIRECT,
-                     "fast_failover": ofp.OFPGT_FF}[op.type]
-            # watch_port = the bucket's output port: a bucket dies with its link,
-            # so a select group stops hashing onto a dead uplink.
-            buckets = [parser.OFPBucket(weight=w, watch_port=self._out_port(acts, ofp.OFPP_ANY),
-                                        watch_group=ofp.OFPG_ANY, actions=self._actions(dp, acts))
-                       for w, acts in op.buckets]
-            return parser.OFPGroupMod(dp, command=cmd, type_=gtype, group_id=op.group_id, buckets=buckets)
-        if isinstance(op, GroupDelete):
-            installed = self.groups.setdefault(dp.id, set())
-            if op.group_id == GROUP_ALL:
-                installed.clear()
-            else:
-                installed.discard(op.group_id)
-            return parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, type_=ofp.OFPGT_ALL, group_id=op.group_id)
-        raise TypeError(f"unknown operation {op!r}")
-
-    @staticmethod
-    def _out_port(actions, default):
-        ports = [a[1] for a in actions if a[0] == "output"]
-        return ports[0] if len(ports) == 1 else default
-
-    @staticmethod
-    def _actions(dp, actions):
-        ofp, parser = dp.ofproto, dp.ofproto_parser
-        out = []
-        for a in actions:
-            if a[0] == "output":
-                out.append(parser.OFPActionOutput(a[1], 0))
-            elif a[0] == "controller":
-                out.append(parser.OFPActionOutput(ofp.OFPP_CONTROLLER, PACKET_IN_BYTES))
-            elif a[0] == "group":
-                out.append(parser.OFPActionGroup(a[1]))
-            elif a[0] == "set_queue":
-                out.append(parser.OFPActionSetQueue(a[1]))
-            else:
-                raise TypeError(f"unknown action {a!r}")
-        return out
-
     # -- packet-in ----------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
     def _packet_in(self, ev):
@@ -370,7 +302,7 @@ class DtnetApp(app_manager.RyuApp):
         ip, seg = pkt.get_protocol(ipv4.ipv4), pkt.get_protocol(tcp.tcp)
         if ip is not None and seg is not None:
             key = FlowKey(ip.src, ip.dst, ip.proto, seg.src_port, seg.dst_port)
-            plan = self.ctl.packet_in_flow(dp.id, msg.match["in_port"], key, ev.timestamp)
+            plan = self._decide("new flow", self.ctl.packet_in_flow, dp.id, msg.match["in_port"], key, ev.timestamp)
             if plan:
                 self._submit(plan)
             return
@@ -389,50 +321,6 @@ class DtnetApp(app_manager.RyuApp):
         ofp, parser = dp.ofproto, dp.ofproto_parser
         dp.send_msg(parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
                                         actions=[parser.OFPActionOutput(ans.port, 0)], data=reply.data))
-
-
-def _port_up(ofp, desc) -> bool:
-    return not (desc.state & ofp.OFPPS_LINK_DOWN or desc.config & ofp.OFPPC_PORT_DOWN)
-
-
-def _from_ofp_actions(dp, actions) -> tuple:
-    """OFP actions back into the rules' vocabulary (the inverse of DtnetApp._actions)."""
-    ofp, parser = dp.ofproto, dp.ofproto_parser
-    out = []
-    for a in actions:
-        if isinstance(a, parser.OFPActionOutput):
-            out.append(("controller",) if a.port == ofp.OFPP_CONTROLLER else ("output", a.port))
-        elif isinstance(a, parser.OFPActionGroup):
-            out.append(("group", a.group_id))
-        elif isinstance(a, parser.OFPActionSetQueue):
-            out.append(("set_queue", a.queue_id))
-        else:
-            raise TypeError(f"action {a}")
-    return tuple(out)
-
-
-def _flow_rule(switch: str, dp, st) -> FlowRule:
-    """A flow-stats entry as the FlowRule that would have made it."""
-    ofp, parser = dp.ofproto, dp.ofproto_parser
-    actions, goto = (), None
-    for inst in st.instructions:
-        if isinstance(inst, parser.OFPInstructionActions) and inst.type == ofp.OFPIT_APPLY_ACTIONS:
-            actions = _from_ofp_actions(dp, inst.actions)
-        elif isinstance(inst, parser.OFPInstructionGotoTable):
-            goto = inst.table_id
-        else:
-            raise TypeError(f"instruction {inst}")
-    return FlowRule(switch, st.priority, dict(st.match.items()), actions, cookie=st.cookie, table=st.table_id,
-                    idle_timeout_s=st.idle_timeout, hard_timeout_s=st.hard_timeout, goto_table=goto,
-                    notify_removed=bool(st.flags & ofp.OFPFF_SEND_FLOW_REM))
-
-
-def _group_rule(switch: str, dp, g) -> GroupRule:
-    ofp = dp.ofproto
-    types = {ofp.OFPGT_SELECT: "select", ofp.OFPGT_ALL: "all", ofp.OFPGT_INDIRECT: "indirect",
-             ofp.OFPGT_FF: "fast_failover"}
-    return GroupRule(switch, g.group_id, types[g.type],
-                     tuple((b.weight, _from_ofp_actions(dp, b.actions)) for b in g.buckets))
 
 
 def _json(body, status=200):
@@ -457,5 +345,9 @@ class RestApi(ControllerBase):
     def announce(self, req, **_):
         if req.content_length is None or req.content_length > MAX_BODY_BYTES:
             return _json({"error": f"body: expected a Content-Length of at most {MAX_BODY_BYTES} bytes"}, 413)
-        code, answer = self.app.ctl.announce(req.body, time.time())
+        try:
+            code, answer = self.app.ctl.announce(req.body, time.time())
+        except Exception as e:  # the policy failed: say so, keep serving
+            self.app.logger.exception("dtnet: announce failed")
+            return _json({"error": f"policy {self.app.ctl.routing} failed: {type(e).__name__}: {e}"[:300]}, 500)
         return _json(answer, code)

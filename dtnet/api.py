@@ -95,7 +95,8 @@ class Experiment:
         jobs = build_plans(self.model, fabric)
         c = fabric.counts()
         return Check(self.name, self.engine, fabric.kind, c["hosts"], c["switches"], len(jobs),
-                     self.model.emulated_mbps(fabric.link_gbps), self.model.scale.dilation)
+                     self.model.emulated_mbps(fabric.link_gbps), self.model.scale.dilation,
+                     policy=self.model.policy, policy_params=dict(self.model.policy_params))
 
     # -- running it -----------------------------------------------------------
     def run(self, out: str | None = None, *, engine: str | None = None, auto_scale: bool = False,
@@ -174,12 +175,16 @@ class Check:
     host_link_mbps: float | None = None   # emulated
     dilation: float | None = None
     points: list | None = None            # a sweep's point folders
+    policy: str | None = None
+    policy_params: dict | None = None
 
     def __str__(self) -> str:
         if self.points is not None:
             return f"{self.name}: a sweep of {len(self.points)} points, each valid"
         return (f"{self.name}: {self.fabric} with {self.hosts} hosts, {self.switches} switches; {self.jobs} job(s); "
-                f"emulated host link {self.host_link_mbps:g} Mb/s, time dilation {self.dilation:g}x")
+                f"emulated host link {self.host_link_mbps:g} Mb/s, time dilation {self.dilation:g}x; policy {self.policy}"
+                + (" (" + ", ".join(f"{k}={v}" for k, v in self.policy_params.items()) + ")"
+                   if self.policy_params else ""))
 
 
 class Table(list):

@@ -72,6 +72,20 @@ def cmd_check(args) -> int:
     return EXIT_OK
 
 
+def cmd_policy_show(args) -> int:
+    from controller.registry import BUILTINS, policy_class
+
+    names = [args.name] if args.name else list(BUILTINS)
+    for name in names:
+        cls = policy_class(name, "policy")
+        doc = " ".join((cls.__doc__ or cls.__qualname__).strip().split("\n\n")[0].split())
+        flags = [f for f, on in (("sees flows", cls.sees_flows), ("co-schedules", cls.coschedules)) if on]
+        print(f"{name}: {doc}" + (f" [{', '.join(flags)}]" if flags else ""))
+        for pname, prm in cls.PARAMS.items():
+            print(f"  {pname:<18} default {prm.default!r:<8} {prm.expected}" + (f"; {prm.doc}" if prm.doc else ""))
+    return EXIT_OK
+
+
 def cmd_clean(args) -> int:
     from emulator.testbed.clean import clean
 
@@ -188,6 +202,16 @@ def build_parser() -> argparse.ArgumentParser:
     ts.add_argument("--json", action="store_true", help="print JSON with hosts, switches and links counts")
     ts.add_argument("--full", action="store_true", help="with --json (and only with it): include every node and link")
     ts.set_defaults(func=cmd_topo_show)
+
+    pol = sub.add_parser("policy", help="controller policies and their params (no root needed)")
+    polsub = pol.add_subparsers(dest="policy_command", required=True)
+    pshow = polsub.add_parser("show", help="a policy's params: default, range, meaning",
+                              description="Without NAME: every built-in policy. NAME is a built-in or "
+                                          "package.module:Class (its folder on PYTHONPATH). Set params in the "
+                                          "experiment: controller: {policy: NAME, params: {...}}. "
+                                          "docs/writing-a-policy.md says how to write one.")
+    pshow.add_argument("name", nargs="?")
+    pshow.set_defaults(func=cmd_policy_show)
 
     try:
         from traffic import cli as traffic_cli

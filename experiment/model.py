@@ -17,13 +17,13 @@ import yaml
 
 from badinput import InputError
 from badinput.paths import check_name
-from controller.routing import DEFAULT_POLICY, POLICIES
+from controller.registry import BUILTINS, DEFAULT_POLICY, make_policy, policy_class
 from experiment import placement
 from experiment.engine import DEFAULT_ENGINE, ENGINES
 from topologies import build as build_fabric
 from topologies import load_fabric_file
 
-ROUTINGS = tuple(POLICIES)
+ROUTINGS = tuple(BUILTINS)  # the built-in policies; any package.module:Class is one too
 DATAPATHS = ("auto", "kernel", "userspace", "afxdp")
 ORDERS = ("as-listed", "rail-aligned")
 # Mininet's TCLink refuses bw above 1000 Mb/s; below 0.1 Mb/s HTB is coarse.
@@ -135,7 +135,7 @@ class Experiment:
     name: str
     topology: dict
     scale: Scale
-    routing: str
+    routing: str  # the controller's policy: a built-in name or package.module:Class
     jobs: tuple
     testbed: Testbed
     description: str = ""
@@ -147,6 +147,16 @@ class Experiment:
     point: str = field(default="", compare=False)  # the sweep point it is (its folder under points/), or ""
     source: str | None = None
     raw: dict = field(default_factory=dict, compare=False)
+    policy_params: dict = field(default_factory=dict)  # every param of the policy, resolved
+
+    @property
+    def policy(self) -> str:
+        return self.routing
+
+    @property
+    def coschedules(self) -> bool:
+        """The policy answers announcements: the jobs announce their phases."""
+        return policy_class(self.routing).coschedules
 
     def fabric(self):
         topo = dict(self.topology)
@@ -404,10 +414,7 @@ def parse(data, file: str | None = None) -> Experiment:
                               f"{MAX_EMULATED_MBPS:.0f} Mb/s (link {a}-{b} would be {mbps:.3g} Mb/s)",
                               scale.link, file)
 
-    ctl = _Section(top.get("controller", dict, {}), "controller", file)
-    routing = ctl.get("routing", str, DEFAULT_POLICY, check=lambda v: v in ROUTINGS,
-                      expected="one of " + ", ".join(ROUTINGS))
-    ctl.done()
+    routing, policy_params = _controller(top.get("controller", dict, {}), fabric, file)
 
     tb = _Section(top.get("testbed", dict, {}), "testbed", file)
     testbed = Testbed(**read_settings(Testbed, tb))
@@ -448,7 +455,23 @@ def parse(data, file: str | None = None) -> Experiment:
     return Experiment(name=name, topology=topo, scale=scale, routing=routing, jobs=tuple(jobs),
                       testbed=testbed, description=description, faults=faults, capture=capture,
                       prediction=prediction, sweep=sweep, engine=engine,
-                      source=file, raw=data)
+                      source=file, raw=data, policy_params=policy_params)
+
+
+def _controller(data, fabric, file) -> tuple[str, dict]:
+    """controller: {policy: NAME, params: {...}} (``routing`` is policy's old name): the
+    policy, loaded and built on the fabric, and its params resolved."""
+    ctl = _Section(data, "controller", file)
+    if "routing" in data and "policy" in data:
+        raise InputError("controller.routing", "either policy or routing (its old name), not both",
+                         data["routing"], file)
+    key = "routing" if "routing" in data else "policy"
+    name = ctl.get(key, str, DEFAULT_POLICY)
+    params = ctl.get("params", dict, {})
+    ctl.used.update(("policy", "routing"))
+    ctl.done()
+    policy = make_policy(name, fabric, params, f"controller.{key}", "controller.params", file)
+    return name, policy.params.to_dict()
 
 
 def _faults(items, fabric, ranked_hosts, file) -> tuple:
@@ -522,7 +545,7 @@ def _sweep(data, file) -> tuple:
 
     def key_ok(key, where):
         if not isinstance(key, str) or not key or key.split(".")[0] == "sweep" or "" in key.split("."):
-            raise InputError(where, "a dotted key path outside sweep, e.g. controller.routing", key, file)
+            raise InputError(where, "a dotted key path outside sweep, e.g. controller.policy", key, file)
 
     if grid is not None:
         if not grid:
@@ -560,7 +583,7 @@ def to_dict(exp: Experiment) -> dict:
         "engine": exp.engine,
         "topology": dict(exp.topology),
         "scale": {"link": exp.scale.link, "bytes": exp.scale.bytes},
-        "controller": {"routing": exp.routing},
+        "controller": {"policy": exp.routing, "params": dict(exp.policy_params)},
         "testbed": asdict(exp.testbed),
         "jobs": [{"name": j.name, "hosts": copy.deepcopy(j.hosts), "order": j.order, "start_ms": j.start_ms,
                   "workload": copy.deepcopy(j.workload)} for j in exp.jobs],

@@ -83,7 +83,7 @@ def build_plans(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
                 # Emulated seconds after the shared start ("go"), not after the job's own start.
                 i = hosts.index(f.straggler)
                 jp.ranks[i] = replace(jp.ranks[i], straggler=Straggler(f.at_ms / 1000.0 * dilation, f.factor))
-        if exp.routing == "coschedule":
+        if exp.coschedules:
             announcement_plan(fabric, jp, exp.scale.link)
         jobs.append(jp)
     return jobs

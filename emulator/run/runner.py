@@ -63,7 +63,7 @@ def _run(exp: Experiment, out_dir: str, log, calibration: dict | None = None) ->
     ctx = {"status": "incomplete", "error": None, "datapath": None, "controller": None,
            "totals": {}, "t_start": None, "t_end": None, "monitor": None, "calibration": calibration}
     try:
-        with Testbed(fabric, out_dir, routing=exp.routing, scale_link=exp.scale.link,
+        with Testbed(fabric, out_dir, policy=exp.routing, params=exp.policy_params, scale_link=exp.scale.link,
                      link_delay_us=exp.link_delay_us,
                      datapath=exp.testbed.datapath, queue_packets=exp.testbed.queue_packets,
                      ready_timeout_s=exp.testbed.ready_timeout_s, log=log) as tb:
@@ -94,7 +94,7 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
     agents = []  # (job, rank, Popen)
     sel = selectors.DefaultSelector()
     cosched = relay.Relay(tb.rest_url if tb.rest_port else None, exp.scale.dilation) \
-        if exp.routing == "coschedule" else None
+        if exp.coschedules else None
     try:
         for jp in jobs:
             for plan in jp.ranks:

@@ -1,6 +1,6 @@
 """The testbed: OVS + Mininet fabric + Ryu controller, as one context manager.
 
-    with Testbed(fabric, run_dir, scale_link=2.5e-5, routing="ecmp") as tb:
+    with Testbed(fabric, run_dir, policy="ecmp", params={}, scale_link=2.5e-5) as tb:
         tb.host("h0").cmd("ping -c1 10.0.0.2")
 
 Entering starts OVS if needed, detects the datapath, builds the fabric,
@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import psutil
 
 from badinput.paths import inside
-from controller.routing import DEFAULT_POLICY
+from controller import config as controller_config
+from controller.registry import DEFAULT_POLICY
 from emulator.testbed import runstate, shaping
 from emulator.testbed.datapath import AFXDP_MTU, AFXDP_PORT, MTU, detect_datapath, ensure_ovs
 from emulator.testbed.process import TestbedError, free_port, stop_process, wait_for
@@ -43,13 +44,15 @@ class LinkShape:
 class Testbed:
     """Settings left out take the experiment file's defaults (experiment.model.Testbed)."""
 
-    def __init__(self, fabric: Fabric, run_dir: str, *, scale_link: float, routing: str = DEFAULT_POLICY,
-                 datapath: str = model.Testbed.datapath, queue_packets: int = model.Testbed.queue_packets,
+    def __init__(self, fabric: Fabric, run_dir: str, *, scale_link: float, policy: str = DEFAULT_POLICY,
+                 params: dict | None = None, datapath: str = model.Testbed.datapath,
+                 queue_packets: int = model.Testbed.queue_packets,
                  ready_timeout_s: float = model.Testbed.ready_timeout_s, controller: bool = True, mtu: int = MTU,
-                 link_delay_us: float = 0.0, log=print):
+                 link_delay_us: float = 0.0, log=print, routing: str | None = None):
         self.fabric = fabric
         self.run_dir = os.path.abspath(run_dir)
-        self.routing = routing
+        self.policy = routing or policy  # routing: the old name
+        self.params = dict(params or {})
         self.scale_link = scale_link
         self.requested_datapath = datapath
         self.queue_packets = queue_packets
@@ -185,10 +188,13 @@ class Testbed:
 
     def _start_controller(self, fabric_path: str, ofp_port: int, restart: bool = False):
         self._ctl_args = (fabric_path, ofp_port)
-        cmd = [sys.executable, "-m", "controller.run", "--fabric", fabric_path, "--routing", self.routing,
-               "--ofp-port", str(ofp_port), "--rest-host", "127.0.0.1", "--rest-port", str(self.rest_port),
-               # The controller reports and decides in real-cluster Gb/s.
-               "--link-scale", repr(self.scale_link)]
+        # One configuration file, in the run folder: `python -m controller.run` it to start the same controller.
+        cfg_path = inside(self.run_dir, "controller.json")
+        controller_config.make(fabric_path, self.policy, self.params, ofp_port=ofp_port, rest_port=self.rest_port,
+                               check_fabric=False,  # dumped from the Fabric a moment ago
+                               # The controller reports and decides in real-cluster Gb/s.
+                               link_scale=self.scale_link).write(cfg_path)
+        cmd = [sys.executable, "-m", "controller.run", cfg_path]
         # One log: Ryu logs to stderr, and a crash's traceback lands there too (a --log-file
         # would only repeat the log lines).
         self._ctl_log = open(inside(self.run_dir, "controller.log"), "a" if restart else "w")

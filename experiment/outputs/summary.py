@@ -221,6 +221,7 @@ def build(exp, fabric, jobs, events: list[dict], *, status: str, error: str | No
         "topology": {**exp.topology, **fabric.counts()},
         "scale": {"link": exp.scale.link, "bytes": exp.scale.bytes, "dilation": dil},
         "routing": exp.routing,
+        "policy": {"name": exp.routing, "params": dict(exp.policy_params)},
         "jobs": per_job,
         "aggregate": aggregate(per_job, events, dil),
         "prediction": {"model": "alpha-beta (traffic.collectives.model.predict_time_s): each rank's NIC at its "

@@ -1,8 +1,8 @@
 """Congestion-aware routing and co-scheduling, with time driven by hand.
 
-``Sim`` closes the loop without a switch: packets go through the fake
-OpenFlow network, the links they cross count bytes, and the counters go back
-to the controller as port and flow statistics.
+``Sim`` (controller.testing) closes the loop without a switch: packets go through
+the fake OpenFlow network, the links they cross count bytes, and the counters go
+back to the controller as port and flow statistics.
 """
 import itertools
 import json
@@ -15,82 +15,13 @@ from hypothesis import strategies as st
 from controller.core import FabricController
 from controller.cosched import MAX_BODY_BYTES
 from controller.fakeof import FakeNetwork
-from controller.flows import CongestionConfig, FlowKey
+from controller.flows import FlowKey
 from controller.hedera import estimate_demands, global_first_fit, path_links
 from controller.load import LinkLoad
 from controller.routing import equal_cost_paths
 from controller.rules import FlowDelete
+from controller.testing import GBPS, Sim
 from topologies import fat_tree, leaf_spine, single_switch
-
-GBPS = 1e9 / 8  # bytes per second at 1 Gb/s
-
-
-class Sim:
-    def __init__(self, fabric, routing="congestion-aware", **cfg):
-        self.fabric = fabric
-        self.ctl = FabricController(fabric, routing, CongestionConfig(**cfg))
-        self.net = FakeNetwork(fabric)
-        self.now = 0.0
-        for s in self.ctl.switches.values():
-            self.apply(self.ctl.switch_connected(s.dpid, self.now))
-            self.ctl.install_done(s.dpid, self.now)
-        self.tx = defaultdict(int)
-        self.rx = defaultdict(int)
-        self.flow_bytes = defaultdict(int)
-        self.rates = {}  # key -> offered Gb/s
-
-    def apply(self, plan):
-        for stage in plan:
-            self.net.apply(stage)
-
-    def key(self, src, dst, sport=40000, dport=5000):
-        return FlowKey(self.fabric.node(src)["ip"], self.fabric.node(dst)["ip"], 6, sport, dport)
-
-    def start(self, src, dst, gbps, sport=40000):
-        """The first packet reaches the controller, which places the flow."""
-        key = self.key(src, dst, sport)
-        traces = self.net.all_traces(src, dst, sport=sport)
-        assert any(t.outcome == "controller" for t in traces)
-        sw, port = self.fabric.attachment(src)
-        self.apply(self.ctl.packet_in_flow(self.fabric.node(sw)["dpid"], port, key, self.now))
-        self.rates[key] = (src, dst, sport, gbps)
-        return key
-
-    def path(self, key):
-        src, dst, _, _ = self.rates[key]
-        t = self.net.trace(src, dst, sport=key.sport, dport=key.dport)
-        assert t.delivered, t
-        return t
-
-    def step(self, dt=0.5):
-        """Carry every flow for dt, report counters, let the controller rebalance."""
-        for key, (src, dst, sport, gbps) in self.rates.items():
-            t = self.path(key)
-            nbytes = int(gbps * GBPS * dt)
-            for a, b in t.links:
-                if self.fabric.node(a)["role"] == "switch":
-                    self.tx[a, self.fabric.port(a, b)] += nbytes
-                else:
-                    self.rx[b, self.fabric.port(b, a)] += nbytes
-            self.flow_bytes[key] += nbytes
-        self.now += dt
-        for sw, st in self.ctl.switches.items():
-            ports = sorted({p for (s, p) in list(self.tx) + list(self.rx) if s == sw})
-            self.ctl.port_stats(st.dpid, [(p, self.tx[sw, p], self.rx[sw, p]) for p in ports], self.now)
-            entries = [(f.cookie, self.flow_bytes[f.key]) for f in self.ctl.sched.flows.values()
-                       if f.path[0] == sw]
-            self.ctl.flow_stats(st.dpid, entries, self.now)
-        plan = self.ctl.poll_done(self.now)
-        self.apply(plan)
-        return plan
-
-    def link_flows(self):
-        per = defaultdict(int)
-        for key in self.rates:
-            for ln in self.path(key).links:
-                per[ln] += 1
-        return per
-
 
 # -- link load ---------------------------------------------------------------
 def test_link_load_is_an_ewma_of_counter_deltas_in_real_units():
@@ -203,9 +134,9 @@ def colliding_sim(**cfg):
     a = sim.start("h0", "h4", 400, sport=1)
     path_a = sim.ctl.sched.flows[a].path
     # Pin the second flow onto the same path, as a hash collision would.
-    sim.ctl.sched.pinned[("h1", "h5")] = (None, path_a, None)
+    sim.ctl.policy.pinned[("h1", "h5")] = (None, path_a, None)
     b = sim.start("h1", "h5", 400, sport=2)
-    del sim.ctl.sched.pinned[("h1", "h5")]
+    del sim.ctl.policy.pinned[("h1", "h5")]
     assert sim.ctl.sched.flows[b].path == path_a
     return sim, a, b
 

@@ -7,14 +7,8 @@ from controller.core import FabricController
 from controller.fakeof import FakeNetwork
 from controller.run import check_inputs, parse_args, ryu_argv
 from controller.rules import FlowRule, GroupRule
+from controller.testing import connect_all
 from topologies import fat_tree, rail_optimized
-
-
-def connect_all(ctl, net, now=0.0):
-    for name, st in ctl.switches.items():
-        for stage in ctl.switch_connected(st.dpid, now):
-            net.apply(stage)
-        ctl.install_done(st.dpid, now + 0.1)
 
 
 def test_connect_plans_route_every_pair_and_mark_ready():

@@ -1,64 +1,20 @@
 """A controller restart in the fake network: the new controller reads back what
 each switch holds and resynchronizes it make-before-break, so that no packet
 meets a gap or a loop at any step, and nothing that holds is sent again."""
-import itertools
 
 from controller.core import FabricController
-from controller.fakeof import LOOP, FakeNetwork
+from controller.fakeof import FakeNetwork
 from controller.flows import FlowKey
 from controller.rules import COOKIE_FLOW_BASE, PRIORITY_FLOW, PRIORITY_ROUTE, ETH_IPV4, FlowRule, GroupRule
+from controller.testing import connect_all, delivered_pairs, held, restart
 from topologies import fat_tree
 
 SOURCES = ("h0", "h5", "h10", "h15")  # one per pod: every path kind of a k=4 fat-tree
 
 
-def held(net, switch):
-    fs = net.switches[switch]
-    return list(fs.flows.values()), list(fs.groups.values())
-
-
-def outcome(net) -> dict:
-    """(src, dst) -> True when every path the groups allow delivers; loops fail the test."""
-    out = {}
-    for src, dst in itertools.permutations(net.fabric.hosts, 2):
-        if src not in SOURCES:
-            continue
-        traces = [t for t in net.all_traces(src, dst) if t.outcome != "controller"]
-        assert not any(t.outcome == LOOP for t in traces), traces
-        out[src, dst] = bool(traces) and all(t.delivered for t in traces)
-    return out
-
-
 def connect(ctl, net, held_state=False, now=0.0, check=None):
     """Every switch (re)connects in dpid order; with check, after every single operation."""
-    for name, st in sorted(ctl.switches.items(), key=lambda kv: kv[1].dpid):
-        plan = ctl.switch_connected(st.dpid, now, held(net, name) if held_state else None)
-        for stage in plan:
-            for op in stage:
-                net.apply([op])
-                if check:
-                    check()
-        ctl.install_done(st.dpid, now)
-
-
-def restart(fabric, net, routing="ecmp", down=(), check=None):
-    """A new controller process: it learns the links that died meanwhile from the
-    switches' port states (as the adapter feeds them), then resynchronizes."""
-    ctl = FabricController(fabric, routing)
-    for name, st in sorted(ctl.switches.items(), key=lambda kv: kv[1].dpid):
-        for a, b in down:
-            if name in (a, b):
-                plan = ctl.port_status(st.dpid, fabric.port(name, b if name == a else a), False, 10.0)
-                for stage in plan:
-                    net.apply(stage)
-        plan = ctl.switch_connected(st.dpid, 10.0, held(net, name))
-        for stage in plan:
-            for op in stage:
-                net.apply([op])
-                if check:
-                    check()
-        ctl.install_done(st.dpid, 10.0)
-    return ctl
+    connect_all(ctl, net, now, held_state=held_state, check=check)
 
 
 def test_restart_with_nothing_changed_sends_nothing():
@@ -72,7 +28,7 @@ def test_restart_with_nothing_changed_sends_nothing():
     assert c["resync_entries_kept"] == sum(len(f) for f in before.values()) + \
         sum(len(fs.groups) for fs in net.switches.values())
     assert {s: dict(fs.flows) for s, fs in net.switches.items()} == before
-    assert all(outcome(net).values())
+    assert all(delivered_pairs(net, SOURCES).values())
     assert ctl.status()["ready"]
 
 
@@ -81,10 +37,10 @@ def test_restart_after_a_link_died_unwatched_never_loses_a_delivered_pair():
     net = FakeNetwork(fabric)
     connect(FabricController(fabric, "ecmp"), net)
     net.set_link("agg0_0", "core0", up=False)  # while no controller was there
-    seen = [outcome(net)]
+    seen = [delivered_pairs(net, SOURCES)]
 
     def check():
-        now = outcome(net)
+        now = delivered_pairs(net, SOURCES)
         lost = [p for p, ok in seen[-1].items() if ok and not now[p]]
         assert not lost, lost[:5]
         seen.append(now)

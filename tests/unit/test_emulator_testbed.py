@@ -114,4 +114,5 @@ def test_the_controller_writes_one_log(tmp_path, monkeypatch):
     tb._ctl_log.close()
     assert "--log-file" not in started["cmd"]
     assert started["stdout"] == str(tmp_path / "controller.log") and started["stderr"] == lifecycle.subprocess.STDOUT
-    assert os.listdir(tmp_path) == ["controller.log"]
+    # Beside it only its configuration file (fabric, policy, params, ports).
+    assert sorted(os.listdir(tmp_path)) == ["controller.json", "controller.log"]

@@ -39,7 +39,7 @@ def test_config_yaml_spells_out_defaults_and_overrides(tmp_path):
     data = yaml.safe_load(path.read_text())
     assert data["scale"]["link"] == 1e-5
     assert data["topology"]["oversubscription"] == 1.0  # a builder default
-    assert data["controller"] == {"routing": exp.routing}
+    assert data["controller"] == {"policy": exp.routing, "params": {"poll_s": 0.5, "tau_s": 1.0}}
     assert data["testbed"] == {"datapath": "auto", "slice_bytes": 8192, "queue_packets": 1000,
                                "timeout_s": 600.0, "ready_timeout_s": 60.0, "stall_timeout_s": 30.0}
     assert set(data["jobs"][0]) == {"name", "hosts", "order", "start_ms", "workload"}
@@ -70,7 +70,7 @@ def test_a_file_that_says_nothing_gets_the_dataclass_defaults():
     """Each default is written once, on the dataclass field; parse and the testbed take it from there."""
     import inspect
 
-    from controller.routing import DEFAULT_POLICY
+    from controller.registry import DEFAULT_POLICY
     from emulator.testbed.lifecycle import Testbed
 
     exp = model.parse(MINIMAL)
@@ -80,7 +80,7 @@ def test_a_file_that_says_nothing_gets_the_dataclass_defaults():
     params = inspect.signature(Testbed).parameters
     for name in ("datapath", "queue_packets", "ready_timeout_s"):
         assert params[name].default == getattr(model.Testbed(), name)
-    assert params["routing"].default == DEFAULT_POLICY
+    assert params["policy"].default == DEFAULT_POLICY
 
 
 def test_a_setting_out_of_range_names_its_key_and_range():

@@ -29,7 +29,7 @@ MAY_IMPORT = {
 }
 HEAVY = ("mininet", "ryu", "os_ken", "eventlet", "psutil")
 # The only modules of an engine-neutral package that may import a HEAVY package.
-ADAPTERS = {"controller.ryu_app", "controller.run"}
+ADAPTERS = {"controller.ryu_app", "controller.run", "controller.ofwire"}  # ofwire: rules to OpenFlow messages
 # What must run without root: the engine-neutral layers, and the flow-level engine.
 NEUTRAL = ("badinput", "topologies", "traffic", "controller", "experiment", "flowsim")
 

@@ -1,0 +1,29 @@
+"""Static base forwarding: ``ecmp`` (every shortest path, hashed) and ``shortest`` (one per destination)."""
+from __future__ import annotations
+
+from controller.params import Param
+from controller.policy import EcmpForwarding, Forwarding, Observation, Policy, ShortestForwarding
+
+# The engine polls port counters for every policy: controller-state.json shows link loads.
+OBSERVE_PARAMS = {
+    "poll_s": Param(0.5, gt=0, le=3600, doc="statistics poll period (controller clock)"),
+    "tau_s": Param(1.0, gt=0, le=3600, doc="time constant of the link-load moving average"),
+}
+
+
+class Ecmp(Policy):
+    """Every shortest path of every pair, as one select group per port set: each switch
+    hashes each flow's five-tuple over its equal-cost next hops."""
+    PARAMS = OBSERVE_PARAMS
+
+    def forwarding(self, now: float, obs: Observation) -> Forwarding:
+        return EcmpForwarding(obs.paths)
+
+
+class Shortest(Policy):
+    """One shortest path per (switch, destination host), spread over the equal-cost next
+    hops by a stable hash of the switch and the destination."""
+    PARAMS = OBSERVE_PARAMS
+
+    def forwarding(self, now: float, obs: Observation) -> Forwarding:
+        return ShortestForwarding(obs.paths)
