@@ -12,14 +12,17 @@ from badinput import InputError, one_line
 EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
 
 
+def _overrides(args) -> list[str]:
+    """--set items, plus --engine as the override it is (so config.yaml and sweeps record it)."""
+    return list(args.set) + ([f"engine={args.engine}"] if getattr(args, "engine", None) else [])
+
+
 def cmd_run(args) -> int:
-    from emulator.run.runner import run_experiment
-    from emulator.testbed import runstate
-    from experiment import model
+    from experiment import engine, model
     from experiment.engine import Interrupted, RunFailure
     from experiment.outputs.summary import print_table
 
-    exp = model.load(args.experiment, args.set)
+    exp = model.load(args.experiment, _overrides(args))
     if args.auto_scale and exp.sweep:
         raise InputError("--auto-scale", "an experiment without a sweep: section (calibrate one point alone: "
                           "--auto-scale --set 'sweep={}' plus its overrides; then put the chosen scale in the file)",
@@ -37,9 +40,17 @@ def cmd_run(args) -> int:
         return _run_sweep(args, exp, out, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    print(f"dtnet: running {exp.name} -> {out}")
+    print(f"dtnet: running {exp.name} -> {out}" + (f" (engine {exp.engine})" if exp.engine != "emulate" else ""))
+    run_experiment = engine.runner(exp.engine)
+    lease_errors: tuple = ()
+    if exp.engine == "emulate":
+        from emulator.testbed import runstate
+        lease_errors = (runstate.LeaseError,)
     prepare = None
     if args.auto_scale:
+        if exp.engine != "emulate":
+            raise InputError("--auto-scale", "engine: emulate (the flow engine has no scale to calibrate)",
+                             f"engine: {exp.engine}", args.experiment)
         from emulator.run import autoscale
 
         def prepare(e):
@@ -50,7 +61,7 @@ def cmd_run(args) -> int:
             return chosen, record
     try:
         summary = run_experiment(exp, out, prepare=prepare)
-    except runstate.LeaseError as e:  # another live run writes this folder: refuse at once
+    except lease_errors as e:  # another live run writes this folder: refuse at once
         print(f"dtnet: {e}", file=sys.stderr)
         return EXIT_INPUT
     except Interrupted as e:
@@ -72,9 +83,8 @@ def _flushed(msg: str) -> None:
 
 
 def _run_sweep(args, exp, out, on_signal) -> int:
-    from emulator.run.runner import run_experiment
     from experiment import sweep
-    from experiment.engine import Interrupted
+    from experiment.engine import Interrupted, run_any
 
     points = sweep.expand(exp)
     sweep.check(points)  # every point valid before the first one starts
@@ -82,7 +92,7 @@ def _run_sweep(args, exp, out, on_signal) -> int:
     signal.signal(signal.SIGINT, on_signal)
     print(f"dtnet: sweep {exp.name}: {len(points)} points -> {out}")
     try:
-        done = sweep.run(exp, out, run_experiment, points)
+        done = sweep.run(exp, out, run_any, points)  # each point on the engine it names
     except Interrupted as e:
         print(f"dtnet: sweep interrupted by {e}; {out}/{sweep.CSV_NAME} has the points done; "
               f"run the same command again to resume", file=sys.stderr)
@@ -97,10 +107,10 @@ def _run_sweep(args, exp, out, on_signal) -> int:
 
 
 def cmd_check(args) -> int:
-    from experiment import model
-    from experiment.plan import build_plans
+    from experiment import engine, model
+    from experiment.plan import build_plans, job_traces
 
-    exp = model.load(args.experiment, args.set)
+    exp = model.load(args.experiment, _overrides(args))
     if exp.sweep:
         from experiment import sweep
 
@@ -111,11 +121,16 @@ def cmd_check(args) -> int:
         print(f"{args.experiment}: ok: {exp.name}: a sweep of {len(points)} points, each valid")
         return EXIT_OK
     fabric = exp.fabric()
-    jobs = build_plans(exp, fabric)
+    jobs = build_plans(exp, fabric) if exp.engine == "emulate" else job_traces(exp, fabric)
+    verdict = engine.check(exp)
     c = fabric.counts()
-    print(f"{args.experiment}: ok: {exp.name}: {fabric.kind} with {c['hosts']} hosts, {c['switches']} switches; "
-          f"{len(jobs)} job(s); emulated host link {exp.emulated_mbps(fabric.link_gbps):g} Mb/s, "
-          f"time dilation {exp.scale.dilation:g}x")
+    head = f"{args.experiment}: ok: {exp.name}: {fabric.kind} with {c['hosts']} hosts, {c['switches']} switches; " \
+           f"{len(jobs)} job(s); "
+    if exp.engine == "emulate":
+        print(head + f"emulated host link {exp.emulated_mbps(fabric.link_gbps):g} Mb/s, "
+                     f"time dilation {exp.scale.dilation:g}x")
+    else:
+        print(head + verdict)
     return EXIT_OK
 
 
@@ -174,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "traffic on Mininet, Open vSwitch and a Ryu controller.")
     sub = p.add_subparsers(dest="command", required=True)
 
-    r = sub.add_parser("run", help="run an experiment file, or every point of a sweep (needs root)",
+    r = sub.add_parser("run", help="run an experiment file, or every point of a sweep (emulate: needs root)",
                        description="Run an experiment and write DIR: summary.json, events.jsonl, config.yaml "
                                    "(the resolved experiment), trace.json (Perfetto), links.csv, plots/, and "
                                    "pcap/ when the file asks for a capture. A file with a sweep: section runs "
@@ -186,6 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="output folder (default results/<name>/)")
     r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a value, e.g. --set scale.link=1e-5 --set jobs.0.workload.size_bytes=1e9")
+    r.add_argument("--engine", choices=("emulate", "flow"),
+                   help="run on this engine, whatever the file's engine: says (emulate: Mininet, OVS and Ryu, "
+                        "needs root; flow: the flow-level model, no root, real-cluster units; "
+                        "docs/flow-engine.md). Same as --set engine=NAME")
     r.add_argument("--auto-scale", action="store_true",
                    help="first calibrate: up to 4 short runs of this experiment (its first iterations, ~3 s "
                         "of replay each) on a x2 ladder of scale.link from the configured one, the time dilation "
@@ -195,9 +214,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "machine's now: other load counts. Not with a sweep (exit 2). README: 'Choosing the scale'")
     r.set_defaults(func=cmd_run)
 
-    c = sub.add_parser("check", help="validate an experiment file (every point of a sweep) without running it")
+    c = sub.add_parser("check", help="validate an experiment file (every point of a sweep) without running it",
+                       description="Validates the file as `dtnet run` would read it, and asks its engine "
+                                   "whether it can model everything in it (exit 2 with one line when not).")
     c.add_argument("experiment")
     c.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
+    c.add_argument("--engine", choices=("emulate", "flow"), help="check for this engine (same as --set engine=NAME)")
     c.set_defaults(func=cmd_check)
 
     cl = sub.add_parser("clean", help="remove the leftovers of runs that died (their bridges, links, processes)",

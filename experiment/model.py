@@ -17,9 +17,12 @@ import yaml
 
 from badinput import InputError
 from experiment import placement
+from experiment.engine import ENGINES as ENGINE_TABLE
 from topologies import build as build_fabric
 
 ROUTINGS = ("shortest", "ecmp", "congestion-aware", "coschedule")
+ENGINES = tuple(ENGINE_TABLE)  # the names experiment.engine maps to code
+COLLECTIVE_MODELS = ("auto", "detailed", "bundle")
 DATAPATHS = ("auto", "kernel", "userspace", "afxdp")
 # Mininet's TCLink refuses bw above 1000 Mb/s; below 0.1 Mb/s HTB is coarse.
 MAX_EMULATED_MBPS = 1000.0
@@ -114,6 +117,19 @@ class Prediction:
 
 
 @dataclass(frozen=True)
+class Flow:
+    """How the flow-level engine runs the experiment (docs/flow-engine.md). None: derived
+    from the rest of the file, so that a file written for the emulator runs the same traffic."""
+    # detailed: every transfer, slice-gated as the agents send; bundle: a collective instance is
+    # one entity (exact for rings, approximate otherwise); auto: detailed while it stays small.
+    collective_model: str = "auto"
+    ecmp_seed: int = 0            # ECMP's hash seed: the hashing luck of one run (sweep it for the spread)
+    latency_us: float | None = None  # per-transfer delivery latency; None: prediction.latency_us
+    slice_bytes: int | None = None   # pipelining slice, real bytes; None: testbed.slice_bytes / scale.bytes
+    link_bin_ms: float | None = None  # links.csv interval; None: one wall second of the emulator, or 1 ms
+
+
+@dataclass(frozen=True)
 class Experiment:
     name: str
     topology: dict
@@ -128,6 +144,10 @@ class Experiment:
     sweep: tuple = ()  # points, each a tuple of (key.path, value) overrides
     source: str | None = None
     raw: dict = field(default_factory=dict, compare=False)
+    engine: str = "emulate"
+    flow: Flow = Flow()
+    # False: the file has no scale: section (allowed with engine: flow, which works in real units).
+    scale_given: bool = True
 
     def fabric(self):
         topo = dict(self.topology)
@@ -321,13 +341,20 @@ def parse(data, file: str | None = None) -> Experiment:
     # Every builder default spelled out, so config.yaml states the fabric in full.
     topo = {"kind": topo["kind"], **fabric.params, "link_gbps": topo["link_gbps"]}
 
-    sc = _Section(top.get("scale", dict), "scale", file)
-    scale = Scale(
-        link=float(sc.get("link", NUM, check=lambda v: 0 < v <= 1, expected="a factor in (0, 1]")),
-        bytes=float(sc.get("bytes", NUM, check=lambda v: 0 < v <= 1, expected="a factor in (0, 1]")),
-    )
-    sc.done()
-    for a, b, d in fabric.links():
+    engine = top.get("engine", str, "emulate", check=lambda v: v in ENGINES,
+                     expected="one of " + ", ".join(ENGINES))
+    # The flow engine works in real-cluster units: it needs no scale, and ignores the
+    # emulator's rate limits when one is given (a sweep over both engines shares one file).
+    scale_given = engine == "emulate" or "scale" in data
+    scale = Scale(1.0, 1.0)
+    if scale_given:
+        sc = _Section(top.get("scale", dict), "scale", file)
+        scale = Scale(
+            link=float(sc.get("link", NUM, check=lambda v: 0 < v <= 1, expected="a factor in (0, 1]")),
+            bytes=float(sc.get("bytes", NUM, check=lambda v: 0 < v <= 1, expected="a factor in (0, 1]")),
+        )
+        sc.done()
+    for a, b, d in fabric.links() if engine == "emulate" else ():
         mbps = d["link_gbps"] * 1000 * scale.link
         if not MIN_EMULATED_MBPS <= mbps <= MAX_EMULATED_MBPS:
             raise InputError("scale.link", f"emulated link rates within {MIN_EMULATED_MBPS}.."
@@ -390,12 +417,31 @@ def parse(data, file: str | None = None) -> Experiment:
     prediction = Prediction(latency_us=float(ps.get("latency_us", NUM, 0.0, check=lambda v: 0 <= v <= 1e6,
                                                     expected="microseconds in 0..1000000")))
     ps.done()
+    flow = _flow(top.get("flow", dict, {}), file)
     sweep = _sweep(top.get("sweep", dict, {}), file)
     top.done()
     return Experiment(name=name, topology=topo, scale=scale, routing=routing, jobs=tuple(jobs),
                       testbed=testbed, description=description, faults=faults, capture=capture,
                       prediction=prediction, sweep=sweep,
-                      source=file, raw=data)
+                      source=file, raw=data, engine=engine, flow=flow, scale_given=scale_given)
+
+
+def _flow(data, file) -> Flow:
+    fs = _Section(data, "flow", file)
+    latency = fs.get("latency_us", NUM, None, check=lambda v: 0 <= v <= 1e6, expected="microseconds in 0..1000000")
+    bin_ms = fs.get("link_bin_ms", NUM, None, check=lambda v: 1e-3 <= v <= 1e6,
+                    expected="milliseconds in 0.001..1000000")
+    flow = Flow(
+        collective_model=fs.get("collective_model", str, "auto", check=lambda v: v in COLLECTIVE_MODELS,
+                                expected="one of " + ", ".join(COLLECTIVE_MODELS)),
+        ecmp_seed=fs.get("ecmp_seed", int, 0, check=lambda v: 0 <= v < 1 << 63, expected="an integer in 0..2^63-1"),
+        latency_us=None if latency is None else float(latency),
+        slice_bytes=fs.get("slice_bytes", int, None, check=lambda v: 1 <= v <= 1 << 40,
+                           expected="bytes in 1..1099511627776"),
+        link_bin_ms=None if bin_ms is None else float(bin_ms),
+    )
+    fs.done()
+    return flow
 
 
 def _faults(items, fabric, ranked_hosts, file) -> tuple:
@@ -509,8 +555,9 @@ def to_dict(exp: Experiment) -> dict:
     return {
         "name": exp.name,
         "description": exp.description,
+        "engine": exp.engine,
         "topology": dict(exp.topology),
-        "scale": {"link": exp.scale.link, "bytes": exp.scale.bytes},
+        **({"scale": {"link": exp.scale.link, "bytes": exp.scale.bytes}} if exp.scale_given else {}),
         "controller": {"routing": exp.routing},
         "testbed": asdict(exp.testbed),
         "jobs": [{"name": j.name, "hosts": copy.deepcopy(j.hosts), "order": j.order, "start_ms": j.start_ms,
@@ -519,6 +566,7 @@ def to_dict(exp: Experiment) -> dict:
         **({"capture": {"links": [list(ln) for ln in exp.capture.links], "max_packets": exp.capture.max_packets,
                         "snaplen": exp.capture.snaplen}} if exp.capture.links else {}),
         "prediction": asdict(exp.prediction),
+        **({"flow": {k: v for k, v in asdict(exp.flow).items() if v is not None}} if exp.flow != Flow() else {}),
         **({"sweep": {"list": [dict(copy.deepcopy(p)) for p in exp.sweep]}} if exp.sweep else {}),
     }
 

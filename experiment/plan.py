@@ -48,29 +48,9 @@ def emulated_bytes(size_bytes: int, scale_bytes: float) -> int:
 
 def build_plans(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
     dilation = exp.scale.dilation
-    try:
-        placed = jobs_hosts(exp.jobs, fabric)
-    except InputError as e:
-        raise InputError(e.key, e.expected, e.found, exp.source) from None
     jobs = []
-    for ji, (job, hosts) in enumerate(zip(exp.jobs, placed)):
-        workload = dict(job.workload)
-        if "trace" in workload and isinstance(workload["trace"], str):
-            workload["trace"] = resolve_path(exp, workload["trace"])
-        try:
-            trace = build_workload(workload, len(hosts), gpus_per_server=_gps(fabric, hosts),
-                                   file=exp.source)
-        except InputError as e:
-            if e.file is not None and e.file != exp.source:
-                raise  # a trace file the workload names: the fault and its key are in that file
-            key = str(e.key)
-            if not key.startswith("jobs"):
-                key = f"jobs[{ji}].{key}" if key.startswith("workload") else f"jobs[{ji}].workload.{key}"
-            raise InputError(key, e.expected, e.found, exp.source) from None
-        if trace.nranks != len(hosts):
-            raise InputError(f"jobs[{ji}].hosts", f"{trace.nranks} hosts (the workload's rank count)",
-                              len(hosts), exp.source)
-        jp = JobPlan(job.name, ji, hosts, trace, start_offset_s=job.start_ms / 1000.0 * dilation)
+    for jp in job_traces(exp, fabric):
+        job, hosts = exp.jobs[jp.index], jp.hosts
         jp.ranks = _rank_plans(exp, fabric, jp, dilation)
         for f in exp.faults:
             if f.straggler in hosts:
@@ -83,7 +63,37 @@ def build_plans(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
     return jobs
 
 
-def _gps(fabric: Fabric, hosts: list[str]):
+def job_traces(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
+    """Each job placed, with its workload's trace (real-cluster units) and no rank plans yet:
+    what every engine starts from. A bad workload is an InputError naming its key."""
+    dilation = exp.scale.dilation
+    try:
+        placed = jobs_hosts(exp.jobs, fabric)
+    except InputError as e:
+        raise InputError(e.key, e.expected, e.found, exp.source) from None
+    jobs = []
+    for ji, (job, hosts) in enumerate(zip(exp.jobs, placed)):
+        workload = dict(job.workload)
+        if "trace" in workload and isinstance(workload["trace"], str):
+            workload["trace"] = resolve_path(exp, workload["trace"])
+        try:
+            trace = build_workload(workload, len(hosts), gpus_per_server=gpus_per_server(fabric, hosts),
+                                   file=exp.source)
+        except InputError as e:
+            if e.file is not None and e.file != exp.source:
+                raise  # a trace file the workload names: the fault and its key are in that file
+            key = str(e.key)
+            if not key.startswith("jobs"):
+                key = f"jobs[{ji}].{key}" if key.startswith("workload") else f"jobs[{ji}].workload.{key}"
+            raise InputError(key, e.expected, e.found, exp.source) from None
+        if trace.nranks != len(hosts):
+            raise InputError(f"jobs[{ji}].hosts", f"{trace.nranks} hosts (the workload's rank count)",
+                              len(hosts), exp.source)
+        jobs.append(JobPlan(job.name, ji, hosts, trace, start_offset_s=job.start_ms / 1000.0 * dilation))
+    return jobs
+
+
+def gpus_per_server(fabric: Fabric, hosts: list[str]):
     """GPUs per server as these hosts see it, for rail-aware algorithms
     (None when they do not line up with servers). A host's fabric rank is
     server x gpus_per_server + gpu, the numbering the function expects."""
@@ -123,7 +133,7 @@ def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -
                     size = emulated_bytes(op.size_bytes, sb)
                     root = getattr(op, "root", None) or 0
                     # Servers as this group sees them (strided DP groups differ from the job's).
-                    gps = _gps(fabric, [jp.hosts[g] for g in group])
+                    gps = gpus_per_server(fabric, [jp.hosts[g] for g in group])
                     key = (op.op, op.algorithm, len(group), size, root, gps)
                     if key not in sched_cache:
                         sched_cache[key] = build_schedule(op.op, op.algorithm, len(group), size, root=root,

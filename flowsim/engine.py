@@ -55,6 +55,7 @@ class Params:
     max_fixed_point_iters: int = 60
     base_port: int = 20000
     max_events: int = 50_000_000
+    record_transfers: bool = False  # keep each transfer's first-byte and delivery times (Result.transfers)
 
     def __post_init__(self):
         if not self.slice_bytes > 0:
@@ -123,9 +124,16 @@ class Simulation:
     """Run jobs over a Net with a router; ``run()`` returns a ``Result``."""
 
     def __init__(self, net: Net, jobs: list[JobSpec], router: Router, params: Params = Params(),
-                 faults: list[Fault] = (), stragglers: list[Straggler] = ()):
+                 faults: list[Fault] = (), stragglers: list[Straggler] = (), phases=None):
+        """phases: co-scheduling gates (flowsim.cosched.PhaseGates or None): they hold each
+        job's communication of an announced iteration until its answer's start, and pace it."""
         self.net, self.jobs, self.router, self.p = net, list(jobs), router, params
         self.faults, self.stragglers = list(faults), list(stragglers)
+        self.phases = phases
+        self.pace: dict[int, tuple[float, float, float]] = {}  # job -> (share of each NIC, from_s, until_s)
+        self.parked: dict[tuple, list[tuple[int, int]]] = {}   # (job, iteration) -> ops waiting for an answer
+        self.fault_log: list[dict] = []
+        self.slowed: dict[tuple[int, int], float] = {}  # (global rank, op index) -> straggler factor
         self.now = 0.0
         self._seq = 0
         self.heap: list = []
@@ -139,6 +147,7 @@ class Simulation:
         self.series: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._bin_cur, self._bin_acc = None, None
         self.records: list[tuple] = []   # (job, rank, op index, start, end, ready)
+        router.attach(self)
 
     # ---- setup ---------------------------------------------------------------------------
     def _setup_ranks(self):
@@ -198,6 +207,7 @@ class Simulation:
         self.T_state, self.T_earlier = z(np.int8), z(np.int64)
         self.T_gs, self.T_ge, self.T_ws, self.T_we = z(np.int64), z(np.int64), z(np.int64), z(np.int64)
         self.T_local = z(np.int64)
+        self.T_first, self.T_end = z(), z()
         self.n_T = 0
         self.G = np.zeros(1024, np.int64)
         self.n_G = 0
@@ -205,7 +215,7 @@ class Simulation:
         self.n_W = 0
         # Connections: (job, src rank, dst rank) -> id.
         self.conn_of: dict[tuple, int] = {}
-        self.C_src, self.C_dst, self.C_key, self.C_job = [], [], [], []
+        self.C_src, self.C_dst, self.C_key, self.C_job, self.C_sport = [], [], [], [], []
         self.C_path: list[np.ndarray | None] = []
         self.C_bytes = np.zeros(0)
         self.C_rate = np.zeros(0)
@@ -228,7 +238,7 @@ class Simulation:
             return
         new = max(need, 2 * cap)
         for name in ("T_size", "T_sent", "T_rate", "T_last", "T_conn", "T_seq", "T_inst", "T_state", "T_earlier",
-                     "T_gs", "T_ge", "T_ws", "T_we", "T_local"):
+                     "T_gs", "T_ge", "T_ws", "T_we", "T_local", "T_first", "T_end"):
             old = getattr(self, name)
             arr = np.zeros(new, old.dtype)
             arr[:cap] = old
@@ -250,13 +260,50 @@ class Simulation:
         self._seq += 1
         heapq.heappush(self.heap, (t, self._seq, kind, payload))
 
-    def run(self) -> "Result":
+    def five_tuple(self, c: int) -> tuple[int, int, int, int]:
+        """(src ip, dst ip, sport, dport) of connection c, as integers (TCP)."""
+        return (int(self.net.host_ip[self.C_src[c]]), int(self.net.host_ip[self.C_dst[c]]), self.C_sport[c],
+                self.p.base_port + self.C_job[c])
+
+    def connect_all(self):
+        """Open every connection the jobs will use, in (job, source rank, destination rank) order, and
+        route them now: the agents connect to all their peers before the replay starts, so a
+        controller places every flow on idle links (at t=0)."""
+        for j in range(len(self.jobs)):
+            pairs = sorted(self._pairs(j))
+            if pairs:
+                self._conns(j, np.array([a for a, _ in pairs]), np.array([b for _, b in pairs]))
+        self._route_missing(np.arange(len(self.C_src)))
+
+    def _pairs(self, j: int) -> set[tuple[int, int]]:
+        """Every (src, dst) rank pair of job j that carries data."""
+        tr, out, seen = self.jobs[j].trace, set(), set()
+        for r in range(tr.nranks):
+            for op in tr.ops.get(r, []):
+                if op.kind == "send":
+                    out.add((r, op.peer))
+                elif op.kind == "collective" and (op.group, op.id) not in seen:
+                    seen.add((op.group, op.id))
+                    group = tr.groups[op.group]
+                    if len(group) < 2:
+                        continue
+                    gps = self._group_gps(j, group) if op.algorithm == "hierarchical" else None
+                    t = template(op.op, op.algorithm or "ring", len(group), op.size_bytes, op.root or 0, gps)
+                    g = np.asarray(group)
+                    out.update(zip(g[t.src].tolist(), g[t.dst].tolist()))
+        return {(a, b) for a, b in out if a != b}
+
+    def run(self, progress=None, progress_every: int = 2000) -> "Result":
+        """progress(sim), when given, is called every progress_every events (to write results as
+        they come) and once at the end."""
         for j, job in enumerate(self.jobs):
             self._push(float(job.start_s), "job", j)
         for f in self.faults:
             self._push(float(f.at_s), "fault", f)
         if self.router.poll_s:
             self._push(float(self.router.poll_s), "poll", None)
+        for t in self.router.timers():
+            self._push(float(t), "wake", None)
         self.dirty = True
         stalled = None
         while self.ops_left > 0:
@@ -265,7 +312,7 @@ class Simulation:
             t_cont = self._next_continuous()
             t_heap = self.heap[0][0] if self.heap else math.inf
             # Only polls left and nothing moves: the run is stuck.
-            if not math.isfinite(t_cont) and all(k == "poll" for _, _, k, _ in self.heap):
+            if not math.isfinite(t_cont) and all(k in ("poll", "pace") for _, _, k, _ in self.heap):
                 stalled = self._stall_reason()
                 break
             t_next = min(t_cont, t_heap)
@@ -281,7 +328,11 @@ class Simulation:
                 _, _, kind, payload = heapq.heappop(self.heap)
                 self._handle(kind, payload)
             self.dirty = True
+            if progress is not None and self.counters["events"] % progress_every == 0:
+                progress(self)
         self._close_bins()
+        if progress is not None:
+            progress(self)
         from flowsim.results import Result
         return Result(self, stalled)
 
@@ -307,6 +358,12 @@ class Simulation:
             self._poll()
             if self.ops_left > 0:
                 self._push(self.now + self.router.poll_s, "poll", None)
+        elif kind == "wake":
+            self._apply_paths(self.router.wake(self.now, self.observation()))
+        elif kind == "gate":
+            self._begin(*payload)
+        elif kind == "pace":
+            pass  # a pace window opens or closes: the rates are solved again after every event
 
     # ---- ops ---------------------------------------------------------------------------
     def _ready(self, g: int, i: int):
@@ -318,11 +375,47 @@ class Simulation:
             if not self.compute_busy[g]:
                 self._next_compute(g)
             return
+        if self.phases is not None and op.iteration is not None:
+            j = self.job_of[g]
+            opens = self.phases.ready(self, j, g - self.rank_base[j], op.iteration)
+            if opens is not None and not math.isfinite(opens):
+                self.parked.setdefault((j, op.iteration), []).append((g, i))  # until its phase is answered
+                return
+            if opens is not None and opens > self.now:
+                self._push(opens, "gate", (g, i))
+                return
+        self._begin(g, i)
+
+    def _begin(self, g: int, i: int):
+        """A communication op starts (its dependencies are done and its phase's gate is open)."""
+        op = self.streams[g][i]
+        if self.phases is not None and op.iteration is not None:
+            j = self.job_of[g]
+            self.phases.begun(self, j, g - self.rank_base[j], op.iteration)
         self.op_start[g][i] = self.now
         if op.kind == "collective":
             self._start_collective(g, i, op)
         else:
             self._start_p2p(g, i, op)
+
+    def release(self, j: int, iteration: int, start_s: float):
+        """The phase (job j, iteration) is answered: the ops parked on it start at start_s."""
+        for g, i in self.parked.pop((j, iteration), []):
+            if start_s > self.now:
+                self._push(start_s, "gate", (g, i))
+            else:
+                self._begin(g, i)
+
+    def set_pace(self, j: int, share: float | None, from_s: float = 0.0, until_s: float = 0.0):
+        """From from_s until until_s every rank of job j sends at most share x its NIC rate, over all its
+        connections (the agent's pacer); share None lifts the last pace."""
+        if share is None or until_s <= max(from_s, self.now):
+            self.pace.pop(j, None)
+            return
+        self.pace[j] = (float(share), float(from_s), float(until_s))
+        for t in (from_s, until_s):
+            if t > self.now:
+                self._push(t, "pace", j)
 
     def _next_compute(self, g: int):
         if self.compute_busy[g] or not self.compute_wait[g]:
@@ -335,6 +428,8 @@ class Simulation:
         for from_s, f in self.slow.get(g, ()):
             if self.now >= from_s:
                 factor = f
+        if factor != 1.0:
+            self.slowed[g, i] = factor
         self.op_start[g][i] = self.now
         self.compute_busy[g] = True
         self._push(self.now + op.duration_s * factor, "compute", (g, i))
@@ -454,8 +549,9 @@ class Simulation:
             hd = self.rank_host[self.rank_base[j] + nd]
             ids = len(self.C_src) + np.arange(len(new))
             # The agent's connection: a kernel-chosen source port; one per ordered pair and job.
-            keys = five_tuple_hash(self.net.host_ip[hs], self.net.host_ip[hd], 32768 + ids % 28232,
-                                   self.p.base_port + j)
+            sport = 32768 + ids % 28232
+            keys = five_tuple_hash(self.net.host_ip[hs], self.net.host_ip[hd], sport, self.p.base_port + j)
+            self.C_sport.extend(sport.tolist())
             self.C_src.extend(hs.tolist())
             self.C_dst.extend(hd.tolist())
             self.C_job.extend([j] * len(new))
@@ -539,6 +635,7 @@ class Simulation:
     def _transfers_done(self, tids: np.ndarray):
         """Delivered: the receiver has every byte."""
         self.T_state[tids] = DONE
+        self.T_end[tids] = self.now
         self.T_rate[tids] = 0
         self._release_waiters(tids)
         for t in tids.tolist():
@@ -641,7 +738,7 @@ class Simulation:
         src = np.array([self.C_src[c] for c in miss])
         dst = np.array([self.C_dst[c] for c in miss])
         key = np.array([self.C_key[c] for c in miss], np.uint64)
-        indptr, links = self.router.route(self.net, src, dst, key)
+        indptr, links = self.router.route(self.net, src, dst, key, conns=np.array(miss, np.int64))
         for k, c in enumerate(miss):
             self.C_path[c] = links[indptr[k]:indptr[k + 1]].astype(np.int64)
         self.counters["routed"] += len(miss)
@@ -676,10 +773,13 @@ class Simulation:
     def _fault(self, f: Fault):
         self.counters["faults"] += 1
         if f.b is None:
-            self.net.set_switch(f.a, f.up)
+            links = self.net.set_switch(f.a, f.up)
         else:
-            self.net.set_cable(f.a, f.b, f.up)
+            links = self.net.set_cable(f.a, f.b, f.up)
+        before = self.counters["reroutes"]
         self._apply_paths(self.router.links_changed(self.now, self.observation()))
+        self.fault_log.append({"at_s": self.now, "fault": f, "links": len(links),
+                               "moved": self.counters["reroutes"] - before})
 
     def _poll(self):
         self.counters["polls"] += 1
@@ -725,14 +825,24 @@ class Simulation:
             cols_links.append(lk)
             cols_w.append(w)
             lens.append(len(lk))
+        capacity = self.net.capacity_Bps
+        path_lens = list(lens)
+        pace_rows, pace_cap = self._pacers(conns, blive)
+        if pace_rows is not None:
+            for k in range(len(cols_links)):
+                extra = pace_rows[k]
+                if len(extra[0]):
+                    cols_links[k] = np.concatenate([cols_links[k], extra[0]])
+                    cols_w[k] = np.concatenate([cols_w[k], extra[1]])
+                    lens[k] += len(extra[0])
+            capacity = np.concatenate([capacity, pace_cap])
         indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
         links = np.concatenate(cols_links) if cols_links else np.zeros(0, np.int64)
         wts = np.concatenate(cols_w) if cols_w else np.zeros(0)
         n_ent = len(conns) + len(blive)
-        at = sp.csr_matrix((wts, links, indptr), shape=(n_ent, self.net.n_links))
+        at = sp.csr_matrix((wts, links, indptr), shape=(n_ent, len(capacity)))
         a_csc = at.T.tocsc()
-        capacity = self.net.capacity_Bps
-        unrouted = np.array(lens, np.int64) == 0
+        unrouted = np.array(path_lens, np.int64) == 0
         has_free = np.zeros(len(conns), bool)
         if len(q):
             np.logical_or.at(has_free, seg, free)
@@ -765,7 +875,39 @@ class Simulation:
         self.T_rate[q] = rates_q
         self.C_rate[conns] = rc if len(conns) else 0
         self.B_rate[blive] = r[len(conns):]
-        self.link_load = sp.csr_matrix(a_csc) @ np.where(np.isfinite(r), r, 0.0)
+        self.link_load = (sp.csr_matrix(a_csc) @ np.where(np.isfinite(r), r, 0.0))[:self.net.n_links]
+
+    def _pacers(self, conns: np.ndarray, blive: np.ndarray):
+        """Rows of the paced senders (one virtual link per paced rank, at share x its NIC rate) that
+        each entity crosses, as (row ids, weights) per entity, and their capacities; (None, None)
+        when no pace is on now."""
+        on = {j: share for j, (share, t0, t1) in self.pace.items() if t0 <= self.now < t1}
+        if not on:
+            return None, None
+        row_of: dict[int, int] = {}
+        caps = []
+        for j, share in on.items():
+            base = self.rank_base[j]
+            for r in range(self.jobs[j].trace.nranks):
+                h = int(self.rank_host[base + r])
+                if h not in row_of:
+                    row_of[h] = self.net.n_links + len(caps)
+                    caps.append(share * self.net.host_nic_Bps(h))
+        rows = []
+        for c in conns.tolist():
+            row = row_of.get(self.C_src[c]) if self.C_job[c] in on else None
+            rows.append((np.array([row] if row is not None else [], np.int64), np.ones(1 if row is not None else 0)))
+        for b in blive.tolist():
+            members = self.B_conns[b]
+            src = [row_of.get(self.C_src[c]) if self.C_job[c] in on else None for c in members.tolist()]
+            keep = np.array([x is not None for x in src], bool)
+            if not keep.any():
+                rows.append((np.zeros(0, np.int64), np.zeros(0)))
+                continue
+            ids = np.array([x for x in src if x is not None], np.int64)
+            uniq, inv = np.unique(ids, return_inverse=True)
+            rows.append((uniq, np.bincount(inv, weights=self.B_w[b][keep], minlength=len(uniq))))
+        return rows, np.array(caps)
 
     def _gates(self, q: np.ndarray) -> dict:
         """For each queued send: free (may send at any rate now) or held at its gate, the
@@ -919,6 +1061,9 @@ class Simulation:
             return
         q = getattr(self, "_q", np.zeros(0, np.int64))
         if len(q):
+            if self.p.record_transfers:
+                first = (self.T_sent[q] <= 0) & (self.T_rate[q] > 0)
+                self.T_first[q[first]] = self.now
             self.T_sent[q] = np.minimum(self.T_sent[q] + self.T_rate[q] * dt, self.T_size[q])
         if self.B_live:
             b = np.fromiter(self.B_live, np.int64, len(self.B_live))

@@ -285,6 +285,7 @@ def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
     return {
         "version": SUMMARY_VERSION,
         "name": exp.name,
+        "engine": "emulate",
         "status": ctx["status"],
         "error": ctx["error"],
         "topology": {**exp.topology, **fabric.counts()},

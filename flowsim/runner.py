@@ -1,0 +1,418 @@
+"""`dtnet run` with `engine: flow`: the experiment as fluid flows, into the same run folder.
+
+The experiment model, placement, traces, schedules, alpha-beta predictions, controller
+policies and outputs are the ones the emulator uses; only how bytes and time move differs
+(flowsim.engine). Everything is in real-cluster units: times are seconds since the replay
+start, so summary.json says dilation 1. A file written for the emulator runs unchanged: when
+it has a `scale:` section the flow engine mirrors what the emulator would do with it (the
+agents' slice is testbed.slice_bytes / scale.bytes real bytes, the controller's periods are
+its wall-clock periods over the dilation), and ignores it otherwise.
+
+What the model assumes is written into summary.json ("model"), in place of the emulator's
+fidelity checks; docs/flow-engine.md says where it differs from TCP on shaped links.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from badinput import InputError
+from experiment.engine import RunFailure
+from experiment.model import Experiment, Scale, write_resolved
+from experiment.outputs.announcements import summarize as announcements
+from experiment.outputs.links import COLUMNS as LINK_COLUMNS
+from experiment.outputs.summary import SUMMARY_VERSION, aggregate, job_results, traffic_results
+from experiment.outputs.write import write_after_run, write_json
+from experiment.plan import build_plans, emulated_bytes, gpus_per_server, job_traces, predict_cct_s
+from flowsim.control import CONTROLLED, ControllerRouter
+from flowsim.cosched import PhaseGates
+from flowsim.engine import Fault, JobSpec, Params, Simulation, Straggler
+from flowsim.network import Net
+from flowsim.routing import EcmpRouter, ShortestRouter
+from flowsim.templates import template
+from traffic.collectives import build_schedule
+
+ENGINE = "flow"
+# collective_model auto: every transfer of every collective while there are at most this many
+# (the detailed model costs about one solve per transfer boundary); bundles beyond.
+AUTO_DETAILED_TRANSFERS = 200_000
+TRANSFER_EVENTS_MAX = 20_000  # as the emulator's plans: more would drown events.jsonl
+LINKS_CSV_MAX_ROWS = 2_000_000
+
+
+def check(exp: Experiment) -> str:
+    """Refuse what the flow engine cannot model (InputError, exit 2); one line on what it runs."""
+    if exp.capture.links:
+        raise InputError("capture.links", "no packet capture with engine: flow (it moves no packets; "
+                         "capture with engine: emulate)", [list(x) for x in exp.capture.links], exp.source)
+    for i, job in enumerate(exp.jobs):
+        unknown = [k for k in job.workload if k in ("program", "command")]
+        if unknown:
+            raise InputError(f"jobs[{i}].workload.{unknown[0]}", "a workload the flow engine can model "
+                             "(collective, model, trace, pattern): a real program runs only on the emulator",
+                             job.workload[unknown[0]], exp.source)
+    return (f"engine flow: {exp.flow.collective_model} collectives, routing {exp.routing}"
+            + (f" (ECMP seed {exp.flow.ecmp_seed})" if exp.routing in ("ecmp",) + CONTROLLED else "")
+            + f", slice {_fmt_bytes(slice_bytes(exp))}, latency {latency_s(exp) * 1e6:g} us"
+            + ("; scale: mirrored (slices and controller periods as the emulator's)" if exp.scale_given else ""))
+
+
+def slice_bytes(exp: Experiment) -> float:
+    """The pipelining slice in real bytes: flow.slice_bytes, else what the agents send."""
+    return float(exp.flow.slice_bytes or exp.testbed.slice_bytes / exp.scale.bytes)
+
+
+def latency_s(exp: Experiment) -> float:
+    us = exp.flow.latency_us if exp.flow.latency_us is not None else exp.prediction.latency_us
+    return us * 1e-6
+
+
+def time_scale(exp: Experiment) -> float:
+    """Real seconds per second of the controller's clock: the emulator's is the wall clock."""
+    return 1.0 / exp.scale.dilation if exp.scale_given else 1.0
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit, f in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= f:
+            return f"{n / f:.4g} {unit}"
+    return f"{n:.4g} B"
+
+
+# -- building the simulation ----------------------------------------------------------
+
+def collective_model(exp: Experiment, jobs) -> tuple[str, int]:
+    """(detailed or bundle, the transfers the detailed model would simulate)."""
+    total = 0
+    for jp in jobs:
+        tr, seen = jp.trace, set()
+        for r in range(tr.nranks):
+            for op in tr.ops.get(r, []):
+                if op.kind != "collective" or (op.group, op.id) in seen:
+                    continue
+                seen.add((op.group, op.id))
+                n = len(tr.groups[op.group])
+                if n > 1:
+                    total += template(op.op, op.algorithm or "ring", n, op.size_bytes, op.root or 0, None).n \
+                        if op.algorithm != "hierarchical" else 2 * n * n
+            if total > AUTO_DETAILED_TRANSFERS and exp.flow.collective_model == "auto":
+                return "bundle", total
+    if exp.flow.collective_model != "auto":
+        return exp.flow.collective_model, total
+    return ("detailed" if total <= AUTO_DETAILED_TRANSFERS else "bundle"), total
+
+
+def _router(exp: Experiment, fabric, outages):
+    if exp.routing == "shortest":
+        return ShortestRouter()
+    if exp.routing == "ecmp":
+        return EcmpRouter(exp.flow.ecmp_seed)
+    return ControllerRouter(fabric, exp.routing, exp.flow.ecmp_seed, time_scale(exp), outages)
+
+
+def _faults(exp: Experiment, jobs):
+    faults, stragglers, outages = [], [], []
+    for f in exp.faults:
+        at = f.at_ms / 1000.0
+        if f.link is not None:
+            faults.append(Fault(at, f.link[0], f.link[1], up=f.state == "up"))
+        elif f.switch is not None:
+            faults.append(Fault(at, f.switch, None, up=f.state == "up"))
+        elif f.straggler is not None:
+            for jp in jobs:
+                if f.straggler in jp.hosts:
+                    stragglers.append(Straggler(jp.name, jp.hosts.index(f.straggler), at, f.factor))
+        else:
+            outages.append((at, at + f.down_ms / 1000.0))
+    return faults, stragglers, outages
+
+
+def _announcements(exp: Experiment, fabric) -> dict:
+    """job index -> {iteration: (announcing rank, body)}: the plan's own announcements, made in
+    real units (a plan at scale 1), so the controller sees what the agents would send."""
+    plans = build_plans(replace(exp, scale=Scale(1.0, 1.0)), fabric)
+    out = {}
+    for jp in plans:
+        per = {}
+        for plan in jp.ranks:
+            for it, body in (plan.get("cosched") or {}).get("announce", []):
+                per[it] = (plan["rank"], body)
+        out[jp.index] = per
+    return out
+
+
+def predictions(exp: Experiment, fabric, jp) -> dict:
+    """(op, algorithm, size_bytes, ranks) -> alpha-beta time of each instance, real seconds: the
+    emulator's prediction (experiment.plan.predict_cct_s on the schedule the agents would run)."""
+    pexp = exp
+    if exp.flow.slice_bytes:
+        pexp = replace(exp, testbed=replace(exp.testbed, slice_bytes=max(1, round(exp.flow.slice_bytes
+                                                                                   * exp.scale.bytes))))
+    tr, seen, cache, out = jp.trace, set(), {}, {}
+    for r in range(tr.nranks):
+        for op in tr.ops.get(r, []):
+            if op.kind != "collective" or (op.group, op.id) in seen:
+                continue
+            seen.add((op.group, op.id))
+            group = tr.groups[op.group]
+            hosts = tuple(jp.hosts[g] for g in group)
+            gps = gpus_per_server(fabric, list(hosts))
+            key = (op.op, op.algorithm, len(group), emulated_bytes(op.size_bytes, exp.scale.bytes),
+                   op.root or 0, gps, hosts)
+            if key not in cache:
+                sched = build_schedule(op.op, op.algorithm, len(group), key[3], root=op.root or 0,
+                                       gpus_per_server=gps)
+                cache[key] = predict_cct_s(pexp, fabric, sched, list(hosts))
+            out.setdefault((op.op, op.algorithm, op.size_bytes, len(group)), []).append(cache[key])
+    return out
+
+
+# -- running ----------------------------------------------------------------------------
+
+def _lock(out_dir: str) -> int:
+    """Hold the run folder (the flock the emulator's runs take too): one live run per folder."""
+    fd = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise InputError("--out", "a folder no live dtnet run is writing (give this run another --out)",
+                         out_dir) from None
+    return fd
+
+
+def run_experiment(exp: Experiment, out_dir: str, log=print, prepare=None) -> dict:
+    """Run exp on the flow engine into out_dir; returns the summary it wrote."""
+    if prepare is not None:
+        raise InputError("--auto-scale", "engine: emulate (the flow engine has no scale to calibrate)",
+                         "engine: flow", exp.source)
+    os.makedirs(out_dir, exist_ok=True)
+    lock = _lock(out_dir)
+    try:
+        return _run(exp, out_dir, log)
+    finally:
+        os.close(lock)
+
+
+class _EventLog:
+    """events.jsonl, appended as the simulation goes (a run that dies keeps what it did)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.f = open(path, "w")
+        self.events: list[dict] = []
+        self.done = 0  # records written
+
+    def add(self, ev: dict) -> None:
+        self.events.append(ev)
+        self.f.write(json.dumps(ev, separators=(",", ":")) + "\n")
+
+    def flush_records(self, sim) -> None:
+        for ev in _op_events(sim, self.done):
+            self.add(ev)
+        self.done = len(sim.records)
+        self.f.flush()
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def _op_events(sim, start: int):
+    """The agents' op events for sim.records[start:], real seconds since the replay start."""
+    for j, r, i, s, e, rd in sim.records[start:]:
+        g = sim.rank_base[j] + r
+        op = sim.streams[g][i]
+        ev = {"kind": op.kind, "job": sim.jobs[j].name, "rank": int(r), "op_id": op.id, "start": float(s),
+              "end": float(e), "ready": float(rd)}
+        factor = sim.slowed.get((g, i))
+        if factor is not None:
+            ev["slowdown"] = factor
+        for k in ("op", "algorithm", "size_bytes", "iteration", "label", "group", "peer"):
+            v = getattr(op, k, None)
+            if v is not None and v != "":
+                ev[k] = v
+        if op.kind == "collective":
+            ev["ranks"] = len(sim.jobs[j].trace.groups[op.group])
+            ev.setdefault("algorithm", "ring")
+        yield ev
+
+
+def _transfer_events(sim):
+    """One event per transfer the detailed model moved: first byte to delivery (at the receiver)."""
+    for inst in sim.inst_list:
+        if inst.base < 0:
+            continue
+        n = 1 if inst.key[0] == "p2p" else inst.tmpl.n
+        for k in range(n):
+            t = inst.base + k
+            if sim.T_state[t] != 2 or sim.T_size[t] <= 0:
+                continue
+            if inst.key[0] == "p2p":
+                src, dst, step = inst.group[0], inst.group[1], 0
+            else:
+                src, dst, step = (inst.group[int(inst.tmpl.src[k])], inst.group[int(inst.tmpl.dst[k])],
+                                  int(inst.tmpl.step[k]))
+            yield {"kind": "transfer", "job": sim.jobs[inst.job].name, "rank": int(dst), "src": int(src),
+                   "dst": int(dst), "op_id": inst.op.id, "step": step, "size_bytes": int(round(sim.T_size[t])),
+                   "start": float(sim.T_first[t]), "end": float(sim.T_end[t])}
+
+
+def _fault_events(exp: Experiment, sim, router) -> list[dict]:
+    """The fault events of the experiment's faults: as applied, at their times."""
+    out, log = [], list(sim.fault_log)
+    for f in exp.faults:
+        at = f.at_ms / 1000.0
+        ev = {"kind": "fault", "job": None, "rank": None, "fault": f.describe().split(" ", 1)[0] + (
+            f" {f.state}" if f.state else ""), "at_ms": f.at_ms, "start": at, "end": at, "ok": True, "error": None}
+        if f.link is not None or f.switch is not None:
+            hit = next((x for x in log if abs(x["at_s"] - at) <= 1e-12 * max(1.0, at)
+                        and (x["fault"].a, x["fault"].b) == ((f.link[0], f.link[1]) if f.link else (f.switch, None))),
+                       None)
+            if hit is None:
+                ev.update(ok=False, error="the run ended before its time")
+            else:
+                log.remove(hit)
+                ev.update(links=hit["links"], flows_moved=hit["moved"])
+            if f.link is not None:
+                ev["link"] = f"{f.link[0]}-{f.link[1]}"
+                ev["fault"] = f"link {f.state}"
+            else:
+                ev["switch"] = f.switch
+                ev["fault"] = f"switch {f.state}"
+        elif f.straggler is not None:
+            ev.update(fault="straggler", host=f.straggler, factor=f.factor)
+        else:
+            ev.update(fault="controller restart", down_ms=f.down_ms,
+                      outage_s=f.down_ms / 1000.0 if exp.routing in CONTROLLED else 0.0)
+            if exp.routing not in CONTROLLED:
+                ev["note"] = f"routing {exp.routing}: the switches keep forwarding on their tables; nothing changes"
+        if ev["start"] > sim.now and not (f.link or f.switch):
+            ev.update(ok=False, error="the run ended before its time")
+        out.append(ev)
+    return out
+
+
+def _run(exp: Experiment, out_dir: str, log) -> dict:
+    t_wall = time.monotonic()
+    fabric = exp.fabric()
+    jobs = job_traces(exp, fabric)  # bad workloads fail here, before anything is written
+    verdict = check(exp)
+    model, transfers = collective_model(exp, jobs)
+    write_resolved(exp, os.path.join(out_dir, "config.yaml"),
+                   notes=[f"run by the flow engine: {verdict}"])
+    for stale in ("links.csv", "trace.json", "controller-state.json"):
+        if os.path.exists(os.path.join(out_dir, stale)):
+            os.remove(os.path.join(out_dir, stale))
+    events = _EventLog(os.path.join(out_dir, "events.jsonl"))
+    faults, stragglers, outages = _faults(exp, jobs)
+    router = _router(exp, fabric, outages)
+    bin_s = (exp.flow.link_bin_ms / 1000.0 if exp.flow.link_bin_ms
+             else (1.0 / exp.scale.dilation if exp.scale_given else 1e-3))
+    params = Params(slice_bytes=slice_bytes(exp), latency_s=latency_s(exp), collective_model=model,
+                    series_bin_s=bin_s, record_transfers=transfers <= TRANSFER_EVENTS_MAX)
+    phases = None
+    if exp.routing == "coschedule":
+        phases = PhaseGates(_announcements(exp, fabric), router, on_event=events.add)
+    net = Net.from_fabric(fabric)
+    specs = [JobSpec(jp.name, jp.hosts, jp.trace, start_s=exp.jobs[jp.index].start_ms / 1000.0) for jp in jobs]
+    status, error, res, sim = "incomplete", None, None, None
+    log(f"[flow] {exp.name}: {sum(len(jp.hosts) for jp in jobs)} ranks, {model} collectives"
+        + (f" ({transfers} transfers)" if model == "detailed" else "") + f", routing {router.describe()['name']}")
+    try:
+        sim = Simulation(net, specs, router, params, faults=faults, stragglers=stragglers, phases=phases)
+        if isinstance(router, ControllerRouter):
+            sim.connect_all()  # the agents connect to every peer before the replay starts
+        res = sim.run(progress=events.flush_records)
+        status = "complete" if res.complete else "incomplete"
+        error = res.stalled
+    except ValueError as e:  # a trace the model refuses (flowsim checks its own inputs)
+        error = f"the flow model refused the run: {e}"
+        raise RunFailure(error) from None
+    finally:
+        if sim is not None:
+            events.flush_records(sim)
+            if res is not None and params.record_transfers:
+                for ev in _transfer_events(sim):
+                    events.add(ev)
+            for ev in _fault_events(exp, sim, router):
+                events.add(ev)
+        events.close()
+        if sim is not None:
+            summary = _summarize(exp, fabric, jobs, events.events, sim, res, router, status, error, model,
+                                 time.monotonic() - t_wall)
+            write_json(os.path.join(out_dir, "summary.json"), summary)
+            if res is not None:
+                _write_links(os.path.join(out_dir, "links.csv"), res, log)
+            if isinstance(router, ControllerRouter):
+                write_json(os.path.join(out_dir, "controller-state.json"), router.state(sim.now))
+            write_after_run(out_dir, exp_for_outputs(exp), jobs, summary, 0.0, log)
+    return summary
+
+
+def exp_for_outputs(exp: Experiment) -> Experiment:
+    """The experiment as the outputs code should read it: real units, no dilation."""
+    return replace(exp, scale=Scale(1.0, 1.0))
+
+
+def _write_links(path: str, res, log) -> None:
+    rows = 0
+    with open(path, "w") as f:
+        f.write(",".join(LINK_COLUMNS) + "\n")
+        for t, name, a, b, util, gbps in res.link_rows():
+            f.write(f"{float(t)!r},{name},{a},{b},{round(float(util), 6)!r},{round(float(gbps), 6)!r}\n")
+            rows += 1
+            if rows >= LINKS_CSV_MAX_ROWS:
+                log(f"[flow] links.csv stopped at {rows} rows (set flow.link_bin_ms coarser for all of them)")
+                break
+
+
+def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model, wall_s) -> dict:
+    per_job = [job_results(jp.name, events, 1.0, predictions(exp, fabric, jp)) for jp in jobs]
+    host_total = sum(fabric.host_link_gbps(h) for jp in jobs for h in jp.hosts)
+    received = float(np.sum(sim.T_size[:sim.n_T][sim.T_state[:sim.n_T] == 2])) + float(
+        sum(float(np.sum(sim.B_w[b] * sim.B_done[b])) for b in range(len(sim.B_inst))))
+    counters = dict(sim.counters)
+    converged = counters["fixed_point_unconverged"] == 0
+    assumptions = res.assumptions() if res is not None else {}
+    checks = [{"name": "complete", "ok": status == "complete",
+               "detail": "every op of every rank finished" if status == "complete" else (error or "interrupted")},
+              {"name": "fixed_point", "ok": converged,
+               "detail": f"{counters['fixed_point_unconverged']} of {counters['solves']} solves left the gated "
+                         f"rates unconverged after {sim.p.max_fixed_point_iters} iterations"}]
+    ctl = router.status() if isinstance(router, ControllerRouter) else {"routing": exp.routing,
+                                                                         "counters": {"reroutes": counters["reroutes"]}}
+    return {
+        "version": SUMMARY_VERSION,
+        "name": exp.name,
+        "engine": ENGINE,
+        "status": status,
+        "error": error,
+        "topology": {**exp.topology, **fabric.counts()},
+        "scale": {"link": 1.0, "bytes": 1.0, "dilation": 1.0},
+        "routing": exp.routing,
+        "jobs": per_job,
+        "aggregate": aggregate(per_job, events, 1.0),
+        "prediction": {"model": "alpha-beta (traffic.collectives.model.predict_time_s): each rank's NIC at its "
+                                "host link rate, NVLink inside a server, pipelined by the agents' slices, "
+                                "no contention",
+                       "latency_s": exp.prediction.latency_us * 1e-6,
+                       "pipeline_slice_bytes": slice_bytes(exp)},
+        "traffic": traffic_results(events, received, 1.0, 1.0, host_total),
+        "model": {**assumptions, "collective_model": model,
+                  "mirrors_scale": {"link": exp.scale.link, "bytes": exp.scale.bytes,
+                                    "dilation": exp.scale.dilation} if exp.scale_given else None,
+                  "ignored": ["testbed (but slice_bytes)", "scale (but what it mirrors)"],
+                  "counters": counters, "wall_s": wall_s},
+        "fidelity": {"ok": status == "complete" and converged, "engine": ENGINE, "checks": checks,
+                     "note": "a model, not an emulation: what it assumed is under model"},
+        "controller": ctl,
+        "faults": [e for e in events if e.get("kind") == "fault"],
+        "capture": [],
+        "announcements": announcements(events, 1.0),
+        "duration_s_wall": wall_s,
+    }
