@@ -31,7 +31,6 @@ class PhaseGates:
         self.ready_at: dict[tuple[int, int, int], float] = {}
         self.opened: dict[tuple[int, int], dict[int, float]] = {}  # (job, rank) -> iteration -> phase began
         self.answers: dict[tuple[int, int], dict] = {}
-        self.names: dict[int, str] = {}
 
     def gated(self, j: int, it: int) -> bool:
         return it in self.plan.get(j, {})
