@@ -9,6 +9,7 @@ from badinput import InputError, one_line
 from traffic.collectives import ALGORITHMS
 from traffic.models import DTYPE_BYTES, GPUS, PRESETS
 from traffic.parallel import SCHEDULES
+from traffic.trace import MAX_DISTINCT_OPS, MAX_ITERATIONS, MAX_RANKS
 
 IMPORTERS = ("chakra", "aicb", "kineto")
 
@@ -21,9 +22,12 @@ def register(subparsers) -> None:
     sub.required = True
 
     gen = sub.add_parser("generate", help="write the trace of a model training job",
-                         description="Per-GPU op streams of a training job (Megatron rank order: tp fastest).")
+                         description="Op streams of a training job (Megatron rank order: tp fastest), one rank "
+                         "class per pipeline stage with groups and peers by rule: the file and the time do not "
+                         f"grow with the GPU count. At most {MAX_RANKS} GPUs, {MAX_ITERATIONS} iterations and "
+                         f"{MAX_DISTINCT_OPS} distinct ops (docs/trace-format.md).")
     gen.add_argument("--model", required=True, help="preset: " + ", ".join(PRESETS))
-    gen.add_argument("--gpus", type=int, required=True, help="GPU count (= tp x pp x dp)")
+    gen.add_argument("--gpus", type=int, required=True, help=f"GPU count (= tp x pp x dp), at most {MAX_RANKS}")
     for dim in ("tp", "pp", "ep"):
         gen.add_argument(f"--{dim}", type=int, default=1, help=f"{dim} size (default 1)")
     gen.add_argument("--dp", type=int, help="data-parallel size (default: gpus / (tp x pp))")
@@ -33,7 +37,7 @@ def register(subparsers) -> None:
     gen.add_argument("--micro-batch-size", type=int, default=1)
     gen.add_argument("--zero-stage", type=int, default=0, choices=range(4))
     gen.add_argument("--schedule", default="1f1b", choices=SCHEDULES)
-    gen.add_argument("--iterations", type=int, default=1)
+    gen.add_argument("--iterations", type=int, default=1, help=f"training iterations (at most {MAX_ITERATIONS})")
     gen.add_argument("--gpu", default="a100", choices=sorted(GPUS))
     gen.add_argument("--efficiency", type=float, default=0.45, help="fraction of peak FLOP/s achieved")
     gen.add_argument("--dtype", default="bf16", choices=sorted(DTYPE_BYTES))
@@ -42,17 +46,21 @@ def register(subparsers) -> None:
     gen.add_argument("--sequence-parallel", action="store_true")
     gen.add_argument("--recompute", action="store_true", help="activation recomputation in backward")
     gen.add_argument("--validate", action="store_true",
-                     help="also run the full cross-rank check (slow for thousands of GPUs; load always checks)")
+                     help="also run the whole check before writing (generated traces are correct by construction "
+                     "and tested; load and show always check)")
     gen.add_argument("--out", required=True, help="trace file to write (JSON)")
     gen.set_defaults(func=cmd_generate)
 
-    show = sub.add_parser("show", help="bytes per collective and group, op counts, critical path",
-                          description="Summarize a trace file.")
+    show = sub.add_parser("show", help="bytes per collective and parallel dimension, op counts, critical path",
+                          description="Summarize a trace file (version 1 or 2): rank classes and layout, ops, "
+                          "collectives per parallel dimension (tp, dp, pp, ep, edp) with sizes in KiB/MiB/GiB, "
+                          "and the alpha-beta critical path with identical repeated steps folded (x96).")
     show.add_argument("path")
     show.add_argument("--link-gbps", type=float, default=400.0, help="NIC rate for the critical path")
     show.add_argument("--intra-gbps", type=float, help="rate inside a server (NVLink), with meta gpus_per_server")
     show.add_argument("--latency-us", type=float, default=5.0, help="per-step latency (alpha)")
-    show.add_argument("--top", type=int, default=10, help="how many of the longest path ops to list")
+    show.add_argument("--top", type=int, default=10, help="how many of the heaviest path steps to list "
+                      "(identical steps folded into one line)")
     show.set_defaults(func=cmd_show)
 
     imp = sub.add_parser("import", help="convert Chakra, SimAI/AICB or Kineto traces",
@@ -78,6 +86,8 @@ def cmd_generate(args) -> int:
     from traffic.workload import build_workload
     _positive("--gpus", args.gpus)
     _positive("--gpus-per-server", args.gpus_per_server)
+    if args.gpus > MAX_RANKS:
+        raise InputError("--gpus", f"at most {MAX_RANKS} GPUs (the workload layer's limit)", args.gpus)
     spec = {"model": args.model, "tp": args.tp, "pp": args.pp, "ep": args.ep, "zero_stage": args.zero_stage,
             "schedule": args.schedule, "iterations": args.iterations, "gpu": args.gpu,
             "efficiency": args.efficiency, "dtype": args.dtype, "algorithm": args.algorithm,
@@ -91,8 +101,8 @@ def cmd_generate(args) -> int:
     except InputError as e:  # name the flag, not the experiment-file key
         raise InputError("--" + e.key.removeprefix("workload.").replace("_", "-"), e.expected, e.found) from None
     _save(trace, args.out)
-    n = sum(len(v) for v in trace.ops.values())
-    print(f"wrote {args.out}: {trace.nranks} ranks, {n} ops, {len(trace.groups)} groups")
+    print(f"wrote {args.out}: {trace.nranks} ranks, {trace.op_count()} ops, {len(trace.groups)} groups; "
+          f"{len(trace.classes)} rank classes hold {trace.distinct_ops()} distinct ops")
     return 0
 
 

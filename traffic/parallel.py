@@ -1,19 +1,25 @@
-"""Parallel configs (tp, pp, dp, ep) and the per-GPU op streams of a training job.
+"""Parallel configs (tp, pp, dp, ep) and the op streams of a training job.
 
-A stream is generated once per pipeline stage as a "skeleton" (ids, deps, sizes, with the group
-and peer left symbolic), then made concrete per tensor-parallel group. The tp ranks of one group
-share their Op objects except the few that name a rank-specific group or peer; that is what makes
-a 1024-GPU GPT-3 trace cheap to build.
+Every GPU of a pipeline stage runs the same stream: its collectives name their group by family
+("tp", "dp", "ep", "edp") and its pipeline sends and recvs their peer by rule ("pp+1", "pp-1"),
+which the trace's Layout resolves per rank. So a job is one rank class per stage, whatever its
+GPU count: GPT-3 175B with tp 8 and pp 8 is 8 streams at 1,024 GPUs and at 131,072.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
+import numpy as np
+
+from badinput import InputError
 from traffic.collectives import ALGORITHMS, effective_gpus_per_server
 from traffic.models import DTYPE_BYTES, GPUS, PRESETS, Gpu, Model, attention_flops, attention_params, \
     expert_params, logits_flops, mlp_dense_params, mlp_flops, model_from_spec, padded_vocab
+from traffic.layout import Layout
 from traffic.spec import SpecReader
-from traffic.trace import Op, Trace, _no_gc
+from traffic.trace import MAX_DISTINCT_OPS, MAX_ITERATIONS, MAX_RANKS, MAX_SIZE_BYTES, Op, RankClass, Trace, \
+    _no_gc
 
 DIMS = ("tp", "dp", "pp")
 SCHEDULES = ("1f1b", "gpipe")
@@ -43,25 +49,15 @@ class ParallelConfig:
         return self.tp * self.pp * self.dp
 
     @property
-    def strides(self) -> tuple[int, int, int]:
-        """Rank strides of (tp, dp, pp) under rank_order."""
-        size = {"tp": self.tp, "dp": self.dp, "pp": self.pp}
-        stride, out = 1, {}
-        for dim in self.rank_order:
-            out[dim] = stride
-            stride *= size[dim]
-        return out["tp"], out["dp"], out["pp"]
+    def layout(self) -> Layout:
+        """The rank layout (no group families: see layout_of for a job's)."""
+        return Layout(self.tp, self.dp, self.pp, self.ep, self.rank_order)
 
     def rank(self, t: int, d: int, p: int) -> int:
-        st, sd, sp = self.strides
-        return t * st + d * sd + p * sp
+        return int(self.layout.rank(t, d, p))
 
     def coords(self, rank: int) -> tuple[int, int, int]:
-        size = {"tp": self.tp, "dp": self.dp, "pp": self.pp}
-        c = {}
-        for dim in self.rank_order:
-            rank, c[dim] = divmod(rank, size[dim])
-        return c["tp"], c["dp"], c["pp"]
+        return tuple(int(x) for x in self.layout.coords(rank))
 
 
 def check_parallel(model: Model, par: ParallelConfig, nranks: int, err) -> None:
@@ -318,23 +314,64 @@ class _Job:
         return {"tp": par.tp, "dp": par.dp, "ep": par.ep, "edp": par.dp // par.ep if self.model.moe else 1}
 
 
+def estimated_ops(model: Model, par: ParallelConfig, iterations: int) -> int:
+    """An upper bound on the distinct ops `generate` makes (every stage's stream), known up front."""
+    tp_ops = (2 if par.tp > 1 else 0) * (2 if par.sequence_parallel else 1)
+    per_layer = 2 + tp_ops + (par.zero_stage == 3 and par.dp > 1) + (2 if model.moe and par.ep > 1 else 0)
+    layers = model.layers // par.pp
+    buckets = 2 * layers + 2  # dp and edp gradient buckets: every micro-batch from ZeRO-2, else the last
+    per_mb = 2 * (layers * per_layer + 2) + (buckets if par.zero_stage >= 2 else 0)
+    per_stage = par.microbatches * per_mb + buckets + 8
+    return iterations * par.pp * per_stage
+
+
+def check_size(model: Model, par: ParallelConfig, iterations: int) -> None:
+    """InputError naming the key when a job would be beyond the workload layer's limits."""
+    if par.world > MAX_RANKS:
+        raise InputError("gpus", f"at most {MAX_RANKS} GPUs (the workload layer's limit)", par.world)
+    if iterations > MAX_ITERATIONS:
+        raise InputError("iterations", f"at most {MAX_ITERATIONS}", iterations)
+    est = estimated_ops(model, par, iterations)
+    if est > MAX_DISTINCT_OPS:
+        key = "iterations" if iterations > 1 else "microbatches"
+        per = estimated_ops(model, par, 1)
+        value = iterations if key == "iterations" else par.microbatches
+        raise InputError(key, f"a trace of at most {MAX_DISTINCT_OPS} distinct ops (one iteration of "
+                         f"{model.name} with {par.microbatches} micro-batches over pp={par.pp} is about {per})",
+                         f"{value}, about {est} ops")
+
+
+def layout_of(par: ParallelConfig, moe: bool) -> Layout:
+    """The job's parallel layout with the group families it communicates over."""
+    size = {"tp": par.tp, "dp": par.dp, "ep": par.ep if moe else 1, "edp": par.dp // par.ep if moe else 1}
+    fams = tuple(f for f in ("tp", "dp", "ep", "edp") if size[f] > 1)
+    return dataclasses.replace(par.layout, families=fams)
+
+
 def generate(model: Model, par: ParallelConfig, *, gpu: str = "a100", efficiency: float = 0.45,
              dtype: str = "bf16", grad_dtype: str = "fp32", iterations: int = 1,
              bucket_size_bytes: int | None = None, algorithms: dict | None = None, recompute: bool = False,
              gpus_per_server: int | None = None) -> Trace:
-    """The per-GPU op streams of `iterations` training iterations (no validation: see Trace.validate)."""
+    """One rank class per pipeline stage, `iterations` training iterations (no validation: see
+    Trace.validate)."""
+    check_size(model, par, iterations)
     algorithms = {"tp": "ring", "dp": "ring", "ep": "ring", "edp": "ring", **(algorithms or {})}
     if bucket_size_bytes is None:  # Megatron DDP: buckets of 40M parameters
         bucket_size_bytes = MEGATRON_BUCKET_PARAMS * DTYPE_BYTES[grad_dtype]
     job = _Job(model, par, _costs(model, par, GPUS[gpu], efficiency, dtype, grad_dtype, recompute),
                algorithms, iterations, bucket_size_bytes, dtype, grad_dtype)
-    groups = _groups(job)
-    ops: dict[int, list[Op]] = {}
+    layout = layout_of(par, model.moe)
+    classes = []
     with _no_gc():
         for p in range(par.pp):
-            plan = _stage_plan(_StageBuilder(job, p).build())
-            for d in range(par.dp):
-                _materialize(job, plan, p, d, ops)
+            stream = [Op(e[_ID], e[_KIND], e[_DEPS], e[_DUR], e[_OP], e[_ALG], e[_GKIND], e[_SIZE],
+                         None if e[_PEER] is None else f"pp{e[_PEER]:+d}", e[_IT], e[_LABEL])
+                      for e in _StageBuilder(job, p).build()]
+            classes.append(RankClass(layout.select({"pp": [p]}), stream, f"stage{p}", {"pp": [p]}))
+    largest = max((o.size_bytes for c in classes for o in c.ops), default=0)
+    if largest > MAX_SIZE_BYTES:  # written unchecked (see --validate), so say it here
+        raise InputError("micro_batch_size" if par.micro_batch_size > 1 else "model",
+                         f"messages that fit 64 bits (at most {MAX_SIZE_BYTES} bytes)", f"{largest} bytes")
     meta = {
         "workload": "model", "model": model.name, "gpu": gpu, "efficiency": efficiency, "dtype": dtype,
         "grad_dtype": grad_dtype, "tp": par.tp, "pp": par.pp, "dp": par.dp, "ep": par.ep,
@@ -346,76 +383,7 @@ def generate(model: Model, par: ParallelConfig, *, gpu: str = "a100", efficiency
     }
     if gpus_per_server is not None:
         meta["gpus_per_server"] = gpus_per_server
-    return Trace(nranks=par.world, groups=groups, ops=dict(sorted(ops.items())), meta=meta)
-
-
-def _group_name(gkind, t, d, p, ep):
-    if gkind == "tp":
-        return f"tp-p{p}-d{d}"
-    if gkind == "dp":
-        return f"dp-p{p}-t{t}"
-    if gkind == "ep":
-        return f"ep-p{p}-t{t}-g{d // ep}"
-    return f"edp-p{p}-t{t}-x{d % ep}"
-
-
-def _groups(job: _Job) -> dict[str, list[int]]:
-    par, size = job.par, job.group_size
-    st, sd, sp = par.strides
-    groups: dict[str, list[int]] = {}
-    for p in range(par.pp):
-        if size["tp"] > 1:
-            for d in range(par.dp):
-                groups[_group_name("tp", 0, d, p, par.ep)] = [x * st + d * sd + p * sp for x in range(par.tp)]
-        for t in range(par.tp):
-            if size["dp"] > 1:
-                groups[_group_name("dp", t, 0, p, par.ep)] = [t * st + x * sd + p * sp for x in range(par.dp)]
-            if size["ep"] > 1 and job.model.moe:
-                for g0 in range(0, par.dp, par.ep):
-                    groups[_group_name("ep", t, g0, p, par.ep)] = [t * st + (g0 + x) * sd + p * sp
-                                                                  for x in range(par.ep)]
-            if size["edp"] > 1:
-                for x0 in range(par.ep):
-                    groups[_group_name("edp", t, x0, p, par.ep)] = [t * st + x * sd + p * sp
-                                                                   for x in range(x0, par.dp, par.ep)]
-    return groups
-
-
-def _stage_plan(skeleton):
-    """Splits a stage's skeleton by how widely an op can be shared.
-
-    Compute ops are identical on every GPU of the stage (one object each); tp collectives differ
-    only by the tp group's name; ops naming a dp/ep group or a pipeline peer are per rank.
-    """
-    base: list = [None] * len(skeleton)
-    tp_entries, special = [], []
-    for i, e in enumerate(skeleton):
-        if e[_KIND] == "compute":
-            base[i] = Op(e[_ID], e[_KIND], e[_DEPS], e[_DUR], None, None, None, 0, None, e[_IT], e[_LABEL])
-        elif e[_PEER] is None and e[_GKIND] == "tp":
-            tp_entries.append((i, e))
-        else:
-            special.append((i, e))
-    return base, tp_entries, special
-
-
-def _materialize(job: _Job, plan, p, d, ops):
-    """Concrete ops for the tp ranks of stage p, data-parallel index d."""
-    par = job.par
-    st, sd, sp = par.strides
-    base, tp_entries, special = plan
-    tp_name = _group_name("tp", 0, d, p, par.ep)
-    shared = base.copy()
-    for i, e in tp_entries:
-        shared[i] = Op(e[0], e[1], e[2], e[3], e[4], e[5], tp_name, e[7], None, e[9], e[10])
-    for t in range(par.tp):
-        rank = t * st + d * sd + p * sp
-        names = {g: _group_name(g, t, d, p, par.ep) for g in ("dp", "ep", "edp")}
-        lst = shared.copy()
-        for i, e in special:
-            peer = None if e[_PEER] is None else rank + e[_PEER] * sp
-            lst[i] = Op(e[0], e[1], e[2], e[3], e[4], e[5], names.get(e[_GKIND]), e[7], peer, e[9], e[10])
-        ops[rank] = lst
+    return Trace(par.world, {}, meta=meta, classes=classes, layout=layout)
 
 
 # ---- the experiment file's form -----------------------------------------------------------------
@@ -448,7 +416,7 @@ def model_workload(spec: dict, nranks: int, *, gpus_per_server: int | None = Non
         efficiency=r.number("efficiency", 0.45, strict=True),
         dtype=r.choice("dtype", tuple(DTYPE_BYTES), "bf16"),
         grad_dtype=r.choice("grad_dtype", tuple(DTYPE_BYTES), "fp32"),
-        iterations=r.int("iterations", 1, minimum=1),
+        iterations=r.int("iterations", 1, minimum=1, maximum=MAX_ITERATIONS),
         bucket_size_bytes=r.int("bucket_size_bytes", None, minimum=1),
         recompute=_bool(r, "recompute", False),
         algorithms=_algorithms(r, par, gpus_per_server),
@@ -457,7 +425,12 @@ def model_workload(spec: dict, nranks: int, *, gpus_per_server: int | None = Non
     if kw["efficiency"] > 1:
         raise r.error("efficiency", "a fraction of peak in (0, 1]", kw["efficiency"])
     r.done()
-    trace = generate(model, par, **kw)
+    try:
+        check_size(model, par, kw["iterations"])
+        trace = generate(model, par, **kw)
+    except InputError as e:  # micro-batches that come from global_batch: name what the user wrote
+        key = "global_batch" if e.key == "microbatches" and r.has("global_batch") else e.key
+        raise r.error(key, e.expected, e.found) from None
     _check_hierarchical(r, trace, kw["algorithms"], gpus_per_server)
     if validate:
         trace.validate(file=file)
@@ -466,13 +439,19 @@ def model_workload(spec: dict, nranks: int, *, gpus_per_server: int | None = Non
 
 def _check_hierarchical(r, trace, algorithms, gpus_per_server):
     """Hierarchical needs each group laid out server by server, with inter-server peers on one rail."""
+    lay = trace.layout
     for kind, alg in algorithms.items():
-        if alg != "hierarchical":
+        if alg != "hierarchical" or kind not in lay.families:
             continue
-        for name, ranks in trace.groups.items():
-            if name.startswith(kind + "-") and effective_gpus_per_server(ranks, gpus_per_server) is None:
+        # A family's groups are one pattern of offsets moved around: one group per place in a server.
+        firsts = np.unique(lay.group_first(kind, np.arange(trace.nranks)))
+        for i in np.unique(firsts % gpus_per_server, return_index=True)[1].tolist():
+            gi = int(lay.group_index(kind, firsts[i]))
+            ranks = lay.group_members(kind, gi)
+            if effective_gpus_per_server(ranks, gpus_per_server) is None:
                 raise r.error("algorithm", f"{kind} groups laid out server by server on the same rails for "
-                              f"hierarchical (gpus_per_server={gpus_per_server})", f"{name} = {ranks[:8]}")
+                              f"hierarchical (gpus_per_server={gpus_per_server})",
+                              f"{lay.group_name(kind, gi)} = {ranks[:8]}")
 
 
 def _bool(r, key, default):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import random
 
 from traffic.spec import SpecReader
-from traffic.trace import Op, Trace
+from traffic.trace import MAX_DISTINCT_OPS, MAX_ITERATIONS, Op, Trace
 
 PATTERNS = ("stride", "random", "staggered", "all-to-all", "incast")
 
@@ -40,7 +40,7 @@ def pattern_workload(spec: dict, nranks: int, file=None) -> Trace:
     r = SpecReader(spec, file=file)
     pattern = r.choice("pattern", PATTERNS)
     size_bytes = r.int("size_bytes", minimum=0)
-    iterations = r.int("iterations", 1, minimum=1)
+    iterations = r.int("iterations", 1, minimum=1, maximum=MAX_ITERATIONS)
     kw: dict = {}
     if nranks < 2:
         raise r.error("pattern", "a fabric with >= 2 hosts", f"{nranks} host")
@@ -55,6 +55,11 @@ def pattern_workload(spec: dict, nranks: int, file=None) -> Trace:
     if pattern == "staggered":
         _staggered_args(r, nranks, kw)
     r.done()
+    # Every rank's flows are its own ops (no two ranks share a stream); random picks among all hosts.
+    per_round = nranks * nranks if pattern in ("all-to-all", "random") else 3 * nranks
+    if iterations * per_round > MAX_DISTINCT_OPS:
+        raise r.error("iterations", f"a trace of at most {MAX_DISTINCT_OPS} ops ({pattern} over {nranks} hosts "
+                      f"costs about {per_round} per iteration)", iterations)
     ops: dict[int, list[Op]] = {x: [] for x in range(nranks)}
     prev: dict[int, tuple] = {x: () for x in range(nranks)}
     for it in range(iterations):

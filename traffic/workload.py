@@ -1,4 +1,4 @@
-"""The experiment file's `workload:` mapping -> a per-rank Trace.
+"""The experiment file's `workload:` mapping -> a Trace (rank classes; see traffic.trace).
 
 Four forms, told apart by their leading key: `collective`, `model`, `trace`, `pattern`.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 from badinput import InputError
 from traffic.collectives import ALGORITHMS, OPS
 from traffic.spec import SpecReader
-from traffic.trace import Op, Trace
+from traffic.trace import MAX_ITERATIONS, MAX_RANKS, Op, RankClass, Trace
 
 FORMS = ("collective", "model", "trace", "pattern")
 
@@ -20,6 +20,8 @@ def build_workload(spec: dict, nranks: int, *, gpus_per_server: int | None = Non
     correct by construction and tested); the spec itself is always checked."""
     if not isinstance(nranks, int) or isinstance(nranks, bool) or nranks < 1:
         raise InputError("nranks", "an integer >= 1", nranks, file=file)
+    if nranks > MAX_RANKS:
+        raise InputError("nranks", f"at most {MAX_RANKS} GPUs (the workload layer's limit)", nranks, file=file)
     if not isinstance(spec, dict):
         raise InputError("workload", "a mapping", type(spec).__name__, file=file)
     forms = [f for f in FORMS if f in spec]
@@ -43,12 +45,12 @@ def build_workload(spec: dict, nranks: int, *, gpus_per_server: int | None = Non
 
 
 def single_collective(spec: dict, nranks: int, file=None, gpus_per_server: int | None = None) -> Trace:
-    """Every rank: [compute(compute_ms)] then one collective over "world", per iteration."""
+    """Every rank: [compute(compute_ms)] then one collective over "world", per iteration: one class."""
     r = SpecReader(spec, file=file)
     op = r.choice("collective", OPS)
     algorithm = r.choice("algorithm", ALGORITHMS, "ring")
     size_bytes = r.int("size_bytes", minimum=0)
-    iterations = r.int("iterations", 1, minimum=1)
+    iterations = r.int("iterations", 1, minimum=1, maximum=MAX_ITERATIONS)
     compute_s = r.number("compute_ms", 0.0) / 1e3
     root = r.int("root", 0, minimum=0, maximum=nranks - 1)
     r.done()
@@ -71,8 +73,8 @@ def single_collective(spec: dict, nranks: int, file=None, gpus_per_server: int |
         prev = (oid,)
     meta = {"workload": "collective", "op": op, "algorithm": algorithm, "size_bytes": size_bytes,
             "iterations": iterations}
-    trace = Trace(nranks=nranks, groups={"world": list(range(nranks))},
-                  ops={rank: list(ops) for rank in range(nranks)}, meta=meta)
+    trace = Trace(nranks, {"world": list(range(nranks))}, meta=meta,
+                  classes=[RankClass(range(nranks), ops, "all ranks")])
     trace.validate(file=file)
     return trace
 

@@ -80,3 +80,44 @@ def test_import_aicb_then_show(tmp_path, capsys):
     assert t.nranks == 4 and t.meta["gpus_per_server"] == 2 and t.meta["format"] == "aicb"
     with pytest.raises(InputError, match="--comm-groups: expected only with chakra"):
         _run(["trace", "import", "aicb", str(w), "--out", str(out), "--comm-groups", str(w)])
+
+
+def test_show_names_dimensions_with_units_and_folds_repeats(tmp_path, capsys):
+    out = tmp_path / "moe.json"
+    assert _run(["trace", "generate", "--model", "mixtral-8x7b", "--gpus", "8", "--tp", "2", "--pp", "2",
+                 "--ep", "2", "--microbatches", "4", "--out", str(out)]) == 0
+    assert "rank classes hold" in capsys.readouterr().out
+    assert _run(["trace", "show", str(out), "--top", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "held as 2 rank classes" in text and "layout: tp 2 x dp 2 (ep 2) x pp 2" in text
+    rows = {line.split()[0] + " " + line.split()[1]: line for line in text.splitlines()
+            if line.split()[:1] and line.split()[0] in ("tp", "dp", "ep", "edp", "p2p")}
+    assert "ep all_to_all" in rows and "dp all_to_all" not in rows  # expert parallelism is not dp
+    assert rows["ep all_to_all"].rstrip().endswith("MiB") or rows["ep all_to_all"].rstrip().endswith("GiB")
+    steps = text.split("critical path:")[1].splitlines()[1:]
+    assert len(steps) == 3 and any(s.split()[2].startswith("x") for s in steps)  # "x4": one line, 4 steps
+
+
+@pytest.mark.parametrize("flags,expected", [
+    (["--iterations", str(10 ** 9)], "--iterations: expected an integer >= 1 and <= 100000, found 1000000000"),
+    (["--gpus", str(1 << 40)], "--gpus: expected at most 1048576 GPUs"),
+    (["--microbatches", str(10 ** 8)], "--microbatches: expected a trace of at most 5000000 distinct ops"),
+    (["--iterations", "1000"], "--iterations: expected a trace of at most 5000000 distinct ops"),
+])
+def test_generate_answers_at_once_beyond_the_limits(flags, expected, tmp_path):
+    argv = ["trace", "generate", "--model", "gpt3-175b", "--gpus", "1024", "--tp", "8", "--pp", "8"]
+    if "--gpus" in flags:
+        argv = argv[:5] + argv[7:]
+    with pytest.raises(InputError) as e:
+        _run(argv + flags + ["--out", str(tmp_path / "t.json")])
+    assert str(e.value).startswith(expected), str(e.value)
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_show_reads_a_version_1_file_and_names_its_groups_by_dimension(capsys):
+    import pathlib
+    old = pathlib.Path(__file__).parents[1] / "data" / "v1" / "mixtral-pp2-ep2.json"
+    assert _run(["trace", "show", str(old)]) == 0
+    text = capsys.readouterr().out
+    assert "held as 4 rank classes" in text  # one per rank, as version 1 lists them
+    assert "ep       all_to_all" in text and "dp       all_reduce" in text  # by the rule the names follow

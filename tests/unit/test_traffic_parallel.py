@@ -1,5 +1,4 @@
 """Model workloads: Megatron rank order, per-GPU streams, and bytes derived from tensor shapes."""
-import collections
 
 import pytest
 
@@ -193,14 +192,18 @@ def test_hierarchical_when_groups_sit_on_rails():
         build_workload({**SMALL, "algorithm": {"dp": "hierarchical"}}, 8, gpus_per_server=3)  # dp-p0-t1 = [1, 3]
 
 
-def test_stage_ops_are_shared_only_where_identical():
-    t = _small()
-    a, b = t.ops[0], t.ops[1]  # same tp group
-    same = sum(x is y for x, y in zip(a, b))
-    assert same > len(a) // 2
-    kinds = collections.Counter(x.kind for x, y in zip(a, b) if x is not y)
-    assert set(kinds) <= {"send", "recv", "collective"}
-    assert all(x.group.startswith("dp-") for x, y in zip(a, b) if x is not y and x.kind == "collective")
+def test_a_job_is_one_class_per_stage_with_groups_and_peers_by_rule():
+    t = _small()  # tp 2, pp 2, dp 2
+    assert [c.name for c in t.classes] == ["stage0", "stage1"]
+    assert [list(c.ranks) for c in t.classes] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    stream = t.classes[0].ops
+    assert {o.group for o in stream if o.kind == "collective"} == {"tp", "dp"}
+    assert {o.peer for o in stream if o.kind in ("send", "recv")} == {"pp+1"}
+    a, b = t.ops_of(0), t.ops_of(1)  # one tp group, two dp groups and pipeline peers: only those differ
+    differ = [x for x, y in zip(a, b) if x != y]
+    assert {x.kind for x in differ} == {"collective", "send", "recv"}
+    assert all(x.group.startswith("dp-") for x in differ if x.kind == "collective")
+    assert sum(x is y for x, y in zip(a, b)) == sum(not t.is_symbolic(o) for o in stream)  # shared, not copied
 
 
 @pytest.mark.parametrize("pp", [1, 2, 3, 4])

@@ -1,11 +1,14 @@
 """The trace file: exact round trips, and every malformed input is one InputError line."""
 import json
+import pathlib
 
 import pytest
 
 from badinput import InputError
 from traffic.trace import Op, Trace, dump, find_cycle, load, to_dict
 from traffic.workload import build_workload
+
+V1 = pathlib.Path(__file__).parents[1] / "data" / "v1"
 
 
 def _pair_trace():
@@ -39,9 +42,10 @@ def test_round_trip_is_exact(tmp_path):
 
 def test_file_is_versioned_and_omits_defaults():
     d = to_dict(_pair_trace())
-    assert d["format"] == "dtnet-trace" and d["version"] == 1
-    assert d["ops"]["2"][0] == {"id": "ar", "kind": "collective", "op": "all_reduce", "algorithm": "ring",
-                                "group": "world", "size_bytes": 10}
+    assert d["format"] == "dtnet-trace" and d["version"] == 2
+    assert d["classes"][2] == {"ranks": [2], "ops": [{"id": "ar", "kind": "collective", "op": "all_reduce",
+                                                      "algorithm": "ring", "group": "world", "size_bytes": 10}]}
+    assert d["groups"] == {"world": [[0, 3]], "pair": [[0, 2]]}  # ranks as runs
 
 
 def _edit(t, rank, i, **kw):
@@ -91,7 +95,21 @@ def test_cross_rank_deadlock_is_a_cycle():
     ("{not json", "trace: expected JSON"),
     ("[]", "trace: expected a JSON object"),
     ('{"format": "other"}', "format: expected"),
-    ('{"format": "dtnet-trace", "version": 2}', "version: expected 1"),
+    ('{"format": "dtnet-trace", "version": 3}', "version: expected 1 or 2"),
+    ('{"format": "dtnet-trace", "version": 2, "nranks": 1, "ops": {}}', "version: expected 1 for a file of per-rank"),
+    ('{"format": "dtnet-trace", "version": 2, "nranks": 1}', "classes: expected a list of rank classes"),
+    ('{"format": "dtnet-trace", "version": 2, "nranks": 2, "classes": [{"ranks": [[0, 9]], "ops": []}]}',
+     "classes[0].ranks: expected at most 2 ranks"),
+    ('{"format": "dtnet-trace", "version": 2, "nranks": 2, "classes": [{"ranks": {"pp": 0}, "ops": []}]}',
+     "classes[0].ranks: expected a list of ranks (a rule"),
+    ('{"format": "dtnet-trace", "version": 2, "nranks": 4, "layout": {"tp": 2, "dp": 3}, "classes": []}',
+     "layout: expected tp x dp x pp = nranks = 4"),
+    ('{"format": "dtnet-trace", "version": 2, "nranks": 4, "layout": {"tp": 4, "groups": ["xp"]}, "classes": []}',
+     "layout.groups: expected distinct group families"),
+    ('{"format": "dtnet-trace", "version": 2, "nranks": 4, "layout": {"tp": 4}, "classes": '
+     '[{"ranks": {"pp": 1}, "ops": []}]}', "classes[0].ranks.pp: expected coordinates in 0..0"),
+    ('{"format": "dtnet-trace", "version": 2, "nranks": 2, "classes": [{"ranks": [0, 1], "ops": [], "colour": 1}]}',
+     "classes[0].colour: expected one of name, ranks, ops"),
     ('{"format": "dtnet-trace", "version": 1, "nranks": 1, "ops": {"0": [{"id": "a"}]}}', "ops.0[0].kind"),
     ('{"format": "dtnet-trace", "version": 1, "nranks": 1, "ops": {"0": [{"id": "a", "kind": "compute", '
      '"colour": 1}]}}', "ops.0[0].colour"),
@@ -117,14 +135,50 @@ def test_dump_is_plain_json(tmp_path):
     assert json.loads((tmp_path / "t.json").read_text())["nranks"] == 3
 
 
-def test_shared_ops_are_written_once_and_come_back_shared(tmp_path):
+def test_a_generated_trace_is_one_class_per_stage_with_rules(tmp_path):
     t = build_workload({"model": "gpt-small", "tp": 2, "pp": 2, "dp": 2, "microbatches": 2}, 8)
     d = to_dict(t)
-    assert d["op_table"] and any(isinstance(e, list) for e in d["ops"]["1"])  # runs of the table
+    assert d["layout"] == {"tp": 2, "dp": 2, "pp": 2, "ep": 1, "order": "tp-dp-pp", "groups": ["tp", "dp"]}
+    assert [c["ranks"] for c in d["classes"]] == [{"pp": 0}, {"pp": 1}] and d["groups"] == {}
+    sends = [o for o in d["classes"][0]["ops"] if o["kind"] == "send"]
+    assert sends and {o["peer"] for o in sends} == {"pp+1"}
     dump(t, tmp_path / "t.json")
     back = load(tmp_path / "t.json")
-    assert back == t
-    assert sum(x is y for x, y in zip(back.ops[0], back.ops[1])) == sum(x is y for x, y in zip(t.ops[0], t.ops[1]))
+    assert back == t and len(back.classes) == 2
+    dump(back, tmp_path / "u.json")
+    assert (tmp_path / "u.json").read_bytes() == (tmp_path / "t.json").read_bytes()
+
+
+def test_ops_shared_by_classes_are_written_once_and_come_back_shared(tmp_path):
+    from traffic.trace import RankClass
+    common = [Op("c", "compute", duration_s=0.5), Op("ar", "collective", ("c",), op="all_reduce", group="w")]
+    t = Trace(4, {"w": [0, 1, 2, 3]}, meta={}, classes=[
+        RankClass([0, 1], common + [Op("x", "compute", ("ar",))]), RankClass([2, 3], list(common))])
+    t.validate()
+    d = to_dict(t)
+    assert len(d["op_table"]) == 2 and d["classes"][1]["ops"] == [[0, 2]]
+    dump(t, tmp_path / "t.json")
+    back = load(tmp_path / "t.json")
+    assert back == t and back.classes[0].ops[0] is back.classes[1].ops[0]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in V1.glob("*.json")))
+def test_version_1_files_written_by_the_old_code_still_load(name, tmp_path):
+    t = load(V1 / name)
+    assert t.nranks >= 4 and len(t.classes) == t.nranks  # one class per rank, as the file lists them
+    dump(t, tmp_path / "v2.json")
+    assert json.loads((tmp_path / "v2.json").read_text())["version"] == 2 and load(tmp_path / "v2.json") == t
+
+
+@pytest.mark.parametrize("name,spec,n", [
+    ("gpt-small-tp2-pp2-dp2.json", {"model": "gpt-small", "tp": 2, "pp": 2, "dp": 2, "microbatches": 2}, 8),
+    ("mixtral-pp2-ep2.json", {"model": "mixtral-8x7b", "tp": 1, "pp": 2, "ep": 2, "microbatches": 1}, 4),
+    ("stride-4.json", {"pattern": "stride", "stride": 1, "size_bytes": 4096, "iterations": 2}, 4),
+    ("all-reduce-4.json", {"collective": "all_reduce", "size_bytes": 1048576, "compute_ms": 2, "iterations": 2}, 4),
+])
+def test_version_1_files_hold_what_the_generators_make_now(name, spec, n):
+    """The old generator's per-rank files equal the compact traces generated today, rank by rank."""
+    assert load(V1 / name) == build_workload(spec, n)
 
 
 @pytest.mark.parametrize("entry", [5, [0, 9], [1, 1], "x", [0]])
@@ -137,14 +191,22 @@ def test_bad_op_table_references(tmp_path, entry):
         load(p)
 
 
-def test_the_documented_example_loads(tmp_path):
-    import pathlib
+def _doc_example(title):
     import re
     doc = (pathlib.Path(__file__).parents[2] / "docs" / "trace-format.md").read_text()
-    example = re.search(r"## Example.*?```json\n(.*?)```", doc, re.S).group(1)
+    return re.search(rf"## {title}.*?```json\n(.*?)```", doc, re.S).group(1)
+
+
+def test_the_documented_examples_load(tmp_path):
+    example = _doc_example("Example")
     p = tmp_path / "example.json"
     p.write_text(example)
     t = load(p)
     assert t.ops[0] == t.ops[1] and [o.kind for o in t.ops[0]] == ["compute", "collective"]
+    assert t.nranks == 4 and t.members("tp-p0-d0") == [0, 1] and t.ops_of(3)[1].group == "tp-p0-d1"
     dump(t, tmp_path / "again.json")
     assert json.loads((tmp_path / "again.json").read_text()) == json.loads(example)
+    v1 = tmp_path / "v1.json"
+    v1.write_text(_doc_example("Version 1"))
+    old = load(v1)
+    assert old.nranks == 2 and old.ops[0] == old.ops[1] and old.ops[1][1].group == "world"

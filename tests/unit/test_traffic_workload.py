@@ -63,3 +63,38 @@ def test_trace_form_loads_and_checks_rank_count(tmp_path):
     assert build_workload({"trace": str(tmp_path / "t.json")}, 4) == t
     with pytest.raises(InputError, match="expected a trace for 8 ranks"):
         build_workload({"trace": str(tmp_path / "t.json")}, 8, file="x.yaml")
+
+
+@pytest.mark.parametrize("spec,n,key,expected", [
+    ({"collective": "all_reduce", "size_bytes": 8, "iterations": 10 ** 9}, 4, "workload.iterations", "<= 100000"),
+    ({"pattern": "all-to-all", "size_bytes": 8, "iterations": 90000}, 64, "workload.iterations",
+     "a trace of at most 5000000 ops"),
+    ({"model": "gpt-small", "microbatches": 10 ** 9}, 4, "workload.microbatches", "at most 5000000 distinct ops"),
+    ({"model": "gpt-small", "microbatches": 1}, 1 << 21, "nranks", "at most 1048576 GPUs"),
+])
+def test_absurd_numbers_answer_at_once_with_the_limit(spec, n, key, expected):
+    with pytest.raises(InputError) as e:
+        build_workload(spec, n)
+    assert e.value.key == key and expected in e.value.expected, str(e.value)
+
+
+def test_check_names_the_limit_for_a_mistyped_iteration_count(tmp_path, capsys):
+    from dtnet import cli
+    exp = tmp_path / "e.yaml"
+    exp.write_text("name: typo\ntopology: {kind: single-switch, hosts: 4, link_gbps: 400}\n"
+                   "scale: {link: 2.5e-5, bytes: 1.0e-3}\n"
+                   "jobs:\n  - {name: j, hosts: all, workload: {collective: all_reduce, size_bytes: 1024, "
+                   "iterations: 1000000000}}\n")
+    assert cli.main(["check", str(exp)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "jobs[0].workload.iterations: expected an integer >= 1 and <= 100000" in err
+
+
+@pytest.mark.parametrize("spec,key", [
+    ({"model": "gpt-small", "tp": 2, "microbatches": 1, "micro_batch_size": 10 ** 13}, "workload.micro_batch_size"),
+    ({"model": "gpt-small", "global_batch": 4 * 10 ** 9}, "workload.global_batch"),
+])
+def test_generated_sizes_and_counts_name_the_key_the_user_wrote(spec, key):
+    with pytest.raises(InputError) as e:
+        build_workload(spec, 4, validate=False)
+    assert e.value.key == key, str(e.value)

@@ -1,31 +1,44 @@
-"""SimAI/AICB text workloads -> Trace.
+"""SimAI/AICB text workloads -> a compact Trace (one rank class per pipeline stage).
 
 Line 1: the parallelism keyword, then `key: value` pairs (model_parallel_NPU_group, ep, pp, vpp,
 ga, all_gpus, checkpoints, checkpoint_initiates, pp_comm). Line 2: the row count. Then one row
 per layer, 12 columns: name, dependency, fp_compute, fp_comm_type, fp_comm_size, ig_compute,
 ig_comm_type, ig_comm_size, wg_compute, wg_comm_type, wg_comm_size, wg_update.
 
-As SimAI reads it: compute times are ns; comm sizes are bytes; a comm type without suffix runs on
-the tensor-parallel group for fp/ig and on the data-parallel group for wg; `_EP` means the
-expert-parallel group and `_DP_EP` the data-parallel group across experts. Every rank runs the rows;
-with pp > 1 every stage runs them and passes `pp_comm` bytes between stages. Each of the ga
-micro-batches runs forward then backward (GPipe order); wg collectives are sent after the last
-micro-batch's backward, off the compute stream, and the wg_update times close the iteration.
+As SimAI replays it (astra-sim-alibabacloud's Workload.cc, HYBRID_TRANSFORMER_FWD_IN_BCKWD):
+one pass runs every row's forward (fp compute, then its comm, blocking), then every row in
+reverse for backward (ig compute and comm, blocking; wg compute, then its comm off the compute
+stream). The rows are the whole iteration of one GPU: AICB's generator writes the ga micro-batches
+out one after another (a few rows before them and after them), so rows are not repeated ga times.
+Times are ns, sizes bytes. A comm type without suffix runs on the tensor-parallel group for fp/ig
+and on the data-parallel group for wg; `_EP` on the expert-parallel group, `_DP_EP` on the
+data-parallel group of one expert shard. Every rank of a stage runs the same rows.
+
+Pipeline (pp > 1): SimAI adds pipeline time analytically; here the stages pass pp_comm bytes.
+The ga micro-batch blocks are found in the rows (ga consecutive copies, by row name and comm types,
+with at most MAX_ROWS_OUTSIDE rows before and after them) and each is split into `vpp` model
+chunks: AICB writes the layers per stage as vpp, and SimAI's bubble model takes it as the virtual
+pipeline size, so each chunk is one repetition of the layer rows inside a block (the block's first
+rows go with chunk 0, its last with the last chunk). With vpp = 1 the stages run GPipe (all
+forwards, then all backwards, the last micro-batch first, as SimAI's reverse pass does); with
+vpp > 1 Megatron's interleaved order, which needs ga to be a multiple of pp. A file whose rows do
+not show that structure is refused with the header key it contradicts.
 """
 from __future__ import annotations
 
-import itertools
+import numpy as np
 
 from badinput import InputError
-from traffic.importers.assemble import Assembler
-from traffic.trace import MAX_SIZE_BYTES
+from traffic.layout import Layout
+from traffic.trace import MAX_RANKS, MAX_SIZE_BYTES, Op, RankClass, Trace
 
 KEYWORDS = ("HYBRID_TRANSFORMER_FWD_IN_BCKWD", "HYBRID_TRANSFORMER", "HYBRID_DLRM", "HYBRID_DLRM_ENHANCED",
             "HYBRID_DATA_MODEL", "HYBRID_MODEL_DATA", "HYBRID_CUSTOMIZED", "MODEL", "DATA", "TRANSFORMER",
             "TRANSFORMER_FWD_IN_BCKWD", "DLRM", "MICRO")
 HEADER_INTS = ("model_parallel_NPU_group", "ep", "pp", "vpp", "ga", "all_gpus", "checkpoints",
                "checkpoint_initiates", "pp_comm")
-MAX_GPUS = 1 << 20  # every rank gets its own op list: a typo here must not exhaust memory
+MAX_GPUS = MAX_RANKS
+MAX_ROWS_OUTSIDE = 1024  # rows before the first micro-batch block and after the last, together
 COMM = {"ALLREDUCE": "all_reduce", "ALLGATHER": "all_gather", "REDUCESCATTER": "reduce_scatter",
         "ALLTOALL": "all_to_all", "BROADCAST": "broadcast"}
 
@@ -56,7 +69,7 @@ def _header(line, path):
         i += 2
     if vals["all_gpus"] is None:
         raise InputError("line 1: all_gpus:", "the GPU count", "nothing", file=path)
-    for k in ("model_parallel_NPU_group", "ep", "pp", "ga", "all_gpus"):
+    for k in ("model_parallel_NPU_group", "ep", "pp", "vpp", "ga", "all_gpus"):
         if vals[k] < 1:
             raise InputError(f"line 1: {k}:", "an integer >= 1", vals[k], file=path)
     if vals["all_gpus"] > MAX_GPUS:
@@ -67,6 +80,8 @@ def _header(line, path):
     dp = n // (tp * pp)
     if dp % vals["ep"]:
         raise InputError("line 1: ep:", f"a divisor of dp = {dp}", vals["ep"], file=path)
+    if vals["pp_comm"] > MAX_SIZE_BYTES:
+        raise InputError("line 1: pp_comm:", f"at most {MAX_SIZE_BYTES} bytes", vals["pp_comm"], file=path)
     if pp > 1 and vals["pp_comm"] <= 0:
         raise InputError("line 1: pp_comm:", "the bytes passed between stages when pp > 1", vals["pp_comm"], file=path)
     return vals, tp, pp, dp
@@ -112,9 +127,12 @@ def _comm(token, phase, lineno, path):
     return COMM[base], group
 
 
-def load(paths: list[str], algorithm: str = "ring") -> "Trace":  # noqa: F821
+def load(paths: list[str], algorithm: str = "ring") -> Trace:
+    from traffic.collectives import ALGORITHMS
     if len(paths) != 1:
         raise InputError("paths", "one AICB workload file (it describes every rank)", f"{len(paths)} files")
+    if algorithm not in ALGORITHMS:
+        raise InputError("algorithm", "one of " + ", ".join(ALGORITHMS), algorithm)
     path = str(paths[0])
     try:
         with open(path) as f:
@@ -130,69 +148,166 @@ def load(paths: list[str], algorithm: str = "ring") -> "Trace":  # noqa: F821
     for row in rows:
         for phase in ("fp", "ig", "wg"):
             row[phase] = row[phase][:1] + (_comm(row[phase][1], phase, row["line"], path), row[phase][2])
-    n, ep = tp * pp * dp, vals["ep"]
-    asm = Assembler(n, [path] * n, algorithm)
-    # Megatron/SimAI layout: tp fastest, then dp, then pp.
-    rank = lambda t, d, p: t + tp * (d + dp * p)  # noqa: E731
-    groups = {}
+    ep = vals["ep"]
+    sizes = {"tp": tp, "dp": dp, "ep": ep, "edp": dp // ep}
+    layout = Layout(tp, dp, pp, ep, ("tp", "dp", "pp"), tuple(f for f in ("tp", "dp", "ep", "edp") if sizes[f] > 1))
+    pipe = _Pipeline(rows, vals, pp, path) if pp > 1 else None
+    shared: dict = {}  # one Op object per distinct op, shared by the stages that run it
+    classes = []
     for p in range(pp):
-        for d in range(dp):
-            for t in range(tp):
-                r = rank(t, d, p)
-                members = {"tp": [rank(x, d, p) for x in range(tp)], "dp": [rank(t, x, p) for x in range(dp)],
-                           "ep": [rank(t, (d // ep) * ep + x, p) for x in range(ep)],
-                           "edp": [rank(t, x, p) for x in range(d % ep, dp, ep)]}
-                groups[r] = {k: (asm.group(v, f"{k}-" + "_".join(map(str, v))) if len(v) > 1 else None)
-                             for k, v in members.items()}
-    for p in range(pp):
-        for d in range(dp):
-            for t in range(tp):
-                _rank_stream(asm, rank(t, d, p), p, pp, rows, vals, groups[rank(t, d, p)], rank(t, d, p - 1),
-                             rank(t, d, p + 1))
+        stream = _Stage(p, pp, rows, vals, layout, algorithm, shared).build(pipe)
+        classes.append(RankClass(layout.select({"pp": [p]}), stream, f"stage{p}", {"pp": [p]}))
     meta = {"workload": "import", "format": "aicb", "files": [path], "tp": tp, "pp": pp, "dp": dp, "ep": ep,
-            "ga": vals["ga"], "all_gpus": vals["all_gpus"]}
-    return asm.trace(meta)
+            "vpp": vals["vpp"], "ga": vals["ga"], "all_gpus": vals["all_gpus"], "rank_order": "tp-dp-pp"}
+    if pipe is not None:
+        meta.update(schedule="interleaved" if pipe.vpp > 1 else "gpipe", rows_per_microbatch=pipe.block,
+                    rows_before_microbatches=pipe.start)
+    trace = Trace(tp * pp * dp, {}, meta=meta, classes=classes, layout=layout)
+    trace.validate(file=path)
+    return trace
 
 
-def _rank_stream(asm, r, p, pp, rows, vals, groups, prev_rank, next_rank):
-    keys = itertools.count()
-    last: list = []  # the compute stream's latest op
+def _repeats(keys: list, count: int, outside: int):
+    """(start, period) of `count` consecutive copies of one run of keys, the longest such run with
+    at most `outside` keys left over (the earliest start for it), or None."""
+    n = len(keys)
+    if count == 1:
+        return (0, n) if n else None
+    codes = {}
+    a = np.array([codes.setdefault(k, len(codes)) for k in keys], dtype=np.int64)
+    need = lambda per: (count - 1) * per  # noqa: E731
+    for per in range(n // count, max(0, (n - outside) // count) - 1, -1):
+        if per < 1:
+            break
+        same = np.concatenate(([False], a[:-per] == a[per:], [False]))
+        edges = np.flatnonzero(np.diff(same.astype(np.int8)))
+        starts, stops = edges[::2], edges[1::2]
+        long = np.flatnonzero(stops - starts >= need(per))
+        if long.size:
+            return int(starts[long[0]]), per
+    return None
 
-    def add(fn, *args, on_stream=True, extra=(), **kw):
-        k = next(keys)
-        fn(r, k, *args, deps=last + list(extra), **kw)
+
+class _Pipeline:
+    """Where the micro-batch blocks and their vpp chunks lie in the rows, and the stage order."""
+
+    def __init__(self, rows, vals, pp, path):
+        ga, vpp = vals["ga"], vals["vpp"]
+        key = [(r["name"], r["fp"][1], r["ig"][1], r["wg"][1]) for r in rows]
+        found = _repeats(key, ga, MAX_ROWS_OUTSIDE)
+        if found is None:
+            raise InputError("line 1: ga:", f"rows that hold ga={ga} micro-batch blocks one after another (as AICB "
+                             f"writes them; at most {MAX_ROWS_OUTSIDE} rows outside them), to place the pipeline "
+                             f"transfers of pp={pp}", f"no {ga}-fold repetition in {len(rows)} rows", file=path)
+        self.start, self.block = found
+        self.ga = ga
+        self.vpp = max(vpp, 1)
+        if self.vpp > 1 and ga % pp:
+            raise InputError("line 1: vpp:", f"ga ({ga}) a multiple of pp ({pp}) for an interleaved pipeline "
+                             f"(vpp > 1), as Megatron requires; or vpp: 1", vpp, file=path)
+        first = key[self.start:self.start + self.block]
+        inner = _repeats(first, self.vpp, len(first))
+        if inner is None:
+            raise InputError("line 1: vpp:", f"{vpp} repetitions of the layer rows in each micro-batch block of "
+                             f"{self.block} rows (one per virtual pipeline chunk); or vpp: 1", vpp, file=path)
+        u, q = inner
+        self.cuts = [0] + [u + c * q for c in range(1, self.vpp)] + [self.block]
+        if self.vpp == 1:
+            self.order = [(m, 0) for m in range(ga)]
+        else:  # Megatron's interleaved schedule: groups of pp micro-batches, chunk by chunk
+            k = pp * self.vpp
+            self.order = [((i // k) * pp + i % pp, (i % k) // pp) for i in range(ga * self.vpp)]
+
+    def rows_of(self, m, c) -> range:
+        base = self.start + m * self.block
+        return range(base + self.cuts[c], base + self.cuts[c + 1])
+
+    def outside(self, n):
+        return range(0, self.start), range(self.start + self.ga * self.block, n)
+
+
+class _Stage:
+    """One pipeline stage's stream; ops equal to another stage's are the same object."""
+
+    def __init__(self, p, pp, rows, vals, layout, algorithm, shared):
+        self.p, self.pp, self.rows, self.vals, self.layout = p, pp, rows, vals, layout
+        self.algorithm, self.shared = algorithm, shared
+        self.ops: list[Op] = []
+        self.last: str | None = None
+        self.wg_last: str | None = None
+        self.sends: list[str] = []
+
+    def add(self, oid, kind, on_stream=True, extra=(), **kw):
+        deps = ((self.last,) if self.last else ()) + tuple(x for x in extra if x)
+        o = Op(oid, kind, deps, **kw)
+        key = (oid, kind, deps, o.duration_s, o.op, o.group, o.size_bytes, o.peer, o.label)
+        self.ops.append(self.shared.setdefault(key, o))
         if on_stream:
-            last[:] = [k]
-        return k
+            self.last = oid
+        return oid
 
-    def collective(row, phase, **kw):
+    def collective(self, oid, row, phase, **kw):
         _, spec, size = row[phase]
-        if spec is None or groups[spec[1]] is None:  # no comm, or a group of one GPU
+        if spec is None or spec[1] not in self.layout.families:  # no comm, or a group of one GPU
             return None
-        return add(asm.collective, spec[0], groups[spec[1]], size, label=f"{phase} {row['name']}",
-                   where=f"line {row['line']}", **kw)
+        return self.add(oid, "collective", op=spec[0], algorithm=self.algorithm, group=spec[1], size_bytes=size,
+                        label=f"{phase} {row['name']}", **kw)
 
-    pp_bytes, ga = vals["pp_comm"], vals["ga"]
-    sends, wg_ops = [], []
-    for mb in range(ga):
-        if p > 0:
-            add(asm.p2p, "recv", prev_rank, pp_bytes, label=f"pp recv act mb{mb}")
-        for row in rows:
-            add(asm.compute, row["fp"][0] / 1e9, label=f"fp {row['name']}")
-            collective(row, "fp")
-        if p < pp - 1:
-            sends.append(add(asm.p2p, "send", next_rank, pp_bytes, on_stream=False, label=f"pp send act mb{mb}"))
-    for mb in range(ga):
-        if p < pp - 1:
-            add(asm.p2p, "recv", next_rank, pp_bytes, label=f"pp recv grad mb{mb}")
-        for row in reversed(rows):
-            add(asm.compute, row["ig"][0] / 1e9, label=f"ig {row['name']}")
-            collective(row, "ig")
-            add(asm.compute, row["wg"][0] / 1e9, label=f"wg {row['name']}")
-            if mb == ga - 1:  # gradients are synced once, overlapping the rest of backward
-                k = collective(row, "wg", on_stream=False, extra=wg_ops[-1:])
-                if k is not None:
-                    wg_ops.append(k)
-        if p > 0:
-            sends.append(add(asm.p2p, "send", prev_rank, pp_bytes, on_stream=False, label=f"pp send grad mb{mb}"))
-    add(asm.compute, sum(row["update"] for row in rows) / 1e9, extra=wg_ops[-1:] + sends, label="wg update")
+    def forward(self, j):
+        row = self.rows[j]
+        self.add(f"f{j}", "compute", duration_s=row["fp"][0] / 1e9, label=f"fp {row['name']}")
+        self.collective(f"f{j}c", row, "fp")
+
+    def backward(self, j):
+        row = self.rows[j]
+        self.add(f"i{j}", "compute", duration_s=row["ig"][0] / 1e9, label=f"ig {row['name']}")
+        self.collective(f"i{j}c", row, "ig")
+        self.add(f"w{j}", "compute", duration_s=row["wg"][0] / 1e9, label=f"wg {row['name']}")
+        k = self.collective(f"w{j}c", row, "wg", on_stream=False, extra=(self.wg_last,))
+        self.wg_last = k or self.wg_last  # gradients sync off the compute stream, in order
+
+    def p2p(self, kind, direction, m, c, src, dst):
+        """direction "a": activations forward; "g": gradients backward. The id names the sender."""
+        size = self.vals["pp_comm"]
+        oid = f"{direction}/m{m}/c{c}/{src}>{dst}"
+        label = f"pp {kind} {'act' if direction == 'a' else 'grad'} mb{m} chunk{c}"
+        peer = "pp+1" if (kind == "send") == (direction == "a") else "pp-1"
+        k = self.add(oid, kind, on_stream=kind == "recv", size_bytes=size, peer=peer, label=label)
+        if kind == "send":
+            self.sends.append(k)
+
+    def build(self, pipe: _Pipeline | None) -> list[Op]:
+        n, p, pp = len(self.rows), self.p, self.pp
+        if pipe is None:
+            for j in range(n):
+                self.forward(j)
+            for j in reversed(range(n)):
+                self.backward(j)
+        else:
+            before, after = pipe.outside(n)
+            last_chunk = pipe.vpp - 1
+            for j in before:
+                self.forward(j)
+            for m, c in pipe.order:
+                if p > 0 or c > 0:  # from the previous stage, or the last stage's previous chunk
+                    self.p2p("recv", "a", m, c if p > 0 else c - 1, (p - 1) % pp, p)
+                for j in pipe.rows_of(m, c):
+                    self.forward(j)
+                if p < pp - 1 or c < last_chunk:
+                    self.p2p("send", "a", m, c, p, (p + 1) % pp)
+            for j in after:
+                self.forward(j)
+            for j in reversed(after):
+                self.backward(j)
+            for m, c in reversed(pipe.order):
+                if p < pp - 1 or c < last_chunk:
+                    self.p2p("recv", "g", m, c if p < pp - 1 else c + 1, (p + 1) % pp, p)
+                for j in reversed(pipe.rows_of(m, c)):
+                    self.backward(j)
+                if p > 0 or c > 0:
+                    self.p2p("send", "g", m, c, p, (p - 1) % pp)
+            for j in reversed(before):
+                self.backward(j)
+        self.add("update", "compute", duration_s=sum(r["update"] for r in self.rows) / 1e9,
+                 extra=(self.wg_last, *self.sends), label="wg update")
+        return self.ops
