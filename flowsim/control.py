@@ -140,11 +140,12 @@ class ControllerRouter(Router):
                                                    obs.link_bytes[rx].astype(np.int64).tolist())), now)
             if self.ctl.sched is not None:
                 by_switch: dict[int, list] = {}
+                nbytes = self.sim.conn_bytes()
                 for c, key in self.placed.items():
                     e = self.ctl.sched.flows.get(key)
                     if e is not None:
                         dpid = self.fabric.node(e.path[0])["dpid"]
-                        by_switch.setdefault(dpid, []).append((e.cookie, int(self.sim.C_bytes[c])))
+                        by_switch.setdefault(dpid, []).append((e.cookie, int(nbytes[c])))
                 for dpid, stats in by_switch.items():
                     self.ctl.flow_stats(dpid, stats, now)
             return {}

@@ -85,7 +85,7 @@ class PhaseGates:
                 share, window = float(ans["pace_share"]), (float(ans["pace_from_s"]), float(ans["pace_until_s"]))
         start = now + delay
         self.start[j, it] = start
-        nic = [sim.net.host_nic_Bps(int(sim.rank_host[sim.rank_base[j] + k])) for k in range(sim.jobs[j].trace.nranks)]
+        nic = [sim.net.host_nic_Bps(h) for h in sim.job_host[j].tolist()]
         self.answers[j, it] = {"delay_s": delay, "status": status,
                                "pace_mbps": share * min(nic) * 8 / 1e6 if share else None}
         # Each answer sets the job's pace, or lifts the last one.

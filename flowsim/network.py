@@ -68,8 +68,13 @@ class Net:
 
     @property
     def capacity_Bps(self) -> np.ndarray:
-        """Per directed link, bytes/s; 0 while the link is down."""
-        return np.where(self.link_up, self.link_gbps * (1e9 / 8), 0.0)
+        """Per directed link, bytes/s; 0 while the link is down (read-only: kept until links change)."""
+        cached = getattr(self, "_cap", None)
+        if cached is None or cached[0] != self.version:
+            cap = np.where(self.link_up, self.link_gbps * (1e9 / 8), 0.0)
+            cap.setflags(write=False)
+            self._cap = cached = (self.version, cap)
+        return cached[1]
 
     def index(self, name: str) -> int:
         if self._index is None:

@@ -41,6 +41,7 @@ ENGINE = "flow"
 # collective_model auto: every transfer of every collective while there are at most this many
 # (the detailed model costs about one solve per transfer boundary); bundles beyond.
 AUTO_DETAILED_TRANSFERS = 200_000
+AUTO_DETAILED_OPS = 200_000  # per-rank ops: the detailed model runs every rank
 TRANSFER_EVENTS_MAX = 20_000  # as the emulator's plans: more would drown events.jsonl
 LINKS_CSV_MAX_ROWS = 2_000_000
 
@@ -87,24 +88,34 @@ def _fmt_bytes(n: float) -> str:
 # -- building the simulation ----------------------------------------------------------
 
 def collective_model(exp: Experiment, jobs) -> tuple[str, int]:
-    """(detailed or bundle, the transfers the detailed model would simulate)."""
-    total = 0
+    """(detailed or bundle, the transfers the detailed model would simulate): detailed expands every
+    rank and every transfer, so auto takes it only while that stays small."""
+    total, ops = 0, 0
     for jp in jobs:
-        tr, seen = jp.trace, set()
-        for r in range(tr.nranks):
-            for op in tr.ops.get(r, []):
-                if op.kind != "collective" or (op.group, op.id) in seen:
+        tr = jp.trace
+        ops += tr.op_count()
+        layout = getattr(tr, "layout", None)
+        for cls in tr.classes:
+            seen = {}
+            for op in cls.ops:
+                if op.kind != "collective":
                     continue
-                seen.add((op.group, op.id))
-                n = len(tr.groups[op.group])
+                if layout is not None and op.group in layout.families:
+                    if op.group not in seen:
+                        seen[op.group] = len(np.unique(layout.group_index(op.group, cls.ranks)))
+                    count, n = seen[op.group], layout.family_size(op.group)
+                else:
+                    count, n = 1, len(tr.groups[op.group])
                 if n > 1:
-                    total += template(op.op, op.algorithm or "ring", n, op.size_bytes, op.root or 0, None).n \
-                        if op.algorithm != "hierarchical" else 2 * n * n
-            if total > AUTO_DETAILED_TRANSFERS and exp.flow.collective_model == "auto":
-                return "bundle", total
+                    per = 2 * n * n if op.algorithm == "hierarchical" else \
+                        template(op.op, op.algorithm or "ring", n, op.size_bytes, op.root or 0, None).n
+                    total += count * per
+            if len(cls) > 1 and total > AUTO_DETAILED_TRANSFERS:
+                break
     if exp.flow.collective_model != "auto":
         return exp.flow.collective_model, total
-    return ("detailed" if total <= AUTO_DETAILED_TRANSFERS else "bundle"), total
+    small = total <= AUTO_DETAILED_TRANSFERS and ops <= AUTO_DETAILED_OPS
+    return ("detailed" if small else "bundle"), total
 
 
 def _router(exp: Experiment, fabric, outages):
@@ -153,17 +164,24 @@ def predictions(exp: Experiment, fabric, jp) -> dict:
     if exp.flow.slice_bytes:
         pexp = replace(exp, testbed=replace(exp.testbed, slice_bytes=max(1, round(exp.flow.slice_bytes
                                                                                    * exp.scale.bytes))))
-    tr, seen, cache, out = jp.trace, set(), {}, {}
-    for r in range(tr.nranks):
-        for op in tr.ops.get(r, []):
-            if op.kind != "collective" or (op.group, op.id) in seen:
+    tr, cache, out = jp.trace, {}, {}
+    for cls in tr.classes:  # one rank per class: its instances stand for the class's (by symmetry)
+        if not len(cls):
+            continue
+        rep = int(cls.ranks[0])
+        seen = set()
+        for op in cls.ops:
+            if op.kind != "collective":
                 continue
-            seen.add((op.group, op.id))
-            group = tr.groups[op.group]
+            name = tr.group_of(rep, op.group)
+            if (name, op.id) in seen:
+                continue
+            seen.add((name, op.id))
+            group = tr.members(name)
             hosts = tuple(jp.hosts[g] for g in group)
             gps = gpus_per_server(fabric, list(hosts))
             key = (op.op, op.algorithm, len(group), emulated_bytes(op.size_bytes, exp.scale.bytes),
-                   op.root or 0, gps, hosts)
+                   op.root or 0, gps, hosts if len(hosts) <= 64 else (hosts[0], hosts[-1], len(hosts)))
             if key not in cache:
                 sched = build_schedule(op.op, op.algorithm, len(group), key[3], root=op.root or 0,
                                        gpus_per_server=gps)
@@ -224,21 +242,27 @@ class _EventLog:
 
 def _op_events(sim, start: int):
     """The agents' op events for sim.records[start:], real seconds since the replay start."""
-    for j, r, i, s, e, rd in sim.records[start:]:
-        g = sim.rank_base[j] + r
+    for j, r, i, s, e, rd, g in sim.records[start:]:
         op = sim.streams[g][i]
+        tr = sim.jobs[j].trace
         ev = {"kind": op.kind, "job": sim.jobs[j].name, "rank": int(r), "op_id": op.id, "start": float(s),
               "end": float(e), "ready": float(rd)}
         factor = sim.slowed.get((g, i))
         if factor is not None:
             ev["slowdown"] = factor
-        for k in ("op", "algorithm", "size_bytes", "iteration", "label", "group", "peer"):
+        for k in ("op", "algorithm", "size_bytes", "iteration", "label"):
             v = getattr(op, k, None)
             if v is not None and v != "":
                 ev[k] = v
+        if op.group is not None:  # a rank class names its group by family: this rank's own
+            ev["group"] = tr.group_of(int(r), op.group) if sim.class_mode[j] else op.group
+        if op.peer is not None:
+            ev["peer"] = tr.peer_of(int(r), op.peer) if sim.class_mode[j] else op.peer
         if op.kind == "collective":
-            ev["ranks"] = len(sim.jobs[j].trace.groups[op.group])
+            ev["ranks"] = len(tr.members(ev["group"]))
             ev.setdefault("algorithm", "ring")
+        if len(sim.actor_ranks[g]) > 1:
+            ev["class_ranks"] = len(sim.actor_ranks[g])  # the ranks this one stands for
         yield ev
 
 
@@ -314,7 +338,7 @@ def _run(exp: Experiment, out_dir: str, log) -> dict:
     bin_s = (exp.flow.link_bin_ms / 1000.0 if exp.flow.link_bin_ms
              else (1.0 / exp.scale.dilation if exp.scale_given else 1e-3))
     params = Params(slice_bytes=slice_bytes(exp), latency_s=latency_s(exp), collective_model=model,
-                    series_bin_s=bin_s, record_transfers=transfers <= TRANSFER_EVENTS_MAX)
+                    series_bin_s=bin_s, record_transfers=model == "detailed" and transfers <= TRANSFER_EVENTS_MAX)
     phases = None
     if exp.routing == "coschedule":
         phases = PhaseGates(_announcements(exp, fabric), router, on_event=events.add)
@@ -325,7 +349,7 @@ def _run(exp: Experiment, out_dir: str, log) -> dict:
         + (f" ({transfers} transfers)" if model == "detailed" else "") + f", routing {router.describe()['name']}")
     try:
         sim = Simulation(net, specs, router, params, faults=faults, stragglers=stragglers, phases=phases)
-        if isinstance(router, ControllerRouter):
+        if isinstance(router, ControllerRouter) and not any(sim.class_mode):
             sim.connect_all()  # the agents connect to every peer before the replay starts
         res = sim.run(progress=events.flush_records)
         status = "complete" if res.complete else "incomplete"
@@ -373,12 +397,21 @@ def _write_links(path: str, res, log) -> None:
 
 def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model, wall_s) -> dict:
     per_job = [job_results(jp.name, events, 1.0, predictions(exp, fabric, jp)) for jp in jobs]
+    for jp, row in zip(jobs, per_job):
+        row["ranks_simulated"] = row["ranks"]  # one per rank class in class mode
+        row["ranks"] = jp.trace.nranks
     host_total = sum(fabric.host_link_gbps(h) for jp in jobs for h in jp.hosts)
     received = float(np.sum(sim.T_size[:sim.n_T][sim.T_state[:sim.n_T] == 2])) + float(
         sum(float(np.sum(sim.B_w[b] * sim.B_done[b])) for b in range(len(sim.B_inst))))
     counters = dict(sim.counters)
     converged = counters["fixed_point_unconverged"] == 0
     assumptions = res.assumptions() if res is not None else {}
+    if res is not None and any(sim.class_mode):
+        assumptions["statements"] = assumptions["statements"] + [
+            f"rank classes: {sim.n_ranks} simulated ranks stand for {sum(jp.trace.nranks for jp in jobs)}; every rank of "
+            "a class runs in lock-step with it; a class's collective covers all the groups of its family that hold "
+            "its ranks as one entity tied to one rate (the slowest group sets the pace), a class's send covers all "
+            "its ranks' sends; events, breakdowns and trace.json show one rank per class"]
     checks = [{"name": "complete", "ok": status == "complete",
                "detail": "every op of every rank finished" if status == "complete" else (error or "interrupted")},
               {"name": "fixed_point", "ok": converged,

@@ -70,6 +70,9 @@ def cct_distribution(summary: dict, path: str) -> bool:
     return True
 
 
+MAX_HEATMAP_LINKS = 96
+
+
 def link_heatmap(rows: list[dict], path: str, title: str = "") -> bool:
     """Utilization of every directed link that carried traffic (rows) over time
     (columns), from links.csv rows."""
@@ -82,6 +85,10 @@ def link_heatmap(rows: list[dict], path: str, title: str = "") -> bool:
         return False
     import numpy as np
 
+    shown = len(busy)
+    if len(busy) > MAX_HEATMAP_LINKS:  # a large fabric: its busiest links, in name order
+        mean = {k: sum(util[k].values()) / len(times) for k in busy}
+        busy = sorted(sorted(busy, key=lambda k: -mean[k])[:MAX_HEATMAP_LINKS])
     grid = np.array([[util[k].get(t, np.nan) for t in times] for k in busy])
     step = float(np.median(np.diff(times))) if len(times) > 1 else times[0]
     edges = [(times[0] - step) * 1e3] + [t * 1e3 for t in times]
@@ -93,8 +100,10 @@ def link_heatmap(rows: list[dict], path: str, title: str = "") -> bool:
                   fontsize="x-small" if len(busy) > 30 else "small")
     ax.invert_yaxis()
     ax.set_xlabel("time (ms, real cluster)")
-    idle = len(util) - len(busy)
-    ax.set_title(f"{title}: link utilization" + (f" ({idle} idle links not shown)" if idle else ""))
+    idle = len(util) - shown
+    more = shown - len(busy)
+    ax.set_title(f"{title}: link utilization" + (f" ({idle} idle links not shown)" if idle and not more else "")
+                 + (f" (the {len(busy)} busiest of {shown} busy links)" if more else ""))
     fig.colorbar(mesh, ax=ax, label="utilization (of link rate)")
     fig.savefig(path)
     return True
