@@ -37,6 +37,7 @@ from traffic.layout import parse_peer
 from traffic.collectives.algorithms import effective_gpus_per_server
 
 QUEUED, DONE, INFLIGHT = 1, 2, 3
+SMALL_NNZ = 50_000  # incidence entries below which a solve uses bincounts, not sparse products
 BYTE_TOL = 1e-3          # bytes: a transfer this close to its end is done
 COLLECTIVE_MODELS = ("detailed", "bundle")
 
@@ -189,6 +190,8 @@ class Simulation:
         # (flushed) at each solve and whenever someone reads them, not at every event.
         self._acct_t = 0.0
         self._had_queued = False
+        self._blive_v, self._blive_n, self._blive_a = 0, -1, np.zeros(0, np.int64)
+        self._loads_changed = True
         self._load_nz = np.zeros(0, np.int64)
         self._crate_nz = np.zeros(0, np.int64)
         self.records: list[tuple] = []   # (job, rank, op index, start, end, ready)
@@ -931,6 +934,7 @@ class Simulation:
             self._bundle_done(b)
         else:
             self.B_live.add(b)
+            self._blive_v += 1
             self._changed.add(b)
             self._latency_cap(b)
 
@@ -972,6 +976,7 @@ class Simulation:
     def _bundle_done(self, b: int):
         if b in self.B_live:
             self.B_live.discard(b)
+            self._blive_v += 1
             self._changed.add(b)
         self._done_cols.append(b)
         self.dirty = True
@@ -1000,7 +1005,7 @@ class Simulation:
     def _finish_bundles(self):
         if not self.B_live:
             return
-        live = np.fromiter(self.B_live, np.int64, len(self.B_live))
+        live = self._blive_arr()
         fin = live[self.B_work[live] - self.B_done[live] <= BYTE_TOL + 1e-12 * self.B_work[live]]
         for b in fin.tolist():
             self.B_done[b] = self.B_work[b]
@@ -1079,7 +1084,9 @@ class Simulation:
             self._solve_rates()
             self._had_queued = bool(self.queued)
             self._sync_slots(full=True)
-        self._load_nz = np.flatnonzero(self.link_load)
+        if self._loads_changed:
+            self._load_nz = np.flatnonzero(self.link_load)
+            self._loads_changed = False
         if self._had_queued or self.queued:
             self._crate_nz = np.flatnonzero(self.C_rate)
 
@@ -1124,6 +1131,7 @@ class Simulation:
         self._changed = set()
         if not changed:
             return
+        self._loads_changed = True
         self._drop_done_cols()
         for b in changed:
             if b in self.B_live:
@@ -1187,6 +1195,7 @@ class Simulation:
     def _solve_rates(self):
         self.counters["solves"] += 1
         self.dirty = False
+        self._loads_changed = True
         q = np.fromiter(self.queued, np.int64, len(self.queued)) if self.queued else np.zeros(0, np.int64)
         q = q[self.T_earlier[q] == 0]
         if len(q):
@@ -1237,8 +1246,9 @@ class Simulation:
         links = np.concatenate(cols_links) if cols_links else np.zeros(0, np.int64)
         wts = np.concatenate(cols_w) if cols_w else np.zeros(0)
         n_ent = len(conns) + len(blive)
-        at = sp.csr_matrix((wts, links, indptr), shape=(n_ent, len(capacity)))
-        a_csc = at.T.tocsc()
+        ent_of = np.repeat(np.arange(n_ent), np.diff(indptr))  # the same incidence as triples
+        small = len(links) <= SMALL_NNZ  # numpy bincounts beat scipy's overhead on small problems
+        a_csc = None if small else sp.csr_matrix((wts, links, indptr), shape=(n_ent, len(capacity))).T.tocsc()
         unrouted = np.array(path_lens[:len(conns)], np.int64) == 0
         has_free = np.zeros(len(conns), bool)
         if len(q):
@@ -1258,8 +1268,13 @@ class Simulation:
             want[:len(conns)] &= ~unrouted
             r = np.zeros(n_ent)
             if want.any():
-                sub = a_csc[:, np.flatnonzero(want)]
-                rr, rounds = max_min_rates(sub, capacity, cap=ent_cap[want], return_rounds=True)
+                if small:
+                    keep = want[ent_of]
+                    local = np.cumsum(want) - 1
+                    rr, rounds = fill_rates(local[ent_of[keep]], links[keep], wts[keep], capacity, ent_cap[want])
+                else:
+                    sub = a_csc[:, np.flatnonzero(want)]
+                    rr, rounds = max_min_rates(sub, capacity, cap=ent_cap[want], return_rounds=True)
                 self.counters["maxmin_rounds"] += rounds
                 r[want] = rr
             rc = r[:len(conns)]
@@ -1272,7 +1287,11 @@ class Simulation:
         self.T_rate[q] = rates_q
         self.C_rate[conns] = rc if len(conns) else 0
         self.B_rate[blive] = r[len(conns):]
-        self.link_load = (sp.csr_matrix(a_csc) @ np.where(np.isfinite(r), r, 0.0))[:self.net.n_links]
+        rf = np.where(np.isfinite(r), r, 0.0)
+        if small:
+            self.link_load = np.bincount(links, weights=wts * rf[ent_of], minlength=len(capacity))[:self.net.n_links]
+        else:
+            self.link_load = (sp.csr_matrix(a_csc) @ rf)[:self.net.n_links]
 
     def _pacers(self, conns: np.ndarray, blive: np.ndarray):
         """Rows of the paced senders (one virtual link per paced rank, at share x its NIC rate) that
@@ -1401,7 +1420,7 @@ class Simulation:
             if gi is not None and len(gi["owner"]):
                 t = min(t, self._gate_events(q, gi))
         if self.B_live:
-            b = np.fromiter(self.B_live, np.int64, len(self.B_live))
+            b = self._blive_arr()
             r = self.B_rate[b]
             pos = r > 0
             if pos.any():
@@ -1465,7 +1484,11 @@ class Simulation:
             self.B_done[b] = np.minimum(self.B_done[b] + self.B_rate[b] * dt, self.B_work[b])
 
     def _blive_arr(self) -> np.ndarray:
-        return np.fromiter(self.B_live, np.int64, len(self.B_live))
+        """The live bundles as an array, kept until the set changes."""
+        if self._blive_n != self._blive_v:
+            self._blive_a = np.fromiter(self.B_live, np.int64, len(self.B_live))
+            self._blive_n = self._blive_v
+        return self._blive_a
 
     # ---- counters and the link time series ---------------------------------------------------
     def _flush(self):

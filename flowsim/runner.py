@@ -351,7 +351,9 @@ def _run(exp: Experiment, out_dir: str, log) -> dict:
         sim = Simulation(net, specs, router, params, faults=faults, stragglers=stragglers, phases=phases)
         if isinstance(router, ControllerRouter) and not any(sim.class_mode):
             sim.connect_all()  # the agents connect to every peer before the replay starts
+        t_sim = time.monotonic()
         res = sim.run(progress=events.flush_records)
+        sim.run_s = time.monotonic() - t_sim
         status = "complete" if res.complete else "incomplete"
         error = res.stalled
     except ValueError as e:  # a trace the model refuses (flowsim checks its own inputs)
@@ -440,7 +442,7 @@ def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model
                   "mirrors_scale": {"link": exp.scale.link, "bytes": exp.scale.bytes,
                                     "dilation": exp.scale.dilation} if exp.scale_given else None,
                   "ignored": ["testbed (but slice_bytes)", "scale (but what it mirrors)"],
-                  "counters": counters, "wall_s": wall_s},
+                  "counters": counters, "run_s": getattr(sim, "run_s", None), "wall_s": wall_s},
         "fidelity": {"ok": status == "complete" and converged, "engine": ENGINE, "checks": checks,
                      "note": "a model, not an emulation: what it assumed is under model"},
         "controller": ctl,
