@@ -24,13 +24,13 @@ import numpy as np
 from badinput import InputError
 from experiment.engine import RunFailure
 from experiment.model import Experiment, Scale, write_resolved
-from experiment.outputs.announcements import summarize as announcements
+from experiment.outputs.announcements import summarize as announcement_summary
 from experiment.outputs.links import COLUMNS as LINK_COLUMNS
 from experiment.outputs.summary import SUMMARY_VERSION, aggregate, job_results, traffic_results
 from experiment.outputs.write import write_after_run, write_json
-from experiment.plan import build_plans, emulated_bytes, gpus_per_server, job_traces, predict_cct_s
+from experiment.plan import emulated_bytes, gpus_per_server, job_traces, predict_cct_s
 from flowsim.control import CONTROLLED, ControllerRouter
-from flowsim.cosched import PhaseGates
+from flowsim.cosched import PhaseGates, announcements
 from flowsim.engine import Fault, JobSpec, Params, Simulation, Straggler
 from flowsim.network import Net
 from flowsim.routing import EcmpRouter, ShortestRouter
@@ -107,15 +107,23 @@ def collective_model(exp: Experiment, jobs) -> tuple[str, int]:
                 else:
                     count, n = 1, len(tr.groups[op.group])
                 if n > 1:
-                    per = 2 * n * n if op.algorithm == "hierarchical" else \
-                        template(op.op, op.algorithm or "ring", n, op.size_bytes, op.root or 0, None).n
-                    total += count * per
+                    total += count * _transfers(op, n)
             if len(cls) > 1 and total > AUTO_DETAILED_TRANSFERS:
                 break
     if exp.flow.collective_model != "auto":
         return exp.flow.collective_model, total
     small = total <= AUTO_DETAILED_TRANSFERS and ops <= AUTO_DETAILED_OPS
     return ("detailed" if small else "bundle"), total
+
+
+def _transfers(op, n: int) -> int:
+    """Transfers one instance of a collective schedules (an upper bound past 64 ranks, where
+    building the schedule to count them would cost more than the choice is worth)."""
+    if n > 64:
+        return n * n
+    if op.algorithm == "hierarchical":
+        return 2 * n * n
+    return template(op.op, op.algorithm or "ring", n, op.size_bytes, op.root or 0, None).n
 
 
 def _router(exp: Experiment, fabric, outages):
@@ -143,28 +151,15 @@ def _faults(exp: Experiment, jobs):
     return faults, stragglers, outages
 
 
-def _announcements(exp: Experiment, fabric) -> dict:
-    """job index -> {iteration: (announcing rank, body)}: the plan's own announcements, made in
-    real units (a plan at scale 1), so the controller sees what the agents would send."""
-    plans = build_plans(replace(exp, scale=Scale(1.0, 1.0)), fabric)
-    out = {}
-    for jp in plans:
-        per = {}
-        for plan in jp.ranks:
-            for it, body in (plan.get("cosched") or {}).get("announce", []):
-                per[it] = (plan["rank"], body)
-        out[jp.index] = per
-    return out
-
-
-def predictions(exp: Experiment, fabric, jp) -> dict:
+def predictions(exp: Experiment, fabric, jp, cache: dict | None = None) -> dict:
     """(op, algorithm, size_bytes, ranks) -> alpha-beta time of each instance, real seconds: the
     emulator's prediction (experiment.plan.predict_cct_s on the schedule the agents would run)."""
     pexp = exp
     if exp.flow.slice_bytes:
         pexp = replace(exp, testbed=replace(exp.testbed, slice_bytes=max(1, round(exp.flow.slice_bytes
                                                                                    * exp.scale.bytes))))
-    tr, cache, out = jp.trace, {}, {}
+    tr, out = jp.trace, {}
+    cache = {} if cache is None else cache
     for cls in tr.classes:  # one rank per class: its instances stand for the class's (by symmetry)
         if not len(cls):
             continue
@@ -181,13 +176,26 @@ def predictions(exp: Experiment, fabric, jp) -> dict:
             hosts = tuple(jp.hosts[g] for g in group)
             gps = gpus_per_server(fabric, list(hosts))
             key = (op.op, op.algorithm, len(group), emulated_bytes(op.size_bytes, exp.scale.bytes),
-                   op.root or 0, gps, hosts if len(hosts) <= 64 else (hosts[0], hosts[-1], len(hosts)))
+                   op.root or 0, gps, _signature(fabric, hosts))
             if key not in cache:
                 sched = build_schedule(op.op, op.algorithm, len(group), key[3], root=op.root or 0,
                                        gpus_per_server=gps)
                 cache[key] = predict_cct_s(pexp, fabric, sched, list(hosts))
             out.setdefault((op.op, op.algorithm, op.size_bytes, len(group)), []).append(cache[key])
     return out
+
+
+def _signature(fabric, hosts: tuple) -> tuple:
+    """What predict_cct_s reads of a group's hosts: each NIC's rate and NVLink's, and which hosts
+    share a server (numbered in order of appearance), not which hosts they are."""
+    servers: dict = {}
+    out = []
+    for h in hosts:
+        nv = fabric.nvlink_switch(h)
+        sid = servers.setdefault(nv, len(servers)) if nv is not None else None
+        out.append((fabric.host_link_gbps(h), sid,
+                    fabric.graph.edges[h, nv]["link_gbps"] if nv is not None else None))
+    return tuple(out)
 
 
 # -- running ----------------------------------------------------------------------------
@@ -341,7 +349,7 @@ def _run(exp: Experiment, out_dir: str, log) -> dict:
                     series_bin_s=bin_s, record_transfers=model == "detailed" and transfers <= TRANSFER_EVENTS_MAX)
     phases = None
     if exp.routing == "coschedule":
-        phases = PhaseGates(_announcements(exp, fabric), router, on_event=events.add)
+        phases = PhaseGates(announcements(fabric, jobs), router, on_event=events.add)
     net = Net.from_fabric(fabric)
     specs = [JobSpec(jp.name, jp.hosts, jp.trace, start_s=exp.jobs[jp.index].start_ms / 1000.0) for jp in jobs]
     status, error, res, sim = "incomplete", None, None, None
@@ -398,7 +406,8 @@ def _write_links(path: str, res, log) -> None:
 
 
 def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model, wall_s) -> dict:
-    per_job = [job_results(jp.name, events, 1.0, predictions(exp, fabric, jp)) for jp in jobs]
+    cache: dict = {}  # jobs of one shape on alike hosts share their prediction
+    per_job = [job_results(jp.name, events, 1.0, predictions(exp, fabric, jp, cache)) for jp in jobs]
     for jp, row in zip(jobs, per_job):
         row["ranks_simulated"] = row["ranks"]  # one per rank class in class mode
         row["ranks"] = jp.trace.nranks
@@ -448,6 +457,6 @@ def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model
         "controller": ctl,
         "faults": [e for e in events if e.get("kind") == "fault"],
         "capture": [],
-        "announcements": announcements(events, 1.0),
+        "announcements": announcement_summary(events, 1.0),
         "duration_s_wall": wall_s,
     }

@@ -174,3 +174,32 @@ def test_a_restarted_controller_places_the_live_flows_again():
     assert {(f["src"], f["dst"]) for f in st["flows"]} == {("h0", "h4"), ("h1", "h5")}
     assert all(f["placed_at_s"] == pytest.approx(0.03) for f in st["flows"])
     assert res.end_s == pytest.approx(0.08, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", ["two-jobs-coschedule", "three-jobs-contending", "demo", "gpt-small-3d"])
+def test_the_flow_engine_announces_what_the_agents_announce(name):
+    """flowsim.cosched.announcements (from the traces) = experiment.plan.announcement_plan (from the
+    rank plans the agents read), at scale 1 so that both are in real units."""
+    import dataclasses
+    import os
+
+    from experiment import model
+    from experiment.model import Scale
+    from experiment.plan import build_plans, job_traces
+    from flowsim.cosched import announcements
+    exp = model.load(os.path.join(os.path.dirname(__file__), "..", "..", "experiments", f"{name}.yaml"),
+                     ["sweep={}", "controller.routing=coschedule"])
+    exp = dataclasses.replace(exp, scale=Scale(1.0, 1.0))
+    fab = exp.fabric()
+    plans = {jp.index: {it: (p["rank"], body) for p in jp.ranks for it, body in p.get("cosched", {}).get("announce", [])}
+             for jp in build_plans(exp, fab)}
+    mine = announcements(fab, job_traces(exp, fab))
+    assert mine.keys() == plans.keys()
+    for j in plans:
+        assert mine[j].keys() == plans[j].keys() and plans[j]
+        for it in plans[j]:
+            (ra, a), (rb, b) = mine[j][it], plans[j][it]
+            assert ra == rb and {k: v for k, v in a.items() if k not in ("period_s", "compute_s", "overlap_s")} == \
+                {k: v for k, v in b.items() if k not in ("period_s", "compute_s", "overlap_s")}
+            for k in ("period_s", "compute_s", "overlap_s"):
+                assert a[k] == pytest.approx(b[k], rel=1e-9, abs=1e-12)

@@ -131,3 +131,17 @@ def test_the_link_series_coarsens_instead_of_growing_without_bound():
     assert len(res.series) <= 100 and res.series_bin_s == pytest.approx(1e-4 * 2 ** 10)
     total = sum(v.sum() for _, v in res.series.values())
     assert total == pytest.approx(res.link_bytes.sum(), rel=1e-9)
+
+
+@pytest.mark.parametrize("op,algorithm", [("all_to_all", "direct"), ("all_reduce", "ring"),
+                                          ("all_gather", "ring"), ("reduce_scatter", "ring")])
+def test_closed_form_bundle_shapes_equal_their_schedules(op, algorithm):
+    """The shapes built without a schedule (rings, direct all-to-all at 10^5 ranks) carry, per
+    connection, exactly the bytes the schedule sends over it."""
+    from flowsim.templates import bundle_shape, template
+    for n, size in ((2, 10), (5, 77), (17, 123456789)):
+        b = bundle_shape(op, algorithm, n, size)
+        t = template(op, algorithm, n, size)
+        pairs, inv = np.unique(t.src * n + t.dst, return_inverse=True)
+        got = dict(zip((b.src * n + b.dst).tolist(), b.bytes.tolist()))
+        assert got == pytest.approx(dict(zip(pairs.tolist(), np.bincount(inv, weights=t.size).tolist())))
