@@ -28,6 +28,7 @@ from scipy.sparse import csgraph
 from flowsim.network import LINK_KINDS, SWITCH_NODE, Net
 
 FABRIC_LINK = LINK_KINDS.index("fabric")
+ROUTE_CHUNK = 1 << 16  # flows routed at once
 _M1, _M2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
 
 
@@ -140,6 +141,14 @@ class Router:
         An unreachable flow (or one to itself) gets an empty path. conns: the simulation's
         connection ids of the flows, for routers that place them one by one."""
         src, dst, key = np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(key, np.uint64)
+        if len(src) > ROUTE_CHUNK:  # each hop holds a flows x max-degree array: bound it
+            parts = [self._route(net, src[i:i + ROUTE_CHUNK], dst[i:i + ROUTE_CHUNK], key[i:i + ROUTE_CHUNK])
+                     for i in range(0, len(src), ROUTE_CHUNK)]
+            lens = np.concatenate([np.diff(ip) for ip, _ in parts])
+            return np.concatenate([[0], np.cumsum(lens)]).astype(np.int64), np.concatenate([lk for _, lk in parts])
+        return self._route(net, src, dst, key)
+
+    def _route(self, net: Net, src: np.ndarray, dst: np.ndarray, key: np.ndarray):
         n = len(src)
         cols: list[np.ndarray] = []  # one column per hop position; -1 where a flow has no hop there
         ok = src != dst
