@@ -34,6 +34,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from badinput import InputError
+from badinput.paths import check_name
 from controller.hedera import path_links
 from controller.load import LinkLoad
 from controller.routing import NextHops, equal_cost_paths
@@ -102,8 +104,10 @@ def parse_announcement(body: bytes | str | dict, fabric: Fabric) -> Announcement
                                 f"number of seconds, found {v!r}")
     if not 1 <= body.get("gpus", 1) <= MAX_GPUS:
         raise AnnounceError(f"gpus: expected an integer in 1..{MAX_GPUS}, found {body['gpus']}"[:200])
-    if not body["job"] or len(body["job"]) > 128:
-        raise AnnounceError("job: expected a name of 1..128 characters")
+    try:  # the name may reach logs and file names: the experiment's rule for job names
+        check_name(body["job"], "job")
+    except InputError as e:
+        raise AnnounceError(str(e)) from None
     flows = body["flows"]
     if not 1 <= len(flows) <= MAX_FLOWS:
         raise AnnounceError(f"flows: expected 1..{MAX_FLOWS} flows, found {len(flows)}")

@@ -10,6 +10,7 @@ import sys
 from badinput import InputError, one_line
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
+EXIT_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a command whose reader went away
 
 
 def _overrides(args) -> list[str]:
@@ -163,6 +164,8 @@ def cmd_pcap_stats(args) -> int:
 def cmd_topo_show(args) -> int:
     from topologies import from_spec
 
+    if args.full and not args.json:
+        raise InputError("--full", "--json beside it (--full adds every node and link to the JSON)", "--full alone")
     fab = from_spec(args.spec)
     c = fab.counts()
     if args.json:
@@ -187,6 +190,7 @@ def cmd_topo_show(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dtnet", description="Packet-level emulation of distributed-training "
                                 "traffic on Mininet, Open vSwitch and a Ryu controller.")
+    p.add_argument("--version", action="version", version=f"dtnet {version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="run an experiment file, or every point of a sweep (emulate: needs root)",
@@ -215,11 +219,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_run)
 
     c = sub.add_parser("check", help="validate an experiment file (every point of a sweep) without running it",
-                       description="Validates the file as `dtnet run` would read it, and asks its engine "
-                                   "whether it can model everything in it (exit 2 with one line when not).")
-    c.add_argument("experiment")
-    c.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
-    c.add_argument("--engine", choices=("emulate", "flow"), help="check for this engine (same as --set engine=NAME)")
+                       description="Reads the experiment as `dtnet run` would (with the same --set overrides), "
+                                   "builds its fabric and plans every job, asks its engine whether it can model "
+                                   "everything in it, then prints what it would run. Needs no root and starts "
+                                   "nothing. Exit 0 when valid; 2 with a one-line error naming the file, the key, "
+                                   "what was expected and what was found.")
+    c.add_argument("experiment", help="experiment YAML file")
+    c.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override a value as `dtnet run --set` does, e.g. --set controller.routing=ecmp")
+    c.add_argument("--engine", choices=("emulate", "flow"),
+                   help="check for this engine, whatever the file's engine: says (same as --set engine=NAME)")
     c.set_defaults(func=cmd_check)
 
     cl = sub.add_parser("clean", help="remove the leftovers of runs that died (their bridges, links, processes)",
@@ -228,10 +237,11 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("out", nargs="*", help="run folders to clean (default: every dead run this machine knows)")
     cl.set_defaults(func=cmd_clean)
 
-    rp = sub.add_parser("report", help="print a finished run's tables from its folder",
+    rp = sub.add_parser("report", help="print a finished run's (or sweep's) tables from its folder",
                         description="The tables `dtnet run` prints at its end, read from DIR/summary.json, plus "
-                                    "the busiest links from DIR/links.csv when it exists.")
-    rp.add_argument("dir", metavar="DIR", help="a run folder written by `dtnet run`")
+                                    "the busiest links from DIR/links.csv when it exists. For a sweep's folder, "
+                                    "the sweep table, from DIR/sweep.csv.")
+    rp.add_argument("dir", metavar="DIR", help="a run or sweep folder written by `dtnet run`")
     rp.set_defaults(func=cmd_report)
 
     cp = sub.add_parser("compare", help="put runs side by side, with ratios against the first",
@@ -251,14 +261,14 @@ def build_parser() -> argparse.ArgumentParser:
     ps.set_defaults(func=cmd_pcap_stats)
 
     t = sub.add_parser("topo", help="describe fabrics (no root needed)")
-    tsub = t.add_subparsers(dest="topo_command", required=True)
+    tsub = t.add_subparsers(dest="topo_command", metavar="{show}", required=True)
     ts = tsub.add_parser("show", help="counts and layers of a fabric spec",
                          description="SPEC examples: single-switch:hosts=8, fat-tree:k=4, "
                                      "rail-optimized:servers=4,gpus_per_server=8,spines=4, "
                                      "leaf-spine:leaves=4,spines=2,hosts_per_leaf=4")
-    ts.add_argument("spec")
+    ts.add_argument("spec", help="a fabric spec, as in the examples above")
     ts.add_argument("--json", action="store_true", help="print JSON with hosts, switches and links counts")
-    ts.add_argument("--full", action="store_true", help="with --json: include every node and link")
+    ts.add_argument("--full", action="store_true", help="with --json (and only with it): include every node and link")
     ts.set_defaults(func=cmd_topo_show)
 
     try:
@@ -266,19 +276,47 @@ def build_parser() -> argparse.ArgumentParser:
         traffic_cli.register(sub)
     except ImportError:
         pass
+    _show_defaults(p)
     return p
+
+
+def _show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Every option's --help line states its default (unless it says it already, or there is
+    none), in every subcommand however it was registered."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _show_defaults(sub)
+        elif action.option_strings and not any(action.default is d for d in (None, False, argparse.SUPPRESS)) \
+                and action.default != [] and "default" not in (action.help or ""):
+            action.help = f"{action.help} (default %(default)s)" if action.help else "default %(default)s"
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("dtnet")
+    except PackageNotFoundError:
+        return "(not installed: run from a source tree)"
 
 
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)
         return args.func(args)
     except InputError as e:
         print(f"dtnet: {one_line(str(e))}", file=sys.stderr)
         return EXIT_INPUT
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader left (`dtnet topo show ... | head`): stop quietly. Python would also
+        # fail flushing stdout at exit, so point it at /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_PIPE
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 import yaml
 
 from badinput import InputError
+from badinput.paths import check_name
 from experiment import placement
 from experiment.engine import ENGINES as ENGINE_TABLE
 from topologies import build as build_fabric
@@ -142,6 +143,7 @@ class Experiment:
     capture: Capture = Capture()
     prediction: Prediction = Prediction()
     sweep: tuple = ()  # points, each a tuple of (key.path, value) overrides
+    point: str = field(default="", compare=False)  # the sweep point it is (its folder under points/), or ""
     source: str | None = None
     raw: dict = field(default_factory=dict, compare=False)
     engine: str = "emulate"
@@ -241,24 +243,31 @@ def set_path(data, keypath: str, value, file: str | None = None, label: str = "-
     parts = keypath.split(".")
     for i, part in enumerate(parts[:-1]):
         if isinstance(node, list):
-            try:
-                node = node[int(part)]
-            except (ValueError, IndexError):
-                raise InputError(f"{label} " + ".".join(parts[:i + 1]), "a list index", part, file) from None
+            node = node[_index(node, part, f"{label} " + ".".join(parts[:i + 1]), file)]
             continue
         if not isinstance(node, dict):
             raise InputError(f"{label} " + ".".join(parts[:i + 1]), "a mapping", node, file)
         node = node.setdefault(part, {})
     last = parts[-1]
     if isinstance(node, list):
-        try:
-            node[int(last)] = value
-        except (ValueError, IndexError):
-            raise InputError(f"{label} {keypath}", "a list index", last, file) from None
+        node[_index(node, last, f"{label} {keypath}", file)] = value
     elif isinstance(node, dict):
         node[last] = value
     else:
         raise InputError(f"{label} {keypath}", "a mapping", node, file)
+
+
+def _index(items: list, part: str, key: str, file) -> int:
+    """part as an index of items, or an error that says how long the list is."""
+    have = f"0..{len(items) - 1} (the list has {len(items)} item{'s' * (len(items) != 1)})" if items \
+        else "none (the list is empty)"
+    try:
+        i = int(part)
+    except ValueError:
+        i = None
+    if i is None or not 0 <= i < len(items):
+        raise InputError(key, f"a list index in {have}", part, file)
+    return i
 
 
 class _Section:
@@ -330,7 +339,7 @@ def _check_numbers(data, file) -> None:
 def parse(data, file: str | None = None) -> Experiment:
     _check_numbers(data, file)
     top = _Section(data, "", file)
-    name = top.get("name", str, check=lambda s: s and "/" not in s, expected="a name without '/'")
+    name = check_name(top.get("name", str), "name", file)  # results/<name>/ by default
     description = top.get("description", str, "")
 
     topo = dict(top.get("topology", dict))
@@ -389,7 +398,7 @@ def parse(data, file: str | None = None) -> Experiment:
     names = set()
     for i, jr in enumerate(jobs_raw):
         js = _Section(jr, f"jobs[{i}]", file)
-        jname = js.get("name", str, f"j{i}")
+        jname = check_name(js.get("name", str, f"j{i}"), f"jobs[{i}].name", file)  # plans/<job>/ in the run folder
         if jname in names:
             raise InputError(f"jobs[{i}].name", "a unique job name", jname, file)
         names.add(jname)
@@ -574,7 +583,8 @@ def to_dict(exp: Experiment) -> dict:
 def write_resolved(exp: Experiment, path: str, notes=()) -> None:
     """config.yaml of a run: `dtnet run DIR/config.yaml` repeats it. notes: more comment lines."""
     with open(path, "w") as f:
-        f.write(f"# {exp.name}: the experiment as run, from {exp.source or 'a mapping'}, with --set overrides\n"
+        source = repr(exp.source)[1:-1] if exp.source else "a mapping"  # a line break would end the comment
+        f.write(f"# {exp.name}: the experiment as run, from {source}, with --set overrides\n"
                 "# applied and every default filled in. `dtnet run` this file to repeat the run.\n")
         for line in notes:
             f.write("# " + " ".join(str(line).splitlines()) + "\n")

@@ -76,16 +76,19 @@ def job_traces(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
         workload = dict(job.workload)
         if "trace" in workload and isinstance(workload["trace"], str):
             workload["trace"] = resolve_path(exp, workload["trace"])
+        gps = gpus_per_server(fabric, hosts)
         try:
-            trace = build_workload(workload, len(hosts), gpus_per_server=gpus_per_server(fabric, hosts),
-                                   file=exp.source)
+            trace = build_workload(workload, len(hosts), gpus_per_server=gps, file=exp.source)
         except InputError as e:
             if e.file is not None and e.file != exp.source:
                 raise  # a trace file the workload names: the fault and its key are in that file
             key = str(e.key)
             if not key.startswith("jobs"):
                 key = f"jobs[{ji}].{key}" if key.startswith("workload") else f"jobs[{ji}].workload.{key}"
-            raise InputError(key, e.expected, e.found, exp.source) from None
+            expected, found = e.expected, e.found
+            if gps is None and key.endswith(".algorithm") and "hierarchical" in str(e.expected):
+                expected, found = servers_problem(fabric, hosts, job.order)  # not "gpus_per_server=None"
+            raise InputError(key, expected, found, exp.source) from None
         if trace.nranks != len(hosts):
             raise InputError(f"jobs[{ji}].hosts", f"{trace.nranks} hosts (the workload's rank count)",
                               len(hosts), exp.source)
@@ -99,6 +102,29 @@ def gpus_per_server(fabric: Fabric, hosts: list[str]):
     server x gpus_per_server + gpu, the numbering the function expects."""
     return effective_gpus_per_server([fabric.node(h)["rank"] for h in hosts],
                                      fabric.params.get("gpus_per_server"))
+
+
+def servers_problem(fabric: Fabric, hosts: list[str], order: str) -> tuple[str, str]:
+    """(expected, found): why hosts, in rank order, are not one block of the same GPUs per server,
+    the layout hierarchical needs (its inter-server step joins rank i of every server: one rail)."""
+    if not fabric.params.get("gpus_per_server"):
+        return "a rail-optimized fabric for hierarchical (it has servers)", f"{fabric.kind}, which has none"
+    expected = "for hierarchical, ranks in one block per server, the same GPUs in the same order in each"
+    blocks: list[tuple[int, list[int]]] = []  # (server, its GPUs in rank order), one per run of ranks
+    for h in hosts:
+        nd = fabric.node(h)
+        if blocks and blocks[-1][0] == nd["server"]:
+            blocks[-1][1].append(nd["gpu"])
+        else:
+            blocks.append((nd["server"], [nd["gpu"]]))
+    servers = [s for s, _ in blocks]
+    again = next((s for s in servers if servers.count(s) > 1), None)
+    if again is not None:
+        return expected, f"ranks that leave server {again} and come back (servers in rank order {servers[:12]})"
+    (s0, g0), (s1, g1) = blocks[0], next(b for b in blocks if b[1] != blocks[0][1])
+    if order == "rail-aligned":
+        expected += " (order: as-listed; rail-aligned reverses every other server's GPUs)"
+    return expected, f"server {s0} GPUs {g0}, server {s1} GPUs {g1}"
 
 
 def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -> list[dict]:

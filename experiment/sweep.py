@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import dataclasses
 import hashlib
 import json
 import os
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 import yaml
 
 from badinput import InputError
+from badinput.paths import check_name, inside
 from experiment import engine, model
 from experiment.engine import Interrupted, RunFailure
 from experiment.model import Experiment
@@ -34,6 +36,7 @@ POINTS_DIR = "points"
 CSV_NAME = "sweep.csv"
 PLOT_NAME = "sweep.png"
 MAX_SLUG = 100
+SLUG_EXTRA = "=,+~"  # key=value pairs, comma-joined; ~ before a hash or an index
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ def _text(value) -> str:
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
-def slugs(points: list[tuple]) -> list[str]:
+def slugs(points: list[tuple], file: str | None = None) -> list[str]:
     """Folder names for points: short key=value pairs, made safe and unique."""
     keys = list(dict.fromkeys(k for p in points for k, _ in p))
     short = _short_keys(keys)
@@ -73,7 +76,7 @@ def slugs(points: list[tuple]) -> list[str]:
             slug = slug[:MAX_SLUG - 9] + "~" + hashlib.sha1(slug.encode()).hexdigest()[:8]
         if slug in out:
             slug = f"{slug}~{i}"
-        out.append(slug)
+        out.append(check_name(slug, f"sweep point {i}", file, extra=SLUG_EXTRA))
     return out
 
 
@@ -82,13 +85,13 @@ def expand(exp: Experiment) -> list[Point]:
     InputError naming the point."""
     base = {k: v for k, v in exp.raw.items() if k != "sweep"}
     out = []
-    for i, (overrides, slug) in enumerate(zip(exp.sweep, slugs(list(exp.sweep)))):
+    for i, (overrides, slug) in enumerate(zip(exp.sweep, slugs(list(exp.sweep), exp.source))):
         where = f"sweep point {i} ({slug})"
         data = copy.deepcopy(base)
         for key, value in overrides:
             model.set_path(data, key, copy.deepcopy(value), exp.source, label=f"{where}:")
         try:
-            pexp = model.parse(data, exp.source)
+            pexp = dataclasses.replace(model.parse(data, exp.source), point=slug)
         except InputError as e:
             raise InputError(f"{where}: {e.key}", e.expected, e.found, exp.source) from None
         out.append(Point(i, overrides, slug, pexp))
@@ -109,16 +112,16 @@ def check(points: list[Point]) -> None:
 
 
 def point_dir(out_dir: str, point: Point) -> str:
-    return os.path.join(out_dir, POINTS_DIR, point.slug)
+    return inside(out_dir, POINTS_DIR, point.slug)
 
 
 def is_done(folder: str, exp: Experiment) -> bool:
     """A complete summary.json, from a run of this very experiment (its config.yaml)."""
     try:
-        with open(os.path.join(folder, "summary.json")) as f:
+        with open(inside(folder, "summary.json")) as f:
             if json.load(f).get("status") != "complete":
                 return False
-        with open(os.path.join(folder, "config.yaml")) as f:
+        with open(inside(folder, "config.yaml")) as f:
             ran = yaml.safe_load(f)
     except (OSError, ValueError, yaml.YAMLError):
         return False
@@ -184,6 +187,27 @@ def write_csv(path: str, points: list[Point], status: dict, summaries: dict) -> 
     return rows
 
 
+def read_csv(path: str) -> list[dict]:
+    """sweep.csv's rows back, each cell as write_csv had it: None, true/false, a number or text."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if not {"point", "status"} <= set(reader.fieldnames or ()):
+            raise ValueError(f"expected the columns point, status, ..., found {reader.fieldnames}")
+        return [{k: _uncell(v) for k, v in r.items()} for r in reader]
+
+
+def _uncell(text):
+    if text in ("", None):
+        return None
+    if text in ("true", "false"):
+        return text == "true"
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, (int, float)) else text
+
+
 def bar(done: int, total: int, width: int = 20) -> str:
     filled = round(width * done / total) if total else width
     return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total}"
@@ -197,9 +221,9 @@ def run(exp: Experiment, out_dir: str, run_point, points: list[Point] | None = N
     {"points", "complete", "skipped", "failed", "rows"}.
     """
     points = expand(exp) if points is None else points
-    os.makedirs(os.path.join(out_dir, POINTS_DIR), exist_ok=True)
-    model.write_resolved(exp, os.path.join(out_dir, "config.yaml"))
-    csv_path = os.path.join(out_dir, CSV_NAME)
+    os.makedirs(inside(out_dir, POINTS_DIR), exist_ok=True)
+    model.write_resolved(exp, inside(out_dir, "config.yaml"))
+    csv_path = inside(out_dir, CSV_NAME)
     status: dict[str, dict] = {}
     summaries: dict[str, dict] = {}
     skipped = []
@@ -208,7 +232,7 @@ def run(exp: Experiment, out_dir: str, run_point, points: list[Point] | None = N
         for n, p in enumerate(points, start=1):
             folder = point_dir(out_dir, p)
             if is_done(folder, p.exp):
-                with open(os.path.join(folder, "summary.json")) as f:
+                with open(inside(folder, "summary.json")) as f:
                     summaries[p.slug] = json.load(f)
                 status[p.slug] = {"status": "complete"}
                 skipped.append(p.slug)
@@ -234,7 +258,7 @@ def run(exp: Experiment, out_dir: str, run_point, points: list[Point] | None = N
     finally:
         rows = write_csv(csv_path, points, status, summaries)
     complete = [p for p in points if status.get(p.slug, {}).get("status") == "complete"]
-    _plot(complete, [summaries[p.slug] for p in complete], os.path.join(out_dir, PLOT_NAME), log)
+    _plot(complete, [summaries[p.slug] for p in complete], inside(out_dir, PLOT_NAME), log)
     return {"points": total, "complete": len(complete), "skipped": skipped,
             "failed": [p.slug for p in points if status[p.slug]["status"] != "complete"], "rows": rows}
 

@@ -10,6 +10,7 @@ from traffic.spec import SpecReader
 from traffic.trace import MAX_ITERATIONS, MAX_RANKS, Op, RankClass, Trace
 
 FORMS = ("collective", "model", "trace", "pattern")
+ROOTED = ("broadcast", "reduce")
 
 
 def build_workload(spec: dict, nranks: int, *, gpus_per_server: int | None = None,
@@ -56,6 +57,12 @@ def single_collective(spec: dict, nranks: int, file=None, gpus_per_server: int |
     r.done()
     if op == "sendrecv" and nranks == 1:
         raise r.error("collective", "a collective for >= 2 ranks (sendrecv needs a peer)", op)
+    # Refuse what would be ignored: sendrecv has one pattern (rank i sends to i + 1), and only
+    # broadcast and reduce have a root.
+    if op == "sendrecv" and r.has("algorithm"):
+        raise r.error("algorithm", "no algorithm with sendrecv (every rank sends to the next one)", algorithm)
+    if op not in ROOTED and r.has("root"):
+        raise r.error("root", f"no root with {op} (only {' and '.join(ROOTED)} have one)", root)
     if algorithm == "hierarchical" and op != "sendrecv" and (not gpus_per_server or nranks % gpus_per_server):
         raise r.error("algorithm", f"gpus_per_server dividing the {nranks} GPUs for hierarchical",
                       f"gpus_per_server={gpus_per_server}")
@@ -69,7 +76,7 @@ def single_collective(spec: dict, nranks: int, file=None, gpus_per_server: int |
         oid = f"it{it}/{op}"
         ops.append(Op(oid, "collective", prev, op=op, algorithm=algorithm, group="world",
                       size_bytes=size_bytes, iteration=it, label=f"{op} {algorithm}",
-                      root=root if op in ("broadcast", "reduce") else None))
+                      root=root if op in ROOTED else None))
         prev = (oid,)
     meta = {"workload": "collective", "op": op, "algorithm": algorithm, "size_bytes": size_bytes,
             "iterations": iterations}

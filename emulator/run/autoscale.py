@@ -27,6 +27,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 
+from badinput.paths import inside
 from emulator.run import fidelity
 from emulator.testbed.datapath import AFXDP_MTU, MTU
 from experiment import model
@@ -162,7 +163,7 @@ def plan_probes(exp: Experiment, cal_dir: str) -> ProbePlan:
             if cut is None:
                 k = n
             else:
-                path = os.path.join(os.path.abspath(cal_dir), "traces", f"{job.name}.json")
+                path = inside(os.path.abspath(cal_dir), "traces", f"{job.name}.json")
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 dump(cut, path)
                 data["jobs"][ji]["workload"] = {"trace": path}
@@ -189,7 +190,7 @@ def calibrate(exp: Experiment, out_dir: str, run, log=print) -> tuple[Experiment
     raises RunFailure (TestbedError among them) counts as not faithful; Interrupted ends the calibration.
     The record goes to OUT/calibration/calibration.json after every probe. RunFailure when no
     probe ran to completion: the experiment does not run at any scale tried."""
-    cal_dir = os.path.join(out_dir, DIR)
+    cal_dir = inside(out_dir, DIR)
     shutil.rmtree(cal_dir, ignore_errors=True)  # a previous calibration's probes would read as this one's
     os.makedirs(cal_dir)
     plan = plan_probes(exp, cal_dir)
@@ -204,7 +205,7 @@ def calibrate(exp: Experiment, out_dir: str, run, log=print) -> tuple[Experiment
     def save():
         record["probes"] = [p.to_dict() for p in probes]
         record["wall_s"] = time.monotonic() - t_all
-        write_json(os.path.join(cal_dir, RECORD), record)
+        write_json(inside(cal_dir, RECORD), record)
 
     cut = ", ".join(f"{j} {v['probe']} of {v['run']} iterations" for j, v in plan.iterations.items())
     log(f"[calibrate] up to {MAX_PROBES} probes of ~{plan.replay_s:.1f} s replay each ({cut}), time dilation "
@@ -215,13 +216,13 @@ def calibrate(exp: Experiment, out_dir: str, run, log=print) -> tuple[Experiment
         p = Probe(rung, pexp.scale.link, pexp.scale.bytes, pexp.emulated_mbps(host_gbps),
                   os.path.join(DIR, f"link={pexp.scale.link:g}"))
         probes.append(p)
-        folder = os.path.join(out_dir, p.dir)
+        folder = inside(out_dir, p.dir)
         os.makedirs(folder, exist_ok=True)
         log(f"[calibrate] probe {len(probes)}: scale.link={p.link:g} ({p.host_link_mbps:g} Mb/s host links), "
             f"scale.bytes={p.bytes:g}: running")
         t = time.monotonic()
         try:
-            with open(os.path.join(folder, LOG), "w") as f:
+            with open(inside(folder, LOG), "w") as f:
                 summary = run(pexp, folder, log=_file_log(f))
         except RunFailure as e:
             p.status, p.error = "failed", str(e)

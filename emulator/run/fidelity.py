@@ -31,6 +31,9 @@ LINK_CAP_MAX = 1.05
 BUSY_UTIL = 0.5
 SATURATION_MIN = 0.85
 LATENESS_P99_MAX_S = 0.020
+# Link counters are read this often (here and for links.csv): periodic jobs switch their links
+# on and off within a second, and the heatmap must show each collective.
+LINK_SAMPLE_S = 0.25
 
 
 def parse_proc_net_dev(text: str) -> dict[str, tuple[int, int]]:
@@ -86,7 +89,7 @@ class Monitor:
     though it ran at full rate while it ran.
     """
 
-    def __init__(self, links: dict[str, tuple[str, float]], interval_s: float = 0.25):
+    def __init__(self, links: dict[str, tuple[str, float]], interval_s: float = LINK_SAMPLE_S):
         self.links = links
         self.interval_s = interval_s
         self.per_cpu_sample = max(1, round(1.0 / interval_s))

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+from badinput.paths import inside
 from emulator.run import autoscale, fidelity, linksampler, relay
 from emulator.run.faults import FaultInjector
 from emulator.run.watchdog import Watchdog
@@ -46,9 +47,9 @@ def run_experiment(exp: Experiment, out_dir: str, log=print, prepare=None) -> di
 def _run(exp: Experiment, out_dir: str, log, calibration: dict | None = None) -> dict:
     fabric = exp.fabric()
     jobs = build_plans(exp, fabric)  # bad workloads fail here, before anything starts
-    write_resolved(exp, os.path.join(out_dir, "config.yaml"),
+    write_resolved(exp, inside(out_dir, "config.yaml"),
                           notes=autoscale.config_notes(calibration) if calibration else ())
-    events_path = os.path.join(out_dir, "events.jsonl")
+    events_path = inside(out_dir, "events.jsonl")
     open(events_path, "w").close()
     ctx = {"status": "incomplete", "error": None, "datapath": None, "controller": None,
            "totals": {}, "t_start": None, "t_end": None, "monitor": None, "calibration": calibration}
@@ -64,7 +65,7 @@ def _run(exp: Experiment, out_dir: str, log, calibration: dict | None = None) ->
             # Link loads, flows and every placement decision, for `dtnet report` and people.
             state = tb.controller_get("state")
             if state is not None:
-                write_json(os.path.join(out_dir, "controller-state.json"), state)
+                write_json(inside(out_dir, "controller-state.json"), state)
         ctx["status"] = "complete"
     except runstate.LeaseError as e:  # no free tag: nothing of this run started
         ctx["error"] = str(e)
@@ -74,7 +75,7 @@ def _run(exp: Experiment, out_dir: str, log, calibration: dict | None = None) ->
         raise
     finally:
         summary = _summarize(exp, fabric, jobs, events_path, ctx)
-        write_json(os.path.join(out_dir, "summary.json"), summary)
+        write_json(inside(out_dir, "summary.json"), summary)
         write_after_run(out_dir, exp, jobs, summary, ctx["t_start"], log)  # trace.json, plots/
     return summary
 
@@ -87,11 +88,8 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
     try:
         for jp in jobs:
             for plan in jp.ranks:
-                path = os.path.join(out_dir, "plans", jp.name, f"rank{plan['rank']}.json")
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(path, "w") as f:
-                    json.dump(plan, f)
-                err = open(os.path.join(out_dir, "plans", jp.name, f"rank{plan['rank']}.err"), "w")
+                path, err_path = write_plan(out_dir, jp.name, plan)
+                err = open(err_path, "w")
                 p = tb.host(plan["host"]).popen([sys.executable, "-m", "emulator.agent", path],
                                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                                                 text=True, bufsize=1)
@@ -107,7 +105,7 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
         log(f"[run] {n} agents started; waiting for their connections")
         ready, done = set(), {}
         watch = Watchdog([(j, r) for j, r, _ in agents], exp.testbed.stall_timeout_s,
-                         errors_in=os.path.join(out_dir, "plans"))
+                         errors_in=inside(out_dir, "plans"))
         with open(events_path, "a") as events:
             def pump(timeout):
                 for key, _ in sel.select(timeout):
@@ -203,6 +201,16 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
         for _, _, p in agents:
             stop_process(p, timeout_s=2.0)
         sel.close()
+
+
+def write_plan(out_dir: str, job: str, plan: dict) -> tuple[str, str]:
+    """plans/<job>/rankN.json for the agent; returns it and the path for the agent's stderr."""
+    folder = inside(out_dir, "plans", job)
+    os.makedirs(folder, exist_ok=True)
+    path = inside(folder, f"rank{plan['rank']}.json")
+    with open(path, "w") as f:
+        json.dump(plan, f)
+    return path, inside(folder, f"rank{plan['rank']}.err")
 
 
 class LineReader:

@@ -17,6 +17,7 @@ import select
 import subprocess
 import time
 
+from badinput.paths import inside
 from emulator.testbed.process import TestbedError, stop_process
 
 PCAP_DIR = "pcap"
@@ -30,7 +31,7 @@ def plan(links, fabric, intf, out_dir: str, max_packets: int, snaplen: int) -> l
         # A host's side lives in its namespace; the switch side in the root one.
         node, peer = (b, a) if fabric.node(a)["role"] == "host" else (a, b)
         dev = intf(node, peer)
-        path = os.path.join(out_dir, PCAP_DIR, f"{a}-{b}.pcap")
+        path = inside(out_dir, PCAP_DIR, f"{a}-{b}.pcap")
         out.append({"link": f"{a}-{b}", "interface": dev, "path": path,
                     "cmd": ["tcpdump", "-i", dev, "-w", path, "-s", str(snaplen), "-c", str(max_packets),
                             "-n", "-U", "--immediate-mode", "-Z", "root"]})

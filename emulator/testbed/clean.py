@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 
+from badinput.paths import inside
 from emulator.testbed import runstate
 
 
@@ -32,8 +33,12 @@ def _cmdline(pid: int) -> str:
 
 def clean_run(run_dir: str, log=print) -> int:
     """Remove one dead run's resources; returns how many were removed."""
-    st = _load(os.path.join(run_dir, runstate.STATE_NAME))
+    st = _load(inside(run_dir, runstate.STATE_NAME))
     if not st:
+        return 0
+    if not runstate.is_tag(st.get("tag")):
+        log(f"dtnet clean: {run_dir}: {runstate.STATE_NAME}: expected a dtnet run tag, found {st.get('tag')!r}; "
+            "left alone")
         return 0
     owner = st.get("owner_pid")
     # Runs start from `dtnet`, `python -m dtnet`, pytest or a bench:
@@ -65,7 +70,7 @@ def clean_run(run_dir: str, log=print) -> int:
         log(f"dtnet clean: removed {len(left['bridges'])} bridges, {len(left['netns'])} namespaces and "
             f"{len(left['links'])} links of run {tag}")
     st["status"] = "cleaned"
-    with open(os.path.join(run_dir, runstate.STATE_NAME), "w") as f:
+    with open(inside(run_dir, runstate.STATE_NAME), "w") as f:
         json.dump(st, f, indent=1)
     runstate.release_tag(tag)
     lease = os.path.join(runstate.LEASE_DIR, f"tag-{tag}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from badinput.paths import inside
 from emulator.testbed import runstate, shaping
 from emulator.testbed.datapath import AFXDP_MTU, AFXDP_PORT, MTU, detect_datapath, ensure_ovs
 from emulator.testbed.process import TestbedError, free_port, stop_process, wait_for
@@ -99,7 +101,7 @@ class Testbed:
         self.datapath = detect_datapath(self.requested_datapath)
         self.state.set(datapath=self.datapath,
                        bridges=[self.mn_name(s) for s in self.fabric.switches])
-        fabric_path = os.path.join(self.run_dir, "fabric.json")
+        fabric_path = inside(self.run_dir, "fabric.json")
         self.fabric.dump(fabric_path)
 
         ofp_port = self._launch_controller(fabric_path) if self.use_controller else free_port()
@@ -143,7 +145,7 @@ class Testbed:
         if self.use_controller:
             wait_for(self._controller_ready, self.ready_timeout_s,
                      "every switch to connect and every route to be installed "
-                     f"(controller log: {os.path.join(self.run_dir, 'controller.log')})")
+                     f"(controller log: {inside(self.run_dir, 'controller.log')})")
         self.state.set(status="running")
 
     def _launch_controller(self, fabric_path: str, attempts: int = 3) -> int:
@@ -153,7 +155,7 @@ class Testbed:
         switches would talk to its controller. So a lost race means new ports."""
         for attempt in range(attempts):
             ofp_port, self.rest_port = free_port(), free_port()
-            self._start_controller(fabric_path, ofp_port, restart=attempt > 0)  # controller.out keeps each try
+            self._start_controller(fabric_path, ofp_port, restart=attempt > 0)  # controller.log keeps each try
             ports = {ofp_port, self.rest_port}
             state = wait_for(lambda: self._listening(ports), self.ready_timeout_s,
                              f"the controller to listen on ports {sorted(ports)}")
@@ -161,7 +163,7 @@ class Testbed:
                 return ofp_port
             self.log(f"[testbed] controller could not listen on {sorted(ports)}; trying other ports")
         raise TestbedError(f"controller exited with status {self.ctl_proc.returncode} "
-                           f"(see {self.run_dir}/controller.out)")
+                           f"(see {inside(self.run_dir, 'controller.log')})")
 
     def _listening(self, ports: set[int]) -> str | None:
         if self.ctl_proc.poll() is not None:
@@ -175,13 +177,13 @@ class Testbed:
 
     def _start_controller(self, fabric_path: str, ofp_port: int, restart: bool = False):
         self._ctl_args = (fabric_path, ofp_port)
-        log_path = os.path.join(self.run_dir, "controller.log")
         cmd = [sys.executable, "-m", "controller.run", "--fabric", fabric_path, "--routing", self.routing,
                "--ofp-port", str(ofp_port), "--rest-host", "127.0.0.1", "--rest-port", str(self.rest_port),
-               "--log-file", log_path,
                # The controller reports and decides in real-cluster Gb/s.
                "--link-scale", repr(self.scale_link)]
-        self._ctl_log = open(os.path.join(self.run_dir, "controller.out"), "a" if restart else "w")
+        # One log: Ryu logs to stderr, and a crash's traceback lands there too (a --log-file
+        # would only repeat the log lines).
+        self._ctl_log = open(inside(self.run_dir, "controller.log"), "a" if restart else "w")
         # Its own session, so a Ctrl-C at the terminal reaches us, not it:
         # we stop it ourselves during teardown.
         self.ctl_proc = subprocess.Popen(cmd, stdout=self._ctl_log, stderr=subprocess.STDOUT,
@@ -247,7 +249,7 @@ class Testbed:
         self._start_controller(*self._ctl_args, restart=True)
         wait_for(lambda: (interrupted is not None and interrupted.is_set()) or self._controller_ready(),
                  self.ready_timeout_s, "the restarted controller to resynchronize every switch "
-                 f"(controller log: {os.path.join(self.run_dir, 'controller.log')})")
+                 f"(controller log: {inside(self.run_dir, 'controller.log')})")
         if interrupted is not None and interrupted.is_set():
             return None
         ready_at = time.time()
@@ -270,7 +272,7 @@ class Testbed:
     def _controller_ready(self) -> bool:
         if self.ctl_proc.poll() is not None:
             raise TestbedError(f"controller exited with status {self.ctl_proc.returncode} "
-                               f"(see {self.run_dir}/controller.out)")
+                               f"(see {inside(self.run_dir, 'controller.log')})")
         st = self.controller_status()
         return bool(st and st.get("ready"))
 
@@ -346,11 +348,12 @@ class Testbed:
             self._tc_batch(kind, name, lines)
 
     def _tc_batch(self, kind: str, name: str | None, lines: list[str]):
-        path = os.path.join(self.run_dir, f"tc-{name or kind}.batch")
+        path = inside(self.run_dir, f"tc-{name or kind}.batch")
         with open(path, "w") as f:
             f.write("\n".join(lines) + "\n")
         if kind == "host":
-            out = self.host(name).cmd(f"tc -batch {path}; echo rc=$?")
+            # The path holds the user's --out: quoted, it stays one word of the host's shell.
+            out = self.host(name).cmd(f"tc -batch {shlex.quote(path)}; echo rc=$?")
             rc = 0 if out.strip().endswith("rc=0") else 1
         else:
             cmd = ["tc", "-batch", path] if kind == "root" else ["ip", "netns", "exec", name, "tc", "-batch", path]

@@ -14,6 +14,8 @@ import string
 import subprocess
 import time
 
+from badinput.paths import inside
+
 LEASE_DIR = "/run/dtnet"
 STATE_NAME = "state.json"
 _ALPHABET = string.ascii_lowercase
@@ -74,7 +76,7 @@ def lock_run_dir(run_dir: str) -> int:
     except BlockingIOError:
         os.close(fd)
         try:
-            with open(os.path.join(run_dir, STATE_NAME)) as f:
+            with open(inside(run_dir, STATE_NAME)) as f:
                 owner = f"pid {json.load(f).get('owner_pid')}"
         except (OSError, ValueError):
             owner = "starting"
@@ -105,7 +107,7 @@ class RunState:
     """state.json in the run folder: the tag, PIDs and names this run owns."""
 
     def __init__(self, run_dir: str, tag: str):
-        self.path = os.path.join(run_dir, STATE_NAME)
+        self.path = inside(run_dir, STATE_NAME)
         self.data = {"tag": tag, "owner_pid": os.getpid(), "pids": {}, "bridges": [],
                      "status": "starting"}
         self.save()
@@ -125,8 +127,16 @@ class RunState:
         os.replace(tmp, self.path)
 
 
+def is_tag(tag) -> bool:
+    """One of the run tags lease_tag hands out. A tag comes back from state.json files, and
+    everything named with it gets deleted: '' or 'x' would match other runs' bridges and links."""
+    return tag in _TAGS
+
+
 def leftovers(tag: str) -> dict:
     """What still exists on this machine under a run tag."""
+    if not is_tag(tag):
+        raise ValueError(f"not a dtnet run tag: {tag!r}")
     bridges = []
     try:
         out = subprocess.run(["ovs-vsctl", "--timeout=5", "list-br"], capture_output=True, text=True).stdout

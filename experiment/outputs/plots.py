@@ -7,7 +7,9 @@ display, no global state.
 from __future__ import annotations
 
 import os
+import re
 
+from badinput.paths import inside
 from experiment.outputs import links as links_mod
 from experiment.outputs.summary import _fmt_b
 
@@ -20,11 +22,21 @@ def _figure(width: float = 7.0, height: float = 4.0):
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
 
-def iteration_times(summary: dict, path: str) -> bool:
-    """Iteration time (real-cluster ms) against iteration index, one line per job."""
+def run_title(summary: dict, what: str, point: str = "", engine: str = "") -> str:
+    """Two lines: the experiment and the plot; then what tells this run from its siblings
+    (the sweep point, the engine, the routing policy), so that a sweep's plots differ."""
+    routing = summary.get("routing")
+    second = [f"point {point}"] if point else []
+    second += [engine] if engine else []
+    second += [f"routing {routing}"] if routing and f"routing={routing}" not in point.split(",") else []
+    return f"{summary.get('name', '')}: {what}" + ("\n" + " \u00b7 ".join(second) if second else "")
+
+
+def iteration_figure(summary: dict, title: str = ""):
+    """Iteration time (real-cluster ms) against iteration index, one line per job; None: nothing to draw."""
     jobs = [j for j in summary["jobs"] if j["iteration_time_s"]["all"]]
     if not jobs:
-        return False
+        return None
     from matplotlib.ticker import MaxNLocator
 
     fig = _figure()
@@ -39,72 +51,209 @@ def iteration_times(summary: dict, path: str) -> bool:
     ax.set_xlabel("iteration")
     ax.set_ylabel("iteration time (ms, real cluster)")
     ax.set_ylim(0, top * 1.15 or 1.0)
-    ax.set_title(f"{summary.get('name', '')}: iteration time per job")
+    ax.set_title(title or run_title(summary, "iteration time per job"))
     ax.legend(fontsize="small")
-    fig.savefig(path)
-    return True
+    return fig
 
 
-def cct_distribution(summary: dict, path: str) -> bool:
-    """Box plot of collective completion times per collective type (per job
-    when there are several)."""
+def iteration_times(summary: dict, path: str, title: str = "") -> bool:
+    return _save(iteration_figure(summary, title), path)
+
+
+def cct_groups(summary: dict) -> list[tuple[str, list[float], float | None]]:
+    """One box per collective of summary.json (job, op, algorithm, size, ranks): its label, its
+    completion times (real ms) and its alpha-beta prediction (real ms, None when there is none)."""
     multi = len(summary["jobs"]) > 1
-    groups: dict[str, list[float]] = {}
+    out = []
     for j in summary["jobs"]:
         for c in j["collectives"]:
-            label = (f"{j['name']}: " if multi else "") + c["op"]
-            groups.setdefault(label, []).extend(t * 1e3 for t in c["cct_s_all"])
+            label = (f"{j['name']}: " if multi else "") + f"{c['op']} {c.get('algorithm', '')}\n" \
+                f"{_fmt_b(c['size_bytes'])} x{c['ranks']}"
+            pred = c.get("predicted_cct_s")
+            out.append((label, [t * 1e3 for t in c["cct_s_all"]], None if pred is None else pred * 1e3))
+    return [g for g in out if g[1]]
+
+
+def cct_figure(summary: dict, title: str = ""):
+    """Box plot of completion times per collective, the alpha-beta prediction beside each box."""
+    groups = cct_groups(summary)
     if not groups:
-        return False
-    fig = _figure(max(5.0, 1.2 * len(groups) + 2))
+        return None
+    fig = _figure(max(6.5, 1.4 * len(groups) + 2))
     ax = fig.add_subplot()
-    labels = sorted(groups)
-    ax.boxplot([groups[k] for k in labels], showmeans=True)
-    for i, k in enumerate(labels, start=1):  # every sample too: runs are often a few iterations
-        ax.scatter([i + 0.25] * len(groups[k]), groups[k], s=9, alpha=0.6, color="tab:gray")
-    ax.set_xticks(range(1, len(labels) + 1), [f"{k}\n(n={len(groups[k])})" for k in labels], fontsize="small")
+    ax.boxplot([g[1] for g in groups], showmeans=True)
+    top = max(max(g[1]) for g in groups)
+    predicted = False
+    for i, (_, samples, pred) in enumerate(groups, start=1):  # every sample too: runs are often a few iterations
+        ax.scatter([i + 0.25] * len(samples), samples, s=9, alpha=0.6, color="tab:gray")
+        if pred is not None:
+            ax.hlines(pred, i - 0.38, i + 0.38, colors="tab:red", linestyles="--", linewidth=1.5,
+                      label=None if predicted else "alpha-beta prediction (no contention)")
+            mean = sum(samples) / len(samples)
+            ax.annotate(f"{mean / pred:.2f}x", (i, max(max(samples), pred)), textcoords="offset points",
+                        xytext=(0, 4), ha="center", fontsize="x-small", color="tab:red")
+            predicted, top = True, max(top, pred)
+    ax.set_xticks(range(1, len(groups) + 1), [f"{g[0]}\n(n={len(g[1])})" for g in groups], fontsize="small")
     ax.set_ylabel("completion time (ms, real cluster)")
-    ax.set_ylim(0, max(max(v) for v in groups.values()) * 1.15 or 1.0)
-    ax.set_title(f"{summary.get('name', '')}: collective completion time by type")
-    fig.savefig(path)
-    return True
+    ax.set_ylim(0, top * 1.2 or 1.0)
+    if predicted:
+        ax.legend(fontsize="small", loc="lower right", title="mean / prediction above each box",
+                  title_fontsize="x-small")
+    ax.set_title(title or run_title(summary, "collective completion time"))
+    return fig
 
 
-MAX_HEATMAP_LINKS = 96
+def cct_distribution(summary: dict, path: str, title: str = "") -> bool:
+    return _save(cct_figure(summary, title), path)
 
 
-def link_heatmap(rows: list[dict], path: str, title: str = "") -> bool:
-    """Utilization of every directed link that carried traffic (rows) over time
-    (columns), from links.csv rows."""
+def _natural(name: str) -> tuple:
+    """h2 before h10: digit runs compare as numbers."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
+
+
+def heatmap_rows(links: list[tuple[str, str]], fabric=None) -> tuple[list[tuple[str, list]], list]:
+    """Directed links in reading order: ([(tier label, links)], NVLink links).
+
+    Tiers follow a packet up and down the fabric (host -> leaf, leaf -> spine, ..., spine -> leaf,
+    leaf -> host); inside a tier, links go by rail (or pod, or leaf), then by name. Without the
+    fabric, one tier in name order."""
+    if fabric is None:
+        return [("", sorted(links, key=lambda k: (_natural(k[0]), _natural(k[1]))))], []
+    level = _levels(fabric)
+    tiers: dict[tuple, list] = {}
+    nvlink = []
+    for a, b in links:
+        if fabric.graph.edges[a, b]["kind"] == "nvlink":
+            nvlink.append((a, b))
+            continue
+        la, lb = level[a], level[b]
+        key = (0, la) if la < lb else (2, -la) if la > lb else (1, la)
+        tiers.setdefault(key + (fabric.node(a)["layer"], fabric.node(b)["layer"]), []).append((a, b))
+
+    def by_rail(k):
+        group = next((g for g in (_group(fabric.node(n)) for n in k) if g is not None), -1)
+        return group, _natural(k[0]), _natural(k[1])
+
+    def by_server(k):  # a GPU's two NVLink directions side by side, server by server
+        host = k[0] if fabric.node(k[0])["role"] == "host" else k[1]
+        return fabric.node(host).get("server", -1), _natural(host), k[0] != host
+
+    out = [(f"{key[2]} \u2192 {key[3]}", sorted(ks, key=by_rail)) for key, ks in sorted(tiers.items())]
+    return out, sorted(nvlink, key=by_server)
+
+
+def _levels(fabric) -> dict:
+    """Hops from the nearest host over fabric links: hosts 0, leaves 1, spines 2, ..."""
+    level = {h: 0 for h in fabric.hosts}
+    frontier = list(level)
+    while frontier:
+        ahead = []
+        for n in frontier:
+            for m in fabric.graph.neighbors(n):
+                if m not in level and fabric.graph.edges[n, m]["kind"] != "nvlink":
+                    level[m] = level[n] + 1
+                    ahead.append(m)
+        frontier = ahead
+    return {n: level.get(n, 0) for n in fabric.graph}
+
+
+def _group(node: dict):
+    for key in ("rail", "gpu", "pod", "leaf"):  # a host's gpu is its rail
+        if node.get(key) is not None:
+            return node[key]
+    return None
+
+
+def heatmap_figure(rows: list[dict], title: str = "", fabric=None, phases: dict | None = None):
+    """Utilization of every directed link that carried traffic (rows) over time (columns, one per
+    sample of links.csv), grouped by tier and rail, NVLink apart; above them, when each job's
+    collectives ran (phases: job -> [(start_ms, end_ms)], real-cluster time). None: nothing to draw."""
     times = sorted({r["t_s"] for r in rows})
     util: dict[tuple, dict[float, float]] = {}
     for r in rows:
         util.setdefault((r["src"], r["dst"]), {})[r["t_s"]] = r["util"]
-    busy = sorted(k for k, v in util.items() if max(v.values()) > 0)
+    busy = [k for k, v in util.items() if max(v.values()) > 0]
+    if fabric is not None:
+        busy = [k for k in busy if fabric.graph.has_edge(*k)]
     if not times or not busy:
-        return False
+        return None
     import numpy as np
 
-    shown = len(busy)
-    if len(busy) > MAX_HEATMAP_LINKS:  # a large fabric: its busiest links, in name order
-        mean = {k: sum(util[k].values()) / len(times) for k in busy}
-        busy = sorted(sorted(busy, key=lambda k: -mean[k])[:MAX_HEATMAP_LINKS])
-    grid = np.array([[util[k].get(t, np.nan) for t in times] for k in busy])
+    tiers, nvlink = heatmap_rows(busy, fabric)
+    panels = [("fabric links", tiers)] + ([("NVLink, inside servers", [("", nvlink)])] if nvlink else [])
+    phases = {j: p for j, p in (phases or {}).items() if p}
+    heights = [max(1, sum(len(ks) for _, ks in tiers_)) for _, tiers_ in panels]
+    strip = 0.3 * len(phases)
+    fig = _figure(9.0, min(2.4 + strip + 0.17 * sum(heights), 30.0))
+    ratios = ([strip / 0.17] if phases else []) + heights
+    axes = list(fig.subplots(len(ratios), 1, sharex=True, squeeze=False, height_ratios=ratios)[:, 0])
     step = float(np.median(np.diff(times))) if len(times) > 1 else times[0]
-    edges = [(times[0] - step) * 1e3] + [t * 1e3 for t in times]
-    fig = _figure(8.0, min(2.0 + 0.18 * len(busy), 24.0))
-    ax = fig.add_subplot()
-    mesh = ax.pcolormesh(edges, np.arange(len(busy) + 1), grid, vmin=0.0, vmax=max(1.0, float(np.nanmax(grid))),
-                         cmap="viridis", shading="flat")
-    ax.set_yticks(np.arange(len(busy)) + 0.5, [f"{a} \u2192 {b}" for a, b in busy],
-                  fontsize="x-small" if len(busy) > 30 else "small")
-    ax.invert_yaxis()
-    ax.set_xlabel("time (ms, real cluster)")
-    idle = len(util) - shown
-    more = shown - len(busy)
-    ax.set_title(f"{title}: link utilization" + (f" ({idle} idle links not shown)" if idle and not more else "")
-                 + (f" (the {len(busy)} busiest of {shown} busy links)" if more else ""))
-    fig.colorbar(mesh, ax=ax, label="utilization (of link rate)")
+    edges = np.array([(times[0] - step) * 1e3] + [t * 1e3 for t in times])
+    top = max(1.0, *(max(util[k].values()) for k in busy))
+    if phases:
+        _phase_strip(axes.pop(0), phases)
+    mesh = None
+    for ax, (name, panel) in zip(axes, panels):
+        keys = [k for _, ks in panel for k in ks]
+        grid = np.array([[util[k].get(t, np.nan) for t in times] for k in keys])
+        mesh = ax.pcolormesh(edges, np.arange(len(keys) + 1), grid, vmin=0.0, vmax=top, cmap="viridis",
+                             shading="flat")
+        ax.set_yticks(np.arange(len(keys)) + 0.5, [f"{a} \u2192 {b}" for a, b in keys],
+                      fontsize="xx-small" if len(keys) > 40 else "x-small")
+        ax.invert_yaxis()
+        ax.set_ylabel(name, fontsize="small")
+        at, centers, labels = 0, [], []
+        for label, ks in panel:
+            if at:
+                ax.axhline(at, color="white", linewidth=1.5)
+            centers.append(at + len(ks) / 2)
+            labels.append(label)
+            at += len(ks)
+        if any(labels):
+            right = ax.secondary_yaxis("right")
+            right.set_yticks(centers, labels, fontsize="x-small")
+            right.tick_params(length=0)
+    axes[-1].set_xlabel(f"time (ms, real cluster; one column per {step * 1e3:.3g} ms sample)")
+    idle = len(util) - len(busy)
+    first, _, rest = title.partition("\n")
+    fig.suptitle(first + (f" ({idle} idle links not shown)" if idle else "") + (f"\n{rest}" if rest else ""),
+                 fontsize="medium")
+    fig.colorbar(mesh, ax=axes, label="utilization (of link rate)", shrink=0.6)
+    return fig
+
+
+def _phase_strip(ax, phases: dict) -> None:
+    """One row per job: a bar where each of its collectives ran."""
+    colors = ("tab:orange", "tab:cyan", "tab:pink", "tab:olive", "tab:purple", "tab:brown")
+    for i, (job, spans) in enumerate(phases.items()):
+        ax.broken_barh([(s, e - s) for s, e in spans], (i + 0.15, 0.7), color=colors[i % len(colors)])
+    ax.set_yticks([i + 0.5 for i in range(len(phases))], [f"job {j}" for j in phases], fontsize="x-small")
+    ax.set_ylim(len(phases), 0)
+    ax.set_ylabel("collectives", fontsize="small")
+
+
+def link_heatmap(rows: list[dict], path: str, title: str = "", fabric=None, phases: dict | None = None) -> bool:
+    return _save(heatmap_figure(rows, title, fabric, phases), path)
+
+
+def collective_phases(events: list[dict], t0: float, dilation: float) -> dict:
+    """job -> [(start_ms, end_ms)] of its collectives in real-cluster time since t0, each from its
+    first rank's start to its last rank's end."""
+    spans: dict[tuple, list[float]] = {}
+    for e in events:
+        if e.get("kind") == "collective" and "start" in e and "end" in e:
+            s = spans.setdefault((e["job"], e.get("op_id")), [e["start"], e["end"]])
+            s[0], s[1] = min(s[0], e["start"]), max(s[1], e["end"])
+    out: dict[str, list] = {}
+    for (job, _), (start, end) in sorted(spans.items(), key=lambda kv: kv[1][0]):
+        out.setdefault(job, []).append(((start - t0) / dilation * 1e3, (end - t0) / dilation * 1e3))
+    return out
+
+
+def _save(fig, path: str) -> bool:
+    if fig is None:
+        return False
     fig.savefig(path)
     return True
 
@@ -181,23 +330,30 @@ def sweep_chart(series: dict[str, list[tuple]], x_name: str, path: str) -> bool:
     return True
 
 
-def write_all(out_dir: str, summary: dict, log=print) -> list[str]:
-    """The run's plots into out_dir/plots/; each failure is a warning. Returns the files written."""
+def write_all(out_dir: str, summary: dict, log=print, *, point: str = "", engine: str = "", fabric=None,
+              phases: dict | None = None) -> list[str]:
+    """The run's plots into out_dir/plots/; each failure is a warning. Returns the files written.
+    point, engine and the summary's routing go in every title; fabric orders the heatmap's links,
+    phases (collective_phases) marks when each job's collectives ran above it."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         log("[run] warning: no plots: matplotlib is not installed (pip install matplotlib)")
         return []
-    folder = os.path.join(out_dir, "plots")
-    os.makedirs(folder, exist_ok=True)
-    jobs = [("iteration_time", lambda p: iteration_times(summary, p)),
-            ("cct", lambda p: cct_distribution(summary, p))]
-    csv_path = os.path.join(out_dir, "links.csv")
+    os.makedirs(inside(out_dir, "plots"), exist_ok=True)
+
+    def title(what):
+        return run_title(summary, what, point, engine)
+
+    jobs = [("iteration_time", lambda p: iteration_times(summary, p, title("iteration time per job"))),
+            ("cct", lambda p: cct_distribution(summary, p, title("collective completion time")))]
+    csv_path = inside(out_dir, "links.csv")
     if os.path.exists(csv_path):
-        jobs.append(("links", lambda p: link_heatmap(links_mod.read_csv(csv_path), p, summary.get("name", ""))))
+        jobs.append(("links", lambda p: link_heatmap(links_mod.read_csv(csv_path), p, title("link utilization"),
+                                                     fabric, phases)))
     written = []
     for key, draw in jobs:
-        path = os.path.join(folder, FILES[key])
+        path = inside(out_dir, "plots", FILES[key])
         try:
             if draw(path):
                 written.append(path)

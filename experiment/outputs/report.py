@@ -8,6 +8,7 @@ import json
 import os
 
 from badinput import InputError
+from badinput.paths import inside
 from experiment.outputs import summary as summary_tables
 from experiment.outputs import links as links_mod
 
@@ -51,7 +52,7 @@ def check_contract(data, spec=SUMMARY_CONTRACT, key: str = "") -> None:
 
 def load_summary(run_dir: str) -> dict:
     """summary.json of a run folder, checked against the contract."""
-    path = os.path.join(run_dir, "summary.json")
+    path = inside(run_dir, "summary.json")
     if not os.path.isdir(run_dir):
         raise InputError("folder", "a run folder written by `dtnet run`", "no such folder", run_dir)
     try:
@@ -71,7 +72,7 @@ def load_summary(run_dir: str) -> dict:
 
 
 def _load_links(run_dir: str) -> list[dict] | None:
-    path = os.path.join(run_dir, "links.csv")
+    path = inside(run_dir, "links.csv")
     if not os.path.exists(path):
         return None
     try:
@@ -83,6 +84,9 @@ def _load_links(run_dir: str) -> list[dict] | None:
 # -- dtnet report -------------------------------------------------------------
 
 def report(run_dir: str, out) -> int:
+    if os.path.isdir(run_dir) and not os.path.exists(inside(run_dir, "summary.json")) \
+            and os.path.exists(inside(run_dir, "sweep.csv")):
+        return report_sweep(run_dir, out)
     s = load_summary(run_dir)
     rows = _load_links(run_dir)
     topo, sc = s.get("topology", {}), s["scale"]
@@ -96,11 +100,29 @@ def report(run_dir: str, out) -> int:
     if rows is not None:
         print_links(rows, out)
     present = [f for f in ("trace.json", "links.csv", "config.yaml", "events.jsonl")
-               if os.path.exists(os.path.join(run_dir, f))]
-    plots_dir = os.path.join(run_dir, "plots")
+               if os.path.exists(inside(run_dir, f))]
+    plots_dir = inside(run_dir, "plots")
     if os.path.isdir(plots_dir):
         present += [f"plots/{f}" for f in sorted(os.listdir(plots_dir)) if f.endswith(".png")]
     out.write("\nfiles: " + ", ".join(present) + "\n")
+    return 0
+
+
+def report_sweep(sweep_dir: str, out) -> int:
+    """A sweep folder: the table `dtnet run` printed at the sweep's end, from its sweep.csv."""
+    from experiment import sweep
+
+    path = inside(sweep_dir, sweep.CSV_NAME)
+    try:
+        rows = sweep.read_csv(path)
+    except (OSError, ValueError) as e:
+        raise InputError("sweep.csv", "the table `dtnet run` writes for a sweep", str(e), path) from None
+    done = sum(r["status"] == "complete" for r in rows)
+    out.write(f"sweep {sweep_dir}: {len(rows)} points, {done} complete\n")
+    sweep.print_table(rows, out)
+    present = [f for f in (sweep.CSV_NAME, sweep.PLOT_NAME, "config.yaml") if os.path.exists(inside(sweep_dir, f))]
+    out.write("\nfiles: " + ", ".join(present) + f"; one point's tables: dtnet report "
+              f"{inside(sweep_dir, sweep.POINTS_DIR, '<point>')}\n")
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+from badinput.paths import inside
 from experiment.outputs import chrometrace, plots
 from experiment.outputs.summary import read_events
 
@@ -17,12 +18,17 @@ def write_json(path: str, data) -> None:
     os.replace(tmp, path)
 
 
-def write_after_run(out_dir: str, exp, jobs, summary: dict, t0: float | None, log=print) -> None:
-    """trace.json and plots/ from what the run wrote; a failure is a warning, never a failed run."""
+def write_after_run(out_dir: str, exp, jobs, summary: dict, t0: float | None, log=print,
+                    engine: str = "emulator") -> None:
+    """trace.json and plots/ from what the run wrote; a failure is a warning, never a failed run.
+    engine names the engine that ran it, in the plots' titles."""
+    events, phases = [], None
     try:
-        events = read_events(os.path.join(out_dir, "events.jsonl"))
-        chrometrace.write(os.path.join(out_dir, "trace.json"), events, [(j.name, j.hosts) for j in jobs],
+        events = read_events(inside(out_dir, "events.jsonl"))
+        chrometrace.write(inside(out_dir, "trace.json"), events, [(j.name, j.hosts) for j in jobs],
                           exp.scale.dilation, exp.scale.bytes, t0=t0, name=exp.name)
     except Exception as e:  # noqa: BLE001
         log(f"[run] warning: trace.json not written: {type(e).__name__}: {e}")
-    plots.write_all(out_dir, summary, log)
+    if t0 is not None:
+        phases = plots.collective_phases(events, t0, exp.scale.dilation)
+    plots.write_all(out_dir, summary, log, point=exp.point, engine=engine, fabric=exp.fabric(), phases=phases)

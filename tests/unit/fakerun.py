@@ -8,6 +8,7 @@ arrives after the send op finished.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -80,11 +81,11 @@ def _both_ways(fabric):
         yield b, a, d
 
 
-def make_run(run_dir, slow: float = 1.0, log=None) -> dict:
-    """Write a complete run folder; returns its summary."""
+def make_run(run_dir, slow: float = 1.0, log=None, point: str = "") -> dict:
+    """Write a complete run folder (as the sweep point `point`, if given); returns its summary."""
     run_dir = str(run_dir)
     os.makedirs(run_dir, exist_ok=True)
-    exp = model.parse(json.loads(json.dumps(EXPERIMENT)))
+    exp = dataclasses.replace(model.parse(json.loads(json.dumps(EXPERIMENT))), point=point)
     fabric = exp.fabric()
     jobs = build_plans(exp, fabric)
     model.write_resolved(exp, os.path.join(run_dir, "config.yaml"))

@@ -1,4 +1,6 @@
 """Testbed decisions that need no root: datapath choice and where each link is shaped."""
+import os
+
 import pytest
 
 from emulator.testbed import lifecycle
@@ -93,5 +95,23 @@ def test_a_controller_that_loses_its_port_race_is_started_again_on_new_ports(tmp
     assert started == [(6001, 6002), (6003, 6004)]
     # A controller that never gets going names its log.
     monkeypatch.setattr(tb, "_start_controller", lambda *a, **k: setattr(tb, "ctl_proc", Proc(dies=True)))
-    with pytest.raises(TestbedError, match="controller.out"):
+    with pytest.raises(TestbedError, match="controller.log"):
         tb._launch_controller("fabric.json", attempts=2)
+
+
+def test_the_controller_writes_one_log(tmp_path, monkeypatch):
+    """Ryu's log lines and a crash's traceback in controller.log; no second copy beside it."""
+    tb = Testbed(fat_tree(4), str(tmp_path))
+    tb.rest_port, tb.state = 18080, type("State", (), {"add_pid": lambda self, role, pid: None})()
+    started = {}
+
+    def popen(cmd, stdout, stderr, **_kw):
+        started.update(cmd=cmd, stdout=stdout.name, stderr=stderr)
+        return type("Proc", (), {"pid": 4242})()
+
+    monkeypatch.setattr(lifecycle.subprocess, "Popen", popen)
+    tb._start_controller(str(tmp_path / "fabric.json"), 16653)
+    tb._ctl_log.close()
+    assert "--log-file" not in started["cmd"]
+    assert started["stdout"] == str(tmp_path / "controller.log") and started["stderr"] == lifecycle.subprocess.STDOUT
+    assert os.listdir(tmp_path) == ["controller.log"]

@@ -239,3 +239,17 @@ def test_a_sweep_over_sizes_is_drawn_as_lines_along_the_size(tmp_path):
     # No numeric key that varies: no line to draw; the runs go side by side instead.
     assert sweep.numeric_key(sweep.expand(_exp({"grid": {"controller.routing": ["ecmp", "shortest"]}}))) is None
     assert sweep.numeric_key(sweep.expand(_exp(GRID))) == "jobs.0.workload.size_bytes"
+
+
+def test_report_on_a_sweep_folder_prints_the_sweep_table_again(tmp_path, capsys):
+    exp, out = _exp(GRID, tmp_path), tmp_path / "out"
+    done = sweep.run(exp, str(out), FakeRunner(fail_at=2), log=lambda m: None)
+    at_end = io.StringIO()
+    sweep.print_table(done["rows"], at_end)
+    assert cli.main(["report", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"sweep {out}: 4 points, 3 complete\n")
+    assert at_end.getvalue() in printed and "NOT ok" not in printed and "failed" in printed
+    (out / "sweep.csv").write_text("not,a,sweep\n")
+    assert cli.main(["report", str(out)]) == 2
+    assert "sweep.csv: expected the table `dtnet run` writes for a sweep" in capsys.readouterr().err
