@@ -127,7 +127,7 @@ class Flow:
     ecmp_seed: int = 0            # ECMP's hash seed: the hashing luck of one run (sweep it for the spread)
     latency_us: float | None = None  # per-transfer delivery latency; None: prediction.latency_us
     slice_bytes: int | None = None   # pipelining slice, real bytes; None: testbed.slice_bytes / scale.bytes
-    link_bin_ms: float | None = None  # links.csv interval; None: one wall second of the emulator, or 1 ms
+    link_bin_ms: float | None = None  # links.csv interval; None: the emulator's (0.25 s wall / dilation), or 1 ms
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ AUTO_DETAILED_TRANSFERS = 200_000
 AUTO_DETAILED_OPS = 200_000  # per-rank ops: the detailed model runs every rank
 TRANSFER_EVENTS_MAX = 20_000  # as the emulator's plans: more would drown events.jsonl
 LINKS_CSV_MAX_ROWS = 2_000_000
+EMULATOR_SAMPLE_S = 0.25  # the emulator reads its link counters every quarter wall second
 
 
 def check(exp: Experiment) -> str:
@@ -344,7 +345,7 @@ def _run(exp: Experiment, out_dir: str, log) -> dict:
     faults, stragglers, outages = _faults(exp, jobs)
     router = _router(exp, fabric, outages)
     bin_s = (exp.flow.link_bin_ms / 1000.0 if exp.flow.link_bin_ms
-             else (1.0 / exp.scale.dilation if exp.scale_given else 1e-3))
+             else (EMULATOR_SAMPLE_S / exp.scale.dilation if exp.scale_given else 1e-3))
     params = Params(slice_bytes=slice_bytes(exp), latency_s=latency_s(exp), collective_model=model,
                     series_bin_s=bin_s, record_transfers=model == "detailed" and transfers <= TRANSFER_EVENTS_MAX)
     phases = None
@@ -384,7 +385,7 @@ def _run(exp: Experiment, out_dir: str, log) -> dict:
                 _write_links(os.path.join(out_dir, "links.csv"), res, log)
             if isinstance(router, ControllerRouter):
                 write_json(os.path.join(out_dir, "controller-state.json"), router.state(sim.now))
-            write_after_run(out_dir, exp_for_outputs(exp), jobs, summary, 0.0, log)
+            write_after_run(out_dir, exp_for_outputs(exp), jobs, summary, 0.0, log, engine="flow engine")
     return summary
 
 
