@@ -222,8 +222,9 @@ def main(argv=None) -> int:
         fig = [f(s) for s, _ in flows if s["status"] == "complete"]
         flow_fig = fig[0] if len(fig) == 1 else statistics.median(fig) if fig else float("nan")
         flow_wall = statistics.median(w for _, w in flows)
+        flow_sim = statistics.median(s["model"]["run_s"] for s, _ in flows)
         row = {**{k: p[k] for k in ("group", "label", "figure", "name")}, "contend": p.get("contend"),
-               "policy": p.get("policy"), "flow": flow_fig, "flow_seeds": fig, "flow_wall_s": flow_wall,
+               "policy": p.get("policy"), "flow": flow_fig, "flow_seeds": fig, "flow_wall_s": flow_wall, "flow_sim_s": flow_sim,
                "emulator": f(emu) if emu else None, "faithful": bool(emu and emu["fidelity"]["ok"]),
                "emulator_wall_s": emu_wall, "emulator_replay_s": emu.get("duration_s_wall") if emu else None}
         if p.get("breakdown"):
@@ -275,9 +276,11 @@ def _verdict(rows: list[dict]) -> None:
         print(f"  ranking {g}: emulator {' > '.join(order('emulator'))}; flow {' > '.join(order('flow'))}: "
               f"{'same' if same else 'DIFFERENT'}")
     speed = [r["emulator_wall_s"] / r["flow_wall_s"] for r in rows if r["emulator_wall_s"]]
+    sim = [r["emulator_wall_s"] / r["flow_sim_s"] for r in rows if r["emulator_wall_s"] and r["flow_sim_s"]]
     if speed:
-        print(f"  flow engine vs emulator wall time: median {statistics.median(speed):.0f}x faster "
-              f"(min {min(speed):.0f}x, max {max(speed):.0f}x; goal >= 10000x)")
+        print(f"  flow engine vs emulator wall time, each whole run with its outputs: median "
+              f"{statistics.median(speed):.0f}x faster (min {min(speed):.0f}x, max {max(speed):.0f}x); the simulation "
+              f"alone: median {statistics.median(sim):.0f}x (min {min(sim):.0f}x, max {max(sim):.0f}x); goal >= 10000x")
 
 
 if __name__ == "__main__":

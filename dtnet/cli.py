@@ -121,9 +121,9 @@ def cmd_check(args) -> int:
             print(f"  point {p.index}: {p.slug}")
         print(f"{args.experiment}: ok: {exp.name}: a sweep of {len(points)} points, each valid")
         return EXIT_OK
+    verdict = engine.check(exp)  # what the engine cannot model, before anything is built
     fabric = exp.fabric()
     jobs = build_plans(exp, fabric) if exp.engine == "emulate" else job_traces(exp, fabric)
-    verdict = engine.check(exp)
     c = fabric.counts()
     head = f"{args.experiment}: ok: {exp.name}: {fabric.kind} with {c['hosts']} hosts, {c['switches']} switches; " \
            f"{len(jobs)} job(s); "

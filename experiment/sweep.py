@@ -103,9 +103,9 @@ def check(points: list[Point]) -> None:
     model it: bad workloads and what an engine refuses fail here."""
     for p in points:
         try:
+            engine.check(p.exp)
             fabric = p.exp.fabric()
             build_plans(p.exp, fabric) if p.exp.engine == "emulate" else job_traces(p.exp, fabric)
-            engine.check(p.exp)
         except InputError as e:
             raise InputError(f"sweep point {p.index} ({p.slug}): {e.key}", e.expected, e.found,
                               p.exp.source) from None

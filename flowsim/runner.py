@@ -332,9 +332,9 @@ def _fault_events(exp: Experiment, sim, router) -> list[dict]:
 
 def _run(exp: Experiment, out_dir: str, log) -> dict:
     t_wall = time.monotonic()
+    verdict = check(exp)
     fabric = exp.fabric()
     jobs = job_traces(exp, fabric)  # bad workloads fail here, before anything is written
-    verdict = check(exp)
     model, transfers = collective_model(exp, jobs)
     write_resolved(exp, os.path.join(out_dir, "config.yaml"),
                    notes=[f"run by the flow engine: {verdict}"])
