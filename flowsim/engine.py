@@ -191,8 +191,6 @@ class Simulation:
         self._acct_t = 0.0
         self._had_queued = False
         self._blive_v, self._blive_n, self._blive_a = 0, -1, np.zeros(0, np.int64)
-        self._loads_changed = True
-        self._load_nz = np.zeros(0, np.int64)
         self._crate_nz = np.zeros(0, np.int64)
         self.records: list[tuple] = []   # (job, rank, op index, start, end, ready)
         router.attach(self)
@@ -271,6 +269,7 @@ class Simulation:
         self._free_slots: list[int] = []
         self._on = np.zeros((0, net.n_links), bool)
         self._slot_b = np.zeros(0, np.int64)
+        self._slot_cols: list[np.ndarray] = []  # the links each slot's row marks
         self._group_cache: dict[tuple, np.ndarray] = {}
 
     def _actors(self, tr, slow: set) -> list[tuple[np.ndarray, list]]:
@@ -1084,9 +1083,6 @@ class Simulation:
             self._solve_rates()
             self._had_queued = bool(self.queued)
             self._sync_slots(full=True)
-        if self._loads_changed:
-            self._load_nz = np.flatnonzero(self.link_load)
-            self._loads_changed = False
         if self._had_queued or self.queued:
             self._crate_nz = np.flatnonzero(self.C_rate)
 
@@ -1101,7 +1097,7 @@ class Simulation:
             live = b in self.B_live
             slot = self._slot_of.get(b)
             if slot is not None and (not live or full):
-                self._on[slot, :] = False
+                self._on[slot, self._slot_cols[slot]] = False
                 if not live:
                     del self._slot_of[b]
                     self._free_slots.append(slot)
@@ -1114,12 +1110,14 @@ class Simulation:
                     self._free_slots = list(range(len(self._on) + grow - 1, len(self._on) - 1, -1))
                     self._on = np.concatenate([self._on, np.zeros((grow, self.net.n_links), bool)])
                     self._slot_b = np.concatenate([self._slot_b, np.full(grow, -1, np.int64)])
+                    self._slot_cols += [np.zeros(0, np.int64)] * grow
                 slot = self._slot_of[b] = self._free_slots.pop()
             else:
-                self._on[slot, :] = False
+                self._on[slot, self._slot_cols[slot]] = False
             self._slot_b[slot] = b
             self._route_missing(self.B_conns[b])
-            self._on[slot, self._bundle_column(b)[0]] = True
+            cols = self._slot_cols[slot] = self._bundle_column(b)[0]
+            self._on[slot, cols] = True
 
     def _solve_bundles(self):
         """Only the bundles that share links, directly or through others, with one that changed are
@@ -1131,18 +1129,17 @@ class Simulation:
         self._changed = set()
         if not changed:
             return
-        self._loads_changed = True
         self._drop_done_cols()
         for b in changed:
             if b in self.B_live:
                 self._route_missing(self.B_conns[b])
-        seed = [self._bundle_column(b)[0] for b in changed if b in self._cols or b in self.B_live]
-        gone_links = np.concatenate([self._slot_links(b) for b in changed if b not in self.B_live] or
-                                    [np.zeros(0, np.int64)])
+        # The links of what changed: live bundles' columns, and ended ones' as their slots held them.
+        seed = [self._bundle_column(b)[0] if b in self.B_live else self._slot_cols[self._slot_of[b]]
+                for b in changed if b in self.B_live or b in self._slot_of]
         self._changed = changed
         self._sync_slots()
         self._changed = set()
-        links = np.concatenate(seed + [gone_links])
+        links = np.concatenate(seed) if seed else np.zeros(0, np.int64)
         if not len(self._on):
             self.link_load[links] = 0
             return
@@ -1188,14 +1185,9 @@ class Simulation:
                 self._cols.pop(b, None)
         self._done_cols = keep
 
-    def _slot_links(self, b: int) -> np.ndarray:
-        slot = self._slot_of.get(b)
-        return np.flatnonzero(self._on[slot]) if slot is not None else np.zeros(0, np.int64)
-
     def _solve_rates(self):
         self.counters["solves"] += 1
         self.dirty = False
-        self._loads_changed = True
         q = np.fromiter(self.queued, np.int64, len(self.queued)) if self.queued else np.zeros(0, np.int64)
         q = q[self.T_earlier[q] == 0]
         if len(q):
@@ -1495,11 +1487,10 @@ class Simulation:
         """Bytes moved since the last flush at the rates of the last solve, which held since."""
         dt = self.now - self._acct_t
         if dt > 0:
-            nz = self._load_nz
-            if len(nz):
-                self.link_bytes[nz] += self.link_load[nz] * dt
-                if self.bin_s:
-                    self._bin(self._acct_t, self.now, nz)
+            # Whole vectors: finding the links that carry traffic costs as much as adding to all.
+            self.link_bytes += self.link_load * dt
+            if self.bin_s:
+                self._bin(self._acct_t, self.now)
             cz = self._crate_nz
             if len(cz):
                 self.C_bytes[cz] += self.C_rate[cz] * dt
@@ -1515,12 +1506,12 @@ class Simulation:
             np.add.at(out, self.B_conns[b], self.B_done[b] * self.B_w[b])
         return out
 
-    def _bin(self, t0: float, t1: float, nz: np.ndarray):
+    def _bin(self, t0: float, t1: float):
         k0, k1 = int(t0 // self.bin_s), int(t1 // self.bin_s)
         if k1 >= self.max_bins:
             self._coarsen()
-            return self._bin(t0, t1, nz)
-        load = self.link_load[nz]
+            return self._bin(t0, t1)
+        load = self.link_load
         for k in range(k0, k1 + 1):
             lo, hi = max(t0, k * self.bin_s), min(t1, (k + 1) * self.bin_s)
             if hi <= lo:
@@ -1528,7 +1519,7 @@ class Simulation:
             if self._bin_cur != k:
                 self._close_bins()
                 self._bin_cur, self._bin_acc = k, np.zeros(self.net.n_links)
-            self._bin_acc[nz] += load * (hi - lo)
+            self._bin_acc += load * (hi - lo)
 
     def _close_bins(self):
         if self._bin_cur is not None:
