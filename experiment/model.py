@@ -154,10 +154,29 @@ class Experiment:
     def fabric(self):
         topo = dict(self.topology)
         kind = topo.pop("kind")
-        return build_fabric(kind, topo, file=self.source)
+        return _fabric(kind, topo, self.source)
 
     def emulated_mbps(self, link_gbps: float) -> float:
         return link_gbps * 1000.0 * self.scale.link
+
+
+_FABRICS: dict = {}  # the last fabrics built, by kind and parameters (a run reads its own several times)
+
+
+def _fabric(kind: str, params: dict, file):
+    """build_fabric, remembered for the last two specs: a 16,384-GPU fabric takes seconds to build,
+    and parsing, planning and the outputs each ask for it. Fabrics are not changed once built."""
+    try:
+        key = (kind, tuple(sorted(params.items())))
+        hash(key)
+    except TypeError:
+        return build_fabric(kind, params, file=file)
+    if key not in _FABRICS:
+        fab = build_fabric(kind, params, file=file)
+        while len(_FABRICS) >= 2:
+            _FABRICS.pop(next(iter(_FABRICS)))
+        _FABRICS[key] = fab
+    return _FABRICS[key]
 
 
 # -- loading ----------------------------------------------------------------
@@ -346,7 +365,7 @@ def parse(data, file: str | None = None) -> Experiment:
     if not isinstance(topo.get("kind"), str):
         raise InputError("topology.kind", "a fabric kind", topo.get("kind"), file)
     topo.setdefault("link_gbps", 400)
-    fabric = build_fabric(topo["kind"], {k: v for k, v in topo.items() if k != "kind"}, file=file)
+    fabric = _fabric(topo["kind"], {k: v for k, v in topo.items() if k != "kind"}, file)
     # Every builder default spelled out, so config.yaml states the fabric in full.
     topo = {"kind": topo["kind"], **fabric.params, "link_gbps": topo["link_gbps"]}
 
