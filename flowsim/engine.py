@@ -185,7 +185,7 @@ class Simulation:
         self.series: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._bin_cur, self._bin_acc = None, None
         self.bin_s = params.series_bin_s  # doubled whenever the series would exceed max_bins
-        self.max_bins = int(min(20000, max(100, 2e6 / max(net.n_links, 1))))  # links.csv <~ 2M rows
+        self.max_bins = int(min(20000, max(20, 2e6 / max(net.n_links, 1))))  # links.csv <~ 2M rows
         # Loads are constant between solves: counters and the series are brought up to date
         # (flushed) at each solve and whenever someone reads them, not at every event.
         self._acct_t = 0.0

@@ -173,3 +173,26 @@ def test_every_experiment_file_is_checked_for_the_flow_engine(capsys):
     assert files
     for path in files:
         assert main(["check", path, "--engine", "flow"]) == 0, path
+
+
+def test_rank_classes_through_dtnet_run(tmp_path):
+    """A model preset at bundle: one simulated rank per class, the outputs saying so."""
+    path = os.path.join(EXPERIMENTS, "gpt-small-3d.yaml")
+    out = tmp_path / "classes"
+    assert main(["run", path, "--out", str(out), "--engine", "flow", "--set", "flow.collective_model=bundle"]) == 0
+    s = load_summary(str(out))
+    (job,) = s["jobs"]
+    assert job["ranks"] == 8 and job["ranks_simulated"] == 2
+    assert any("rank classes" in st for st in s["model"]["statements"])
+    events = [json.loads(line) for line in open(out / "events.jsonl")]
+    ops = [e for e in events if e["kind"] in ("compute", "collective", "send", "recv")]
+    assert {e["rank"] for e in ops} == {0, 4} and all(e["class_ranks"] == 4 for e in ops)
+    # Groups and peers are the concrete ones of the rank shown: a tp group, a dp group, the next stage.
+    groups = {e["group"] for e in ops if e["kind"] == "collective"}
+    assert {"tp-p0-d0", "dp-p0-t0", "tp-p1-d0", "dp-p1-t0"} <= groups
+    assert {e["peer"] for e in ops if e["kind"] == "send" and e["rank"] == 0} == {4}
+    # The same iteration time as every rank simulated (the detailed default of this file).
+    ref = tmp_path / "detailed"
+    assert main(["run", path, "--out", str(ref), "--engine", "flow"]) == 0
+    assert job["iteration_time_s"]["mean"] == pytest.approx(load_summary(str(ref))["jobs"][0]["iteration_time_s"]["mean"],
+                                                            rel=1e-3)
