@@ -22,7 +22,7 @@ from dataclasses import replace
 import numpy as np
 
 from badinput import InputError
-from experiment.engine import RunFailure
+from experiment.engine import Interrupted, RunFailure
 from experiment.model import Experiment, Scale, write_resolved
 from experiment.outputs.announcements import summarize as announcement_summary
 from experiment.outputs.links import COLUMNS as LINK_COLUMNS
@@ -368,6 +368,9 @@ def _run(exp: Experiment, out_dir: str, log) -> dict:
     except ValueError as e:  # a trace the model refuses (flowsim checks its own inputs)
         error = f"the flow model refused the run: {e}"
         raise RunFailure(error) from None
+    except Interrupted as e:
+        error = f"interrupted by {e} at t={sim.now:.6g} s of the model" if sim is not None else f"interrupted by {e}"
+        raise
     finally:
         if sim is not None:
             events.flush_records(sim)
