@@ -196,3 +196,23 @@ def test_rank_classes_through_dtnet_run(tmp_path):
     assert main(["run", path, "--out", str(ref), "--engine", "flow"]) == 0
     assert job["iteration_time_s"]["mean"] == pytest.approx(load_summary(str(ref))["jobs"][0]["iteration_time_s"]["mean"],
                                                             rel=1e-3)
+
+
+def test_a_trace_file_workload_runs_on_both_models(tmp_path):
+    """workload: {trace: FILE}: a compact trace written by `dtnet trace generate`, per rank
+    (detailed) and by rank class (bundle), the same iteration time."""
+    trace = tmp_path / "gpt.json"
+    assert main(["trace", "generate", "--model", "gpt-small", "--gpus", "8", "--tp", "2", "--pp", "2", "--dp", "2",
+                 "--microbatches", "2", "--iterations", "1", "--out", str(trace)]) == 0
+    exp = {"name": "from-file", "engine": "flow",
+           "topology": {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 4, "spines": 2},
+           "jobs": [{"name": "gpt", "hosts": "all", "start_ms": 1.5, "workload": {"trace": str(trace)}}]}
+    times = []
+    for model_ in ("detailed", "bundle"):
+        out = tmp_path / model_
+        assert run(write(tmp_path, {**exp, "flow": {"collective_model": model_}}), out) == 0
+        s = load_summary(str(out))
+        events = [json.loads(line) for line in open(out / "events.jsonl")]
+        assert min(e["start"] for e in events if "start" in e and e.get("job") == "gpt") == pytest.approx(1.5e-3)
+        times.append(s["jobs"][0]["iteration_time_s"]["mean"])
+    assert times[0] == pytest.approx(times[1], rel=1e-3)
