@@ -161,10 +161,10 @@ def run_emulator(pt: dict, folder: str) -> tuple[dict | None, float | None]:
     return (s if rc in (0, 1) and s.get("status") == "complete" else None), wall
 
 
-def run_flow(pt: dict, folder: str, seed: int) -> tuple[dict, float]:
+def run_flow(pt: dict, folder: str, seed: int, extra: tuple = ()) -> tuple[dict, float]:
     from experiment import model
     from flowsim.runner import run_experiment
-    exp = model.load(pt["file"], ["sweep={}", *pt["sets"], "engine=flow", f"flow.ecmp_seed={seed}"])
+    exp = model.load(pt["file"], ["sweep={}", *pt["sets"], "engine=flow", f"flow.ecmp_seed={seed}", *extra])
     t0 = time.perf_counter()
     with redirect_stdout(io.StringIO()):
         s = run_experiment(exp, folder, log=lambda m: None)
@@ -223,8 +223,12 @@ def main(argv=None) -> int:
         flow_fig = fig[0] if len(fig) == 1 else statistics.median(fig) if fig else float("nan")
         flow_wall = statistics.median(w for _, w in flows)
         flow_sim = statistics.median(s["model"]["run_s"] for s, _ in flows)
+        bundle, _ = run_flow(p, os.path.join(args.out, "flow", slug(p["label"]), "bundle"), 0,
+                             ("flow.collective_model=bundle",))
         row = {**{k: p[k] for k in ("group", "label", "figure", "name")}, "contend": p.get("contend"),
                "policy": p.get("policy"), "flow": flow_fig, "flow_seeds": fig, "flow_wall_s": flow_wall, "flow_sim_s": flow_sim,
+               "flow_model": flows[0][0]["model"]["collective_model"],
+               "bundle": f(bundle) if bundle["status"] == "complete" else None, "bundle_sim_s": bundle["model"]["run_s"],
                "emulator": f(emu) if emu else None, "faithful": bool(emu and emu["fidelity"]["ok"]),
                "emulator_wall_s": emu_wall, "emulator_replay_s": emu.get("duration_s_wall") if emu else None}
         if p.get("breakdown"):
@@ -277,10 +281,17 @@ def _verdict(rows: list[dict]) -> None:
               f"{'same' if same else 'DIFFERENT'}")
     speed = [r["emulator_wall_s"] / r["flow_wall_s"] for r in rows if r["emulator_wall_s"]]
     sim = [r["emulator_wall_s"] / r["flow_sim_s"] for r in rows if r["emulator_wall_s"] and r["flow_sim_s"]]
+    bsim = [r["emulator_wall_s"] / r["bundle_sim_s"] for r in rows if r["emulator_wall_s"] and r["bundle_sim_s"]]
     if speed:
         print(f"  flow engine vs emulator wall time, each whole run with its outputs: median "
               f"{statistics.median(speed):.0f}x faster (min {min(speed):.0f}x, max {max(speed):.0f}x); the simulation "
-              f"alone: median {statistics.median(sim):.0f}x (min {min(sim):.0f}x, max {max(sim):.0f}x); goal >= 10000x")
+              f"alone: median {statistics.median(sim):.0f}x (min {min(sim):.0f}x, max {max(sim):.0f}x); with bundles: median "
+              f"{statistics.median(bsim):.0f}x (min {min(bsim):.0f}x, max {max(bsim):.0f}x); goal >= 10000x")
+    bund = [r for r in rows if r["bundle"] and r["flow_model"] == "detailed" and r["figure"] != "throughput"]
+    if bund:
+        print("  bundle / detailed figure: " + ", ".join(f"{r['label']} {r['bundle'] / r['flow']:.3f}" for r in bund
+                                                       if abs(r["bundle"] / r["flow"] - 1) > 0.01)
+              + f" (every other point within 1%)")
 
 
 if __name__ == "__main__":
