@@ -4,7 +4,7 @@ DTNET = $(VENV)/bin/dtnet
 PY = $(VENV)/bin/python
 DEMO ?= experiments/demo.yaml
 
-.PHONY: setup demo test unit integration clean bench
+.PHONY: setup demo test unit integration clean bench lab-box lab-check
 
 setup:
 	bash scripts/bootstrap.sh
@@ -24,3 +24,11 @@ integration: setup
 
 clean:
 	$(DTNET) clean
+
+# The lab VM (docs/lab-vm.md): not part of `make test`; needs root, ~1 GB of
+# downloads once and, under software emulation, tens of minutes.
+lab-box:
+	bash scripts/lab-box.sh
+
+lab-check:
+	bash scripts/lab-check.sh $(LAB_CHECK_ARGS)

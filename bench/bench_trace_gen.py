@@ -23,6 +23,7 @@ import argparse
 import math
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -89,11 +90,20 @@ def main(argv=None):
     ap.add_argument("--old", help="a checkout of the old code to run side by side (1,024 GPUs)")
     ap.add_argument("--old-timeout", type=float, default=900.0, help="seconds the old show may take")
     ap.add_argument("--old-max-gb", type=float, default=8.0, help="address space the old commands may use")
+    ap.add_argument("--keep", action="store_true", help="keep the trace files (else removed at the end)")
     args = ap.parse_args(argv)
     out = tempfile.mkdtemp(prefix="bench-trace-")
+    try:
+        bench(args, out)
+    finally:
+        if not args.keep:
+            shutil.rmtree(out, ignore_errors=True)
+
+
+def bench(args, out):
     r = args.repeat
     print(f"cpus={os.cpu_count()} python={sys.version.split()[0]} repeat={r} (median wall, largest peak RSS)")
-    print(f"whole commands: python -m dtnet.cli trace ...; files in {out}\n")
+    print(f"whole commands: python -m dtnet.cli trace ...; files in {out}{' (kept)' if args.keep else ''}\n")
 
     print("GPT-3 175B, tp 8, pp 8, published global batch 1536")
     published = {}
@@ -147,8 +157,8 @@ def main(argv=None):
             show = run(old_root, ["trace", "show", path], timeout_s=args.old_timeout, max_bytes=limit)
             print(f"  show      old {fmt(show)}   new {fmt(new_show)}   old/new time x{show[0] / new_show[0]:.1f}, "
                   f"memory x{show[1] / new_show[1]:.1f}")
-            both = run(ROOT, ["trace", "show", path])
-            print(f"  the old (version 1) file shown by the new code: {fmt(both)}")
+            both = run(ROOT, ["trace", "show", path], timeout_s=args.old_timeout, max_bytes=limit)
+            print(f"  the old file (version 1: one class per rank) shown by the new code: {fmt(both)}")
         print("  old AICB import of the SimAI example: not run (issue 14: killed by the kernel at 24 GB)")
 
 

@@ -20,6 +20,7 @@ from badinput.paths import check_name
 from experiment import placement
 from experiment.engine import ENGINES as ENGINE_TABLE
 from topologies import build as build_fabric
+from topologies import load_fabric_file
 
 ROUTINGS = ("shortest", "ecmp", "congestion-aware", "coschedule")
 ENGINES = tuple(ENGINE_TABLE)  # the names experiment.engine maps to code
@@ -29,6 +30,9 @@ DATAPATHS = ("auto", "kernel", "userspace", "afxdp")
 MAX_EMULATED_MBPS = 1000.0
 MIN_EMULATED_MBPS = 0.1
 MAX_INT = (1 << 63) - 1
+# topology.latency_us: one-way delay of each link in real-cluster microseconds
+# (netem, dilated like everything else). 1 s is far beyond any fabric.
+MAX_LATENCY_US = 1e6
 
 
 @dataclass(frozen=True)
@@ -153,8 +157,21 @@ class Experiment:
 
     def fabric(self):
         topo = dict(self.topology)
+        topo.pop("latency_us", None)  # the links' delay, not the graph's
+        if "file" in topo:  # a fabric file, its path made absolute by parse
+            return load_fabric_file(topo["file"])
         kind = topo.pop("kind")
         return _fabric(kind, topo, self.source)
+
+    @property
+    def latency_us(self) -> float:
+        """Real-cluster one-way delay of every link (each hop), microseconds."""
+        return float(self.topology.get("latency_us", 0.0))
+
+    @property
+    def link_delay_us(self) -> float:
+        """The emulated links' delay: the real latency stretched by the time dilation."""
+        return self.latency_us * self.scale.dilation
 
     def emulated_mbps(self, link_gbps: float) -> float:
         return link_gbps * 1000.0 * self.scale.link
@@ -362,12 +379,33 @@ def parse(data, file: str | None = None) -> Experiment:
     description = top.get("description", str, "")
 
     topo = dict(top.get("topology", dict))
-    if not isinstance(topo.get("kind"), str):
-        raise InputError("topology.kind", "a fabric kind", topo.get("kind"), file)
-    topo.setdefault("link_gbps", 400)
-    fabric = _fabric(topo["kind"], {k: v for k, v in topo.items() if k != "kind"}, file)
-    # Every builder default spelled out, so config.yaml states the fabric in full.
-    topo = {"kind": topo["kind"], **fabric.params, "link_gbps": topo["link_gbps"]}
+    latency_us = topo.pop("latency_us", 0.0)
+    if isinstance(latency_us, bool) or not isinstance(latency_us, (int, float)) \
+            or not 0 <= latency_us <= MAX_LATENCY_US:
+        raise InputError("topology.latency_us", f"real-cluster microseconds per hop in 0..{MAX_LATENCY_US:.0f}",
+                         latency_us, file)
+    if "file" in topo:  # your own fabric: docs/fabrics.md
+        extra = sorted(set(topo) - {"file"}, key=str)
+        if extra:
+            raise InputError(f"topology.{extra[0]}", "nothing beside topology.file but latency_us (the file "
+                             "states the fabric)", "a key", file)
+        if not isinstance(topo["file"], str) or not topo["file"]:
+            raise InputError("topology.file", "the path of a fabric file (.yaml or .graphml)", topo["file"], file)
+        path = _beside(file, topo["file"])
+        if not os.path.isfile(path):
+            raise InputError("topology.file", "a fabric file (.yaml or .graphml; a relative path is relative to "
+                             "the experiment file)", f"{path} (no such file)", file)
+        fabric = load_fabric_file(path)  # its own errors name the fabric file
+        topo = {"file": path}
+    else:
+        if not isinstance(topo.get("kind"), str):
+            raise InputError("topology.kind", "a fabric kind, or topology.file", topo.get("kind"), file)
+        topo.setdefault("link_gbps", 400)
+        fabric = _fabric(topo["kind"], {k: v for k, v in topo.items() if k != "kind"}, file)
+        # Every builder default spelled out, so config.yaml states the fabric in full.
+        topo = {"kind": topo["kind"], **fabric.params, "link_gbps": topo["link_gbps"]}
+    if latency_us:
+        topo["latency_us"] = latency_us
 
     engine = top.get("engine", str, "emulate", check=lambda v: v in ENGINES,
                      expected="one of " + ", ".join(ENGINES))

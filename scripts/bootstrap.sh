@@ -3,31 +3,90 @@
 # Installs the apt packages, makes .venv (system site packages, so the
 # Debian mininet module is visible), installs dtnet with the Ryu pins, and
 # starts Open vSwitch when it is not running.
+#
+#   bootstrap.sh                      set up (as root)
+#   DTNET_WHEELHOUSE=DIR bootstrap.sh  pip installs only from DIR (--no-index):
+#                                      the lab VM has no internet
+#   bootstrap.sh --wheelhouse DIR      fill DIR with wheels of every Python
+#                                      package below (run after a normal setup)
+#   bootstrap.sh --print-apt-packages  the apt packages, one a line
+#   bootstrap.sh --print-pip-commands  the pip installs it would run, one a line
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${DTNET_VENV:-$ROOT/.venv}"
 APT_PKGS=(mininet python3-networkx python3-yaml openvswitch-switch iperf3 ethtool iputils-ping tcpdump iproute2 python3-venv python3-dev gcc make python3-simgrid)
 
+# pip requirements, installed in this order (each line one pip call).
+PIP_BASE=("pip<25" "setuptools<68" wheel)
+# Ryu 4.34 is unmaintained: it builds only with old setuptools and no
+# build isolation, and needs an eventlet that still has ALREADY_HANDLED.
+PIP_RYU_DEPS=("eventlet==0.33.3" "dnspython>=2")
+PIP_RYU=("ryu==4.34")
+
 log() { echo "[bootstrap] $*"; }
+die2() { echo "bootstrap.sh: $*" >&2; exit 2; }
+
+# Bad DTNET_WHEELHOUSE fails before anything is installed.
+WHEELHOUSE="${DTNET_WHEELHOUSE:-}"
+if [[ -n "$WHEELHOUSE" && ! -d "$WHEELHOUSE" ]]; then
+    die2 "DTNET_WHEELHOUSE: expected a folder of wheels, found '$WHEELHOUSE' (no such folder)"
+fi
+# pip_args: the flags that keep pip to the wheelhouse when one is given.
+pip_args() {
+    if [[ -n "$WHEELHOUSE" ]]; then
+        printf '%s\n' --no-index --find-links "$WHEELHOUSE"
+    fi
+}
+
+# The venv's pip installs, in order. DRY=1 prints them instead.
+DRY=0
+pip_installs() {
+    local from=()
+    mapfile -t from < <(pip_args)
+    run_pip install -q "${from[@]}" --upgrade "${PIP_BASE[@]}"
+    run_pip install -q "${from[@]}" "${PIP_RYU_DEPS[@]}"
+    run_pip install -q "${from[@]}" --no-build-isolation "${PIP_RYU[@]}"
+    # legacy-editable: a .pth to the checkout, so new subpackages need no reinstall.
+    SETUPTOOLS_ENABLE_FEATURES=legacy-editable run_pip install -q "${from[@]}" --no-build-isolation -e "$ROOT[test]"
+}
+run_pip() {
+    if ((DRY)); then printf '%q ' pip "$@"; echo; else "$PY" -m pip "$@"; fi
+}
+
+case "${1:-}" in
+    --print-pip-commands)
+        DRY=1; pip_installs; exit 0 ;;
+    --print-apt-packages)
+        printf '%s\n' "${APT_PKGS[@]}"; exit 0 ;;
+    --wheelhouse)
+        [[ -n "${2:-}" ]] || die2 "--wheelhouse: expected a folder, found nothing"
+        PY="$VENV/bin/python"
+        [[ -x "$PY" ]] || die2 "--wheelhouse: expected a set-up $VENV (run make setup first), found none"
+        mkdir -p "$2"
+        log "building wheels into $2"
+        "$PY" -m pip wheel -q --wheel-dir "$2" "${PIP_BASE[@]}" "${PIP_RYU_DEPS[@]}"
+        "$PY" -m pip wheel -q --wheel-dir "$2" --no-build-isolation "${PIP_RYU[@]}"
+        # dtnet's own dependencies (setup.cfg), without building dtnet itself.
+        mapfile -t deps < <("$PY" -c 'import configparser, sys
+c = configparser.ConfigParser(); c.read(sys.argv[1])
+print("\n".join((c["options"]["install_requires"] + " " + c["options.extras_require"]["test"]).split()))' \
+            "$ROOT/setup.cfg")
+        "$PY" -m pip wheel -q --wheel-dir "$2" "${deps[@]}"
+        log "wheelhouse ready: $(ls "$2" | wc -l) wheels"
+        exit 0 ;;
+    "") ;;
+    *) die2 "expected no argument, --wheelhouse DIR, --print-apt-packages or --print-pip-commands, found '$1'" ;;
+esac
 
 if [[ $EUID -ne 0 ]]; then
     echo "bootstrap.sh: must run as root (it installs apt packages and starts OVS)" >&2
     exit 2
 fi
 
-missing=()
-for p in "${APT_PKGS[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-    log "apt-get install ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    # iperf3 asks whether to start a daemon; answer no.
-    echo "iperf3 iperf3/start_daemon boolean false" | debconf-set-selections
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+# shellcheck source=apt-ensure.sh
+source "$ROOT/scripts/apt-ensure.sh"
+apt_ensure "${APT_PKGS[@]}"
 
 # The userspace switch sends every port's packets through ONE AF_PACKET
 # socket, made once with the default send buffer (net.core.wmem_default,
@@ -76,14 +135,8 @@ stamp="$VENV/.dtnet-installed"
 # Reinstall only when the package metadata changed.
 want="$(cat "$ROOT/setup.cfg" "$ROOT/scripts/bootstrap.sh" | sha256sum | cut -d' ' -f1)"
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
-    log "installing python packages into $VENV"
-    "$PY" -m pip install -q --upgrade "pip<25" "setuptools<68" wheel
-    # Ryu 4.34 is unmaintained: it builds only with old setuptools and no
-    # build isolation, and needs an eventlet that still has ALREADY_HANDLED.
-    "$PY" -m pip install -q "eventlet==0.33.3" "dnspython>=2"
-    "$PY" -m pip install -q --no-build-isolation "ryu==4.34"
-    # legacy-editable: a .pth to the checkout, so new subpackages need no reinstall.
-    SETUPTOOLS_ENABLE_FEATURES=legacy-editable "$PY" -m pip install -q --no-build-isolation -e "$ROOT[test]"
+    log "installing python packages into $VENV${WHEELHOUSE:+ from $WHEELHOUSE only}"
+    pip_installs
     echo "$want" > "$stamp"
 fi
 log "ready: $VENV"

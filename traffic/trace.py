@@ -32,7 +32,7 @@ MAX_SIZE_BYTES = (1 << 63) - 1  # int64, as Chakra and SimAI store sizes; larger
 MAX_RANKS = 1 << 20
 MAX_DISTINCT_OPS = 5_000_000      # ops held in memory: the sum of the class streams' lengths
 MAX_ITERATIONS = 100_000
-MAX_EXPANDED_OPS = 20_000_000     # a check that must fall back to per-rank ops stops here
+MAX_EXPANDED_OPS = 5_000_000      # a check that must fall back to per-rank ops stops here (~25 s, ~2 GB)
 
 
 @dataclass(slots=True)
@@ -116,7 +116,8 @@ class Trace:
         idx = self._rank_index()
         if isinstance(idx, dict):
             return idx.get(rank)
-        if not _is_int(rank) or not 0 <= rank < idx.size or idx[rank] < 0:
+        if not isinstance(rank, (int, np.integer)) or isinstance(rank, bool) or not 0 <= rank < idx.size \
+                or idx[rank] < 0:
             return None
         return int(idx[rank])
 

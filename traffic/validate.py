@@ -3,9 +3,9 @@
 Per-op rules are checked once per class stream. Collectives are checked per group: the members'
 classes must hold the same collectives (id -> op, algorithm, size, root); for a layout family that
 is one vectorised pass over the ranks. Send/recv pairs are checked per (class, peer rule) with the
-ranks as arrays. Cycles are looked for in the class-level graph (`class_graph`), whose every
-per-rank cycle is also a cycle: when it has none there is none; when it has one, and the classes
-hold more than one rank, the per-rank graph decides.
+ranks as arrays. Cycles are looked for in the class-level graph (`class_graph`), onto which every
+per-rank cycle maps: when it has none there is none; when it has one, and the classes hold more
+than one rank, the per-rank graph decides.
 """
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from traffic.collectives import ALGORITHMS, OPS
 from traffic.layout import FAMILIES, parse_peer
 from traffic.trace import KINDS, MAX_EXPANDED_OPS, MAX_RANKS, MAX_SIZE_BYTES, Trace, _is_int, expand, \
     is_finite_number
-
 
 KIND_SET = frozenset(KINDS)
 INF = float("inf")
@@ -285,6 +284,7 @@ class _Validator:
     def check_p2p(self):
         t = self.t
         resolved: dict = {}  # (class, peer) -> peers of the class's ranks
+        split: dict = {}     # (class, peer) -> [(class of those peers, indices into the class's ranks)]
         checked: dict = {}   # (class, peer, partner class, partner peer) -> first rank index that fails, or -1
 
         def peers(c, p):
@@ -310,9 +310,10 @@ class _Validator:
                 self.pair_problem(o, partner if ok else None, r, q, want)
                 continue
             q = peers(c, o.peer)
-            dcls = self.class_of[q]
-            for d in np.unique(dcls).tolist():
-                sel = np.flatnonzero(dcls == d)
+            if (c, o.peer) not in split:
+                dcls = self.class_of[q]
+                split[(c, o.peer)] = [(d, np.flatnonzero(dcls == d)) for d in np.unique(dcls).tolist()]
+            for d, sel in split[(c, o.peer)]:
                 j = self.ids[d].get(o.id) if d >= 0 else None
                 partner = t.classes[d].ops[j] if j is not None else None
                 if partner is None or partner.kind != want:

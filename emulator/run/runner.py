@@ -13,12 +13,13 @@ import subprocess
 import sys
 import time
 
+from badinput import InputError
 from badinput.paths import inside
 from emulator.run import autoscale, fidelity, linksampler, relay
 from emulator.run.faults import FaultInjector
 from emulator.run.watchdog import Watchdog
 from emulator.testbed import capture, runstate
-from emulator.testbed.datapath import OVS_SEND_BUFFER_BYTES, ovs_send_buffer
+from emulator.testbed.datapath import OVS_SEND_BUFFER_BYTES, netem_available, ovs_send_buffer
 from emulator.testbed.lifecycle import Testbed
 from emulator.testbed.process import stop_process
 from experiment.engine import RunFailure
@@ -45,6 +46,11 @@ def run_experiment(exp: Experiment, out_dir: str, log=print, prepare=None) -> di
 
 
 def _run(exp: Experiment, out_dir: str, log, calibration: dict | None = None) -> dict:
+    if exp.latency_us and not netem_available():
+        # Before anything is written: the run would otherwise be silently latency-free.
+        raise InputError("topology.latency_us", "0 on this machine: its kernel has no netem (sch_netem), "
+                         "so links cannot be delayed (the lab VM has it: docs/lab-vm.md)",
+                         exp.topology["latency_us"], exp.source)
     fabric = exp.fabric()
     jobs = build_plans(exp, fabric)  # bad workloads fail here, before anything starts
     write_resolved(exp, inside(out_dir, "config.yaml"),
@@ -55,6 +61,7 @@ def _run(exp: Experiment, out_dir: str, log, calibration: dict | None = None) ->
            "totals": {}, "t_start": None, "t_end": None, "monitor": None, "calibration": calibration}
     try:
         with Testbed(fabric, out_dir, routing=exp.routing, scale_link=exp.scale.link,
+                     link_delay_us=exp.link_delay_us,
                      datapath=exp.testbed.datapath, queue_packets=exp.testbed.queue_packets,
                      ready_timeout_s=exp.testbed.ready_timeout_s, log=log) as tb:
             ctx["datapath"] = tb.datapath

@@ -44,6 +44,17 @@ def kernel_datapath_available() -> bool:
     return r.returncode == 0 and os.path.isdir("/sys/module/openvswitch")
 
 
+def netem_available() -> bool:
+    """sch_netem works here: a netem qdisc goes onto loopback in a throwaway
+    network namespace (unshare -n), so nothing outside it is touched."""
+    try:
+        r = subprocess.run(["unshare", "-n", "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1us"],
+                           capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0
+
+
 # AF_XDP port type without a busy-polling thread: PMD ports take a whole core,
 # which on 2 cores starves the hosts.
 AFXDP_PORT = "afxdp-nonpmd"

@@ -35,12 +35,13 @@ class LinkShape:
     host: str | None  # run inside this host's namespace, or the root one
     netns: str | None = None  # or inside this named namespace (AF_XDP link namespace)
     ingress: bool = False  # shape what dev receives (through an IFB), not what it sends
+    delay_us: float = 0.0  # emulated one-way delay (netem), 0: none
 
 
 class Testbed:
     def __init__(self, fabric: Fabric, run_dir: str, *, routing: str = "ecmp", scale_link: float = 2.5e-5,
                  datapath: str = "auto", queue_packets: int = 1000, ready_timeout_s: float = 60.0,
-                 controller: bool = True, mtu: int = MTU, log=print):
+                 controller: bool = True, mtu: int = MTU, link_delay_us: float = 0.0, log=print):
         self.fabric = fabric
         self.run_dir = os.path.abspath(run_dir)
         self.routing = routing
@@ -50,6 +51,8 @@ class Testbed:
         self.ready_timeout_s = ready_timeout_s
         self.use_controller = controller
         self.mtu = mtu
+        # Emulated one-way delay of every fabric link (netem); NVLink hops have none.
+        self.link_delay_us = link_delay_us
         self.log = log
         self.net = None
         self.ctl_proc = None
@@ -321,15 +324,16 @@ class Testbed:
         shapes = []
         for a, b, d in self.fabric.links():
             mbps = d["link_gbps"] * 1000.0 * self.scale_link
+            delay = 0.0 if d.get("kind") == "nvlink" else self.link_delay_us
             for node, peer in ((a, b), (b, a)):
                 is_host = self.fabric.node(node)["role"] == "host"
                 if (node, peer) in self.ns_ends:
                     # The peer's end carries what `node` sends (it egresses towards peer).
-                    shapes.append(LinkShape(self.ns_ends[peer, node], mbps, None, netns=self.link_ns))
+                    shapes.append(LinkShape(self.ns_ends[peer, node], mbps, None, netns=self.link_ns, delay_us=delay))
                 elif self.datapath == "afxdp" and self._of_switch(node):
-                    shapes.append(LinkShape(self.intf(peer, node), mbps, peer, ingress=True))
+                    shapes.append(LinkShape(self.intf(peer, node), mbps, peer, ingress=True, delay_us=delay))
                 else:
-                    shapes.append(LinkShape(self.intf(node, peer), mbps, node if is_host else None))
+                    shapes.append(LinkShape(self.intf(node, peer), mbps, node if is_host else None, delay_us=delay))
         return shapes
 
     def _shape_links(self):
@@ -343,7 +347,7 @@ class Testbed:
                 dev = shaping.IFB_NAME
                 self.host(s.host).cmd(f"ip link add {dev} type ifb; ip link set {dev} mtu {self.mtu} up")
                 lines += shaping.ingress_redirect_cmds(s.dev, dev)
-            lines += shaping.htb_cmds(dev, s.rate_mbps, self.queue_packets, self.mtu)
+            lines += shaping.htb_cmds(dev, s.rate_mbps, self.queue_packets, self.mtu, delay_us=s.delay_us)
         for (kind, name), lines in batches.items():
             self._tc_batch(kind, name, lines)
 

@@ -6,6 +6,8 @@ the data queue (nothing that carries data may: see TCP_DOFF_WORDS).
 """
 from __future__ import annotations
 
+import math
+
 
 # Only pure TCP ACKs (no payload, no SYN/FIN/RST) may skip the data queue.
 # Anything that carries sequence space must keep its place in its flow:
@@ -28,7 +30,17 @@ def pure_ack_matches(doff_words: int) -> str:
             f"match u8 {ACK_ONLY:#04x} {ACK_FLAGS_MASK:#04x} at 33")
 
 
-def htb_cmds(dev: str, rate_mbps: float, queue_packets: int, mtu: int = 1500) -> list[str]:
+def netem_limit_packets(rate_mbps: float, delay_us: float, queue_packets: int) -> int:
+    """Packets netem may hold while they wait out their delay, before HTB sees
+    them: what eight links at this rate deliver in the delay in 64-byte
+    packets, above the queue's own bound. netem drops beyond it, where HTB's
+    counters would not see the loss."""
+    in_delay = math.ceil(8 * rate_mbps * 1e6 / 8 * delay_us * 1e-6 / 64)
+    return queue_packets + max(1000, in_delay)
+
+
+def htb_cmds(dev: str, rate_mbps: float, queue_packets: int, mtu: int = 1500,
+             delay_us: float = 0.0) -> list[str]:
     """tc -batch lines shaping one interface's egress to rate_mbps.
 
     Two leaves share the link rate: pure TCP ACKs go first, everything
@@ -38,15 +50,28 @@ def htb_cmds(dev: str, rate_mbps: float, queue_packets: int, mtu: int = 1500) ->
     real fabric (where an ACK's queueing is negligible) would not do.
 
     Each queue is bounded in bytes (queue_packets of 1500 B), so jumbo
-    frames do not make it deeper in time."""
+    frames do not make it deeper in time.
+
+    delay_us > 0 (emulated microseconds; topology.latency_us times the time
+    dilation) puts netem at the root with this HTB tree as its child: every
+    packet waits delay_us, then queues for the link, as propagation ahead of
+    the wire. (netem as HTB's leaf instead would overlap the delay with the
+    queueing: a backlogged packet would not be delayed at all.)"""
+    if delay_us < 0:
+        raise ValueError(f"delay_us: expected >= 0, found {delay_us!r}")
     # burst: two frames or 1 ms of traffic. Larger bursts let a message of
     # the emulated size (often ~100 kB) pass at line rate, unshaped.
     burst_bytes = max(2 * mtu, int(rate_mbps * 1e6 / 8 * 0.001))
     shape = f"burst {burst_bytes} cburst {burst_bytes}"
     limit = max(queue_packets * 1500, 2 * mtu)
     ctl_mbps = rate_mbps * 0.05
-    return [
-        f"qdisc replace dev {dev} root handle 5: htb default 20",
+    if delay_us > 0:
+        head = [f"qdisc replace dev {dev} root handle 4: netem delay {delay_us:.3f}us "
+                f"limit {netem_limit_packets(rate_mbps, delay_us, queue_packets)}",
+                f"qdisc replace dev {dev} parent 4:1 handle 5: htb default 20"]
+    else:
+        head = [f"qdisc replace dev {dev} root handle 5: htb default 20"]
+    return head + [
         f"class replace dev {dev} parent 5: classid 5:1 htb rate {rate_mbps:.6f}mbit {shape}",
         f"class replace dev {dev} parent 5:1 classid 5:10 htb rate {ctl_mbps:.6f}mbit "
         f"ceil {rate_mbps:.6f}mbit prio 0 {shape}",

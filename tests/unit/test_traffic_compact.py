@@ -93,7 +93,8 @@ def test_every_preset_expands_and_compacts_back_exactly(name):
 
 
 def _imported():
-    """Every importer's test trace: the Chakra and Kineto fixtures of their own tests, AICB's here."""
+    """Every importer's test trace: the Chakra and Kineto fixtures of their own tests, AICB's here, and the
+    real PyTorch traces."""
     from tests.unit import test_traffic_chakra as ch, test_traffic_kineto as kn
     from traffic.importers import chakra, kineto
     import tempfile
@@ -107,6 +108,12 @@ def _imported():
         yield f"aicb-{name}", aicb.load([str(d / name)])
     for p in sorted((DATA / "v1").glob("*.json")):
         yield p.name, load(p)
+    # Real torch.distributed jobs (tests/data/torch): profiler and execution traces.
+    from tests.unit.test_traffic_torch_traces import _files
+    from traffic.importers import pytorch_et
+    for job in ("ddp", "two-pg"):
+        yield f"torch-kineto-{job}", kineto.load(_files(job, "kineto"))
+        yield f"torch-et-{job}", pytorch_et.load(_files(job, "et"), kineto=_files(job, "kineto"))
 
 
 ROWS = ["emb -1 1000 ALLREDUCE 4096 1000 NONE 0 3000 NONE 0 10",
@@ -167,6 +174,8 @@ def test_classes_do_not_grow_with_the_gpu_count():
     assert {o.group for o in last if o.kind == "collective"} == {"tp-p7-d2047", "dp-p7-t7"}
     assert {o.peer for o in last if o.kind in ("send", "recv")} == {131071 - 8 * 2048}
     assert big.members("dp-p7-t7")[:3] == [7 + 7 * 16384, 15 + 7 * 16384, 23 + 7 * 16384]
+    seq = big.ops[np.int64(131071)]  # lazy: its length costs nothing; indexing makes it once
+    assert len(seq) == len(last) and seq[5] is seq[5] and list(seq) == last
 
 
 # ---- validation: the same verdicts on the classes as rank by rank --------------------------------
