@@ -42,7 +42,10 @@ ENGINE = "flow"
 # (the detailed model costs about one solve per transfer boundary); bundles beyond.
 AUTO_DETAILED_TRANSFERS = 200_000
 AUTO_DETAILED_OPS = 200_000  # per-rank ops: the detailed model runs every rank
-TRANSFER_EVENTS_MAX = 20_000  # as the emulator's plans: more would drown events.jsonl
+TRANSFER_EVENTS_MAX = 20_000
+# predicted_cct_s comes from the schedule the agents would run (built whole): above this many
+# transfers (a ring of more than ~1,000 ranks) the prediction is left out.
+PREDICT_MAX_TRANSFERS = 2_000_000  # as the emulator's plans: more would drown events.jsonl
 LINKS_CSV_MAX_ROWS = 2_000_000
 EMULATOR_SAMPLE_S = 0.25  # the emulator reads its link counters every quarter wall second
 
@@ -174,6 +177,8 @@ def predictions(exp: Experiment, fabric, jp, cache: dict | None = None) -> dict:
                 continue
             seen.add((name, op.id))
             group = tr.members(name)
+            if _transfers(op, len(group)) > PREDICT_MAX_TRANSFERS:
+                continue  # its schedule alone would not fit in memory: no prediction (model statements say)
             hosts = tuple(jp.hosts[g] for g in group)
             gps = gpus_per_server(fabric, list(hosts))
             key = (op.op, op.algorithm, len(group), emulated_bytes(op.size_bytes, exp.scale.bytes),
@@ -421,6 +426,11 @@ def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model
     counters = dict(sim.counters)
     converged = counters["fixed_point_unconverged"] == 0
     assumptions = res.assumptions() if res is not None else {}
+    big = sorted({c["ranks"] for j in per_job for c in j["collectives"] if "predicted_cct_s" not in c})
+    if big:
+        assumptions["statements"] = assumptions["statements"] + [
+            f"no alpha-beta prediction for the collectives of {', '.join(map(str, big))} ranks: their schedules "
+            f"have more than {PREDICT_MAX_TRANSFERS} transfers to build"]
     if res is not None and any(sim.class_mode):
         assumptions["statements"] = assumptions["statements"] + [
             f"rank classes: {sim.n_ranks} simulated ranks stand for {sum(jp.trace.nranks for jp in jobs)}; every rank of "
