@@ -100,14 +100,27 @@ def gpus_per_server(fabric: Fabric, hosts: list[str]):
     """GPUs per server as these hosts see it, for rail-aware algorithms
     (None when they do not line up with servers). A host's fabric rank is
     server x gpus_per_server + gpu, the numbering the function expects."""
-    return effective_gpus_per_server([fabric.node(h)["rank"] for h in hosts],
-                                     fabric.params.get("gpus_per_server"))
+    return effective_gpus_per_server([fabric.node(h)["rank"] for h in hosts], server_size(fabric))
+
+
+def server_size(fabric: Fabric) -> int | None:
+    """GPUs per server: the builder's parameter, or (a SuperPOD, a fabric file) the size every
+    NVLink domain has when all have the same; None without servers."""
+    if fabric.params.get("gpus_per_server"):
+        return fabric.params["gpus_per_server"]
+    sizes: dict = {}
+    for h in fabric.hosts:
+        nv = fabric.nvlink_switch(h)
+        if nv is None:
+            return None
+        sizes[nv] = sizes.get(nv, 0) + 1
+    return next(iter(sizes.values())) if sizes and len(set(sizes.values())) == 1 else None
 
 
 def servers_problem(fabric: Fabric, hosts: list[str], order: str) -> tuple[str, str]:
     """(expected, found): why hosts, in rank order, are not one block of the same GPUs per server,
     the layout hierarchical needs (its inter-server step joins rank i of every server: one rail)."""
-    if not fabric.params.get("gpus_per_server"):
+    if not server_size(fabric):
         return "a rail-optimized fabric for hierarchical (it has servers)", f"{fabric.kind}, which has none"
     expected = "for hierarchical, ranks in one block per server, the same GPUs in the same order in each"
     blocks: list[tuple[int, list[int]]] = []  # (server, its GPUs in rank order), one per run of ranks

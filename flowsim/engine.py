@@ -256,7 +256,7 @@ class Simulation:
             self.slow.setdefault(int(self.job_actor[j][s.rank]), []).append((s.from_s, s.factor))
         self.insts: dict[tuple, _Inst] = {}
         self.inst_list: list[_Inst] = []
-        self.gps = self.net.params.get("gpus_per_server")
+        self.gps = self.net.params.get("gpus_per_server") or self._nvlink_domain_size()
         self._gpos: dict[tuple, dict] = {}
         self._coll_index: dict[int, dict] = {}
         self.p2p_fifo: dict[int, list] = {}  # (sender, receiver) actors -> their sends in order
@@ -271,6 +271,14 @@ class Simulation:
         self._slot_b = np.zeros(0, np.int64)
         self._slot_cols: list[np.ndarray] = []  # the links each slot's row marks
         self._group_cache: dict[tuple, np.ndarray] = {}
+
+    def _nvlink_domain_size(self) -> int | None:
+        """GPUs per server when every host has an NVLink domain of one size (a SuperPOD), else None."""
+        nvl = self.net.host_nvl
+        if not len(nvl) or (nvl < 0).any():
+            return None
+        sizes = np.unique(np.unique(nvl, return_counts=True)[1])
+        return int(sizes[0]) if len(sizes) == 1 else None
 
     def _actors(self, tr, slow: set) -> list[tuple[np.ndarray, list]]:
         """(job ranks, op stream) of each actor of one job."""
