@@ -48,8 +48,12 @@ class Net:
         self.link_port = np.full(len(self.link_src), -1, np.int64)
         self.node_dpid = np.full(len(names), -1, np.int64)
         self.host_rank = np.arange(len(self.hosts), dtype=np.int64)
-        # NIC rate of each host (its host link to the fabric; NVLink excluded), bytes/s
-        host_links = np.flatnonzero(self.link_kind == LINK_KINDS.index("host"))
+        # NIC rate of each host (the link of its first fabric port; NVLink excluded), bytes/s
+        pos = np.full(len(names), -1, np.int64)
+        pos[self.hosts] = np.arange(len(self.hosts))
+        src_pos = pos[self.link_src]
+        eth0 = np.where(src_pos >= 0, self.host_switch[np.maximum(src_pos, 0)], -1)
+        host_links = np.flatnonzero((self.link_kind == LINK_KINDS.index("host")) & (self.link_dst == eth0))
         nic = np.zeros(len(names))
         nic[self.link_src[host_links]] = self.link_gbps[host_links] * (1e9 / 8)
         self.host_nic = nic[self.hosts]
@@ -146,11 +150,12 @@ class Net:
         host_switch = np.full(len(hosts), -1, dtype=np.int64)
         host_nvl = np.full(len(hosts), -1, dtype=np.int64)
         for i, h in enumerate(hosts):
+            first = None  # a dual-homed host's flows leave by eth0, as the controller routes them
             for nbr in g.neighbors(h):
-                k = g.edges[h, nbr]["kind"]
-                if k == "host":
-                    host_switch[i] = idx[nbr]
-                elif k == "nvlink":
+                e = g.edges[h, nbr]
+                if e["kind"] == "host" and (first is None or e["ports"][h] < first):
+                    first, host_switch[i] = e["ports"][h], idx[nbr]
+                elif e["kind"] == "nvlink":
                     host_nvl[i] = idx[nbr]
         ips = np.array([_ip_int(g.nodes[h]["ip"]) for h in hosts], dtype=np.uint32)
         assert all(g.nodes[h]["role"] == HOST for h in hosts)

@@ -26,3 +26,18 @@ def test_servers_must_fit_under_their_switch():
             build("fat-tree", params)
     fab = build("leaf-spine", {"leaves": 2, "spines": 1, "hosts_per_leaf": 4, "gpus_per_server": 4, "nvlink_gbps": 900})
     assert fab.graph.edges["h0", "nvl0"]["link_gbps"] == 900.0
+
+
+def test_a_dual_homed_fabric_sends_by_eth0_as_the_controller_routes():
+    """Alibaba HPN: every GPU has two ToR ports; the flow engine, like the controller, uses eth0."""
+    from flowsim import JobSpec, Params, Simulation
+    from traffic.workload import build_workload
+    fab = build("hpn", {"segments": 1, "hosts_per_segment": 2})
+    net = Net.from_fabric(fab)
+    assert all(net.names[net.host_switch[i]] == fab.attachment(h)[0] for i, h in enumerate(fab.hosts))
+    tr = build_workload({"collective": "all_reduce", "size_bytes": 1 << 28}, len(fab.hosts), gpus_per_server=8)
+    res = Simulation(net, [JobSpec("j", fab.hosts, tr)], EcmpRouter(0), Params(collective_model="bundle")).run()
+    assert res.complete
+    used = {net.link_name(i) for i in range(net.n_links) if res.link_bytes[i] > 0}
+    eth1 = {(h, fab.attachments(h)[1][0]) for h in fab.hosts}
+    assert not used & eth1
