@@ -5,13 +5,13 @@
 Each point runs in its own process, so that its peak RSS is its own. Three tables:
 
 1. one GPT-3 175B iteration (tp 8, pp 8, dp = GPUs / 64, Megatron's global batch of 1,536
-   sequences, H100 compute) on a rail-optimized fabric (8 GPUs per server, NVLink inside),
-   ECMP: the fabric, the trace (rank classes), the engine's run, its events and solves, and the
+   sequences, H100 compute) on a DGX SuperPOD (rail-optimized, 8 GPUs per server, NVLink
+   inside), ECMP: the fabric, the trace (rank classes), the engine's run, its events, and the
    modelled iteration time; rank classes make the engine simulate one rank per pipeline stage;
-2. the same through `dtnet run` (experiment file in, every output written: summary.json,
-   events.jsonl, trace.json, links.csv, plots) at 1,024 and 16,384 GPUs;
-3. one ring all-reduce of 1 GiB over N GPUs on a three-tier fat-tree (flowsim.Net.fat_tree,
-   arrays: the networkx builders stop short of 131,072 hosts on main today).
+2. `dtnet run` (experiment file in, every output written: summary.json, events.jsonl,
+   trace.json, links.csv, plots) of the same at 1,024 and 16,384 GPUs, and of
+   experiments/ring-131072.yaml;
+3. one ring all-reduce of 1 GiB over N GPUs on a three-tier fat-tree (topologies' builder).
 
 Goals (issue 15): GPT-3 at 1,024 GPUs under 10 s and at 16,384 under 60 s; the 131,072-GPU ring
 under 60 s; memory under 8 GB. The growth column is the wall time's growth over the previous row.
@@ -38,10 +38,10 @@ def _rss_gb() -> float:
 
 def point_gpt(gpus: int) -> dict:
     from flowsim import EcmpRouter, JobSpec, Net, Params, Simulation
-    from topologies import rail_optimized
+    from topologies import build
     from traffic.workload import build_workload
     t0 = time.perf_counter()
-    fab = rail_optimized(gpus // 8, 8, max(8, gpus // 128), link_gbps=400, nvlink_gbps=3600)
+    fab = build("superpod", {"sus": gpus // 256, "link_gbps": 400, "nvlink_gbps": 3600})
     t1 = time.perf_counter()
     tr = build_workload({"model": "gpt3-175b", "tp": 8, "pp": 8, "dp": gpus // 64, "iterations": 1, "gpu": "h100"},
                         gpus, gpus_per_server=8)
@@ -58,10 +58,9 @@ def point_gpt(gpus: int) -> dict:
 
 
 def point_dtnet(gpus: int) -> dict:
-    """`dtnet run` of an experiment file, in a subprocess, timed from outside."""
+    """`dtnet run` of an experiment file, in a subprocess, timed from outside (0: ring-131072.yaml)."""
     exp = {"name": f"gpt3-175b-{gpus}", "engine": "flow",
-           "topology": {"kind": "rail-optimized", "servers": gpus // 8, "gpus_per_server": 8,
-                        "spines": max(8, gpus // 128), "link_gbps": 400, "nvlink_gbps": 3600},
+           "topology": {"kind": "superpod", "sus": gpus // 256, "link_gbps": 400, "nvlink_gbps": 3600},
            "controller": {"routing": "ecmp"},
            "jobs": [{"name": "gpt", "hosts": "all",
                      "workload": {"model": "gpt3-175b", "tp": 8, "pp": 8, "dp": gpus // 64, "iterations": 1,
@@ -69,8 +68,11 @@ def point_dtnet(gpus: int) -> dict:
     import yaml
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "exp.yaml")
-        with open(path, "w") as f:
-            yaml.safe_dump(exp, f)
+        if gpus:
+            with open(path, "w") as f:
+                yaml.safe_dump(exp, f)
+        else:
+            path = os.path.join(ROOT, "experiments", "ring-131072.yaml")
         timing = os.path.join(tmp, "time")
         t0 = time.perf_counter()
         rc = subprocess.run(["/usr/bin/time", "-o", timing, "-f", "%e %M", os.path.join(ROOT, ".venv", "bin", "dtnet"),
@@ -81,7 +83,8 @@ def point_dtnet(gpus: int) -> dict:
         with open(os.path.join(tmp, "out", "summary.json")) as f:
             s = json.load(f)
         sizes = {n: os.path.getsize(os.path.join(tmp, "out", n)) for n in ("events.jsonl", "trace.json", "links.csv")}
-    return {"gpus": gpus, "rc": rc, "wall_s": wall, "rss_gb": int(rss_kb) / 1e6,
+    return {"gpus": gpus or 131072, "what": "GPT-3" if gpus else "ring", "rc": rc, "wall_s": wall,
+            "rss_gb": int(rss_kb) / 1e6,
             "iteration_s": s["aggregate"]["iteration_time_s_mean"], "engine_s": s["model"]["run_s"],
             "files_mb": {k: round(v / 1e6, 1) for k, v in sizes.items()}}
 
@@ -90,14 +93,16 @@ def point_ring(gpus: int) -> dict:
     import numpy as np
 
     from flowsim import EcmpRouter, JobSpec, Net, Params, Simulation
+    from topologies import fat_tree
     from traffic.workload import build_workload
     k = 2
     while k ** 3 // 4 < gpus:
         k += 2
     t0 = time.perf_counter()
-    net = Net.fat_tree(k, link_gbps=400)
+    fab = fat_tree(k, link_gbps=400)
+    net = Net.from_fabric(fab)
     tr = build_workload({"collective": "all_reduce", "algorithm": "ring", "size_bytes": 1 << 30}, gpus)
-    hosts = [net.names[h] for h in net.hosts[:gpus]]
+    hosts = fab.hosts[:gpus]
     sim = Simulation(net, [JobSpec("ring", hosts, tr)], EcmpRouter(0), Params(collective_model="bundle"))
     t1 = time.perf_counter()
     res = sim.run()
@@ -146,15 +151,15 @@ def main(argv=None) -> int:
         print(f"{n:>7}{r['fabric_s']:>10.2f}{r['trace_s']:>9.2f}{r['run_s']:>8.2f}{r['total_s']:>9.2f}{r['actors']:>10}"
               f"{r['ops_per_rank']:>9}{r['events']:>8}{r['iteration_s']:>9.3f}{r['rss_gb']:>8.2f}  "
               f"{_growth(rows, len(rows) - 1, 'run_s')}", flush=True)
-    print("\n2. the same through `dtnet run` (experiment file in, every output out)")
-    print(f"{'GPUs':>7}{'wall s':>9}{'engine s':>10}{'iter s':>9}{'RSS GB':>8}  files (MB)")
-    for n in [x for x in (1024, 16384) if x <= args.max_gpus][: 1 if args.quick else None]:
+    print("\n2. `dtnet run` of an experiment file (every output written): GPT-3 as above, the ring of table 3")
+    print(f"{'':>7}{'GPUs':>7}{'wall s':>9}{'engine s':>10}{'iter s':>9}{'RSS GB':>8}  files (MB)")
+    for n in [x for x in (1024, 16384, 0) if x <= args.max_gpus][: 1 if args.quick else None]:
         r = _child("dtnet", n)
         if "error" in r:
             print(f"{n:>7}  failed: {r['error']}")
             continue
-        print(f"{n:>7}{r['wall_s']:>9.2f}{r['engine_s']:>10.2f}{r['iteration_s']:>9.3f}{r['rss_gb']:>8.2f}  "
-              f"{r['files_mb']}", flush=True)
+        print(f"{r['what']:>7}{r['gpus']:>7}{r['wall_s']:>9.2f}{r['engine_s']:>10.2f}{r['iteration_s']:>9.3f}"
+              f"{r['rss_gb']:>8.2f}  {r['files_mb']}", flush=True)
     print("\n3. one ring all-reduce of 1 GiB, three-tier fat-tree, ECMP, bundle")
     print(f"{'GPUs':>7}{'k':>4}{'hosts':>8}{'setup s':>9}{'run s':>8}{'total s':>9}{'CCT ms':>9}{'busbw':>8}"
           f"{'RSS GB':>8}  growth of total s")
