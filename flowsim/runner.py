@@ -55,12 +55,6 @@ def check(exp: Experiment) -> str:
     if exp.capture.links:
         raise InputError("capture.links", "no packet capture with engine: flow (it moves no packets; "
                          "capture with engine: emulate)", [list(x) for x in exp.capture.links], exp.source)
-    for i, job in enumerate(exp.jobs):
-        unknown = [k for k in job.workload if k in ("program", "command")]
-        if unknown:
-            raise InputError(f"jobs[{i}].workload.{unknown[0]}", "a workload the flow engine can model "
-                             "(collective, model, trace, pattern): a real program runs only on the emulator",
-                             job.workload[unknown[0]], exp.source)
     return (f"engine flow: {exp.flow.collective_model} collectives, routing {exp.routing}"
             + (f" (ECMP seed {exp.flow.ecmp_seed})" if exp.routing in ("ecmp",) + CONTROLLED else "")
             + f", slice {_fmt_bytes(slice_bytes(exp))}, latency {latency_s(exp) * 1e6:g} us"
