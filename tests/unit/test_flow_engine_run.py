@@ -168,11 +168,19 @@ def test_experiment_files_complete_on_the_flow_engine(tmp_path, name):
         assert len(s["faults"]) == len(exp.faults) and all(f["ok"] for f in s["faults"])
 
 
+# Cluster-scale files: their base point only (a sweep point each builds a fabric of 1,024 to 27,648
+# hosts); ring-131072.yaml takes 7 s to check (137,842 hosts) and is left to its own run.
+LARGE = ("gpt3-175b-1024", "gpt3-175b-16384", "jobs-1024-policies", "moe-a2a-1024")
+
+
 def test_every_experiment_file_is_checked_for_the_flow_engine(capsys):
     files = sorted(glob.glob(os.path.join(EXPERIMENTS, "*.yaml")))
     assert files
     for path in files:
-        assert main(["check", path, "--engine", "flow"]) == 0, path
+        name = os.path.basename(path)[:-5]
+        if name == "ring-131072":
+            continue
+        assert main(["check", path, "--engine", "flow", *(["--set", "sweep={}"] if name in LARGE else [])]) == 0, path
 
 
 def test_rank_classes_through_dtnet_run(tmp_path):
