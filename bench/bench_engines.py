@@ -260,6 +260,24 @@ def main(argv=None) -> int:
     return 0
 
 
+TIE = 0.02
+
+
+def _sign(x: float, y: float) -> int:
+    if abs(x - y) <= TIE * max(abs(x), abs(y)):
+        return 0
+    return 1 if x > y else -1
+
+
+def _ranked(rs: list[dict], key: str, higher_better: bool) -> str:
+    """Policies best first, '=' between two within TIE."""
+    order = sorted(rs, key=lambda r: r[key], reverse=higher_better)
+    out = order[0]["policy"]
+    for a, b in zip(order, order[1:]):
+        out += (" = " if _sign(a[key], b[key]) == 0 else " > ") + b["policy"]
+    return out
+
+
 def _verdict(rows: list[dict]) -> None:
     timed = [r for r in rows if r["ratio"] and r["faithful"] and r["figure"] in ("cct", "iteration", "makespan")]
     err = [abs(r["ratio"] - 1) for r in timed]
@@ -276,9 +294,12 @@ def _verdict(rows: list[dict]) -> None:
     for g, rs in groups.items():
         higher_better = rs[0]["figure"] == "throughput"
         order = lambda key: [r["policy"] for r in sorted(rs, key=lambda r: r[key], reverse=higher_better)]  # noqa: E731
-        same = order("emulator") == order("flow")
-        print(f"  ranking {g}: emulator {' > '.join(order('emulator'))}; flow {' > '.join(order('flow'))}: "
-              f"{'same' if same else 'DIFFERENT'}")
+        # Two policies within TIE of each other are a tie, in either engine; the rankings agree when
+        # no pair is ordered one way by one engine and the other way by the other.
+        flips = [(a["policy"], b["policy"]) for i, a in enumerate(rs) for b in rs[i + 1:]
+                 if _sign(a["emulator"], b["emulator"]) * _sign(a["flow"], b["flow"]) < 0]
+        print(f"  ranking {g}: emulator {_ranked(rs, 'emulator', higher_better)}; flow {_ranked(rs, 'flow', higher_better)}: "
+              + ("same (ties within 2% aside)" if not flips else "DIFFERENT: " + ", ".join(f"{a} vs {b}" for a, b in flips)))
     speed = [r["emulator_wall_s"] / r["flow_wall_s"] for r in rows if r["emulator_wall_s"]]
     sim = [r["emulator_wall_s"] / r["flow_sim_s"] for r in rows if r["emulator_wall_s"] and r["flow_sim_s"]]
     bsim = [r["emulator_wall_s"] / r["bundle_sim_s"] for r in rows if r["emulator_wall_s"] and r["bundle_sim_s"]]
