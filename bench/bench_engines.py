@@ -293,7 +293,6 @@ def _verdict(rows: list[dict]) -> None:
             groups.setdefault(r["contend"], []).append(r)
     for g, rs in groups.items():
         higher_better = rs[0]["figure"] == "throughput"
-        order = lambda key: [r["policy"] for r in sorted(rs, key=lambda r: r[key], reverse=higher_better)]  # noqa: E731
         # Two policies within TIE of each other are a tie, in either engine; the rankings agree when
         # no pair is ordered one way by one engine and the other way by the other.
         flips = [(a["policy"], b["policy"]) for i, a in enumerate(rs) for b in rs[i + 1:]
