@@ -30,14 +30,15 @@ import numpy as np
 import scipy.sparse as sp
 
 from flowsim.maxmin import max_min_rates
-from flowsim.network import Net
+from flowsim.network import LINK_KINDS, Net
 from flowsim.routing import Observation, Router, five_tuple_hash
 from flowsim.templates import bundle_shape, template
 from traffic.layout import parse_peer
 from traffic.collectives.algorithms import effective_gpus_per_server
 
 QUEUED, DONE, INFLIGHT = 1, 2, 3
-SMALL_NNZ = 50_000  # incidence entries below which a solve uses bincounts, not sparse products
+SMALL_NNZ = 50_000
+NVLINK_LINK = LINK_KINDS.index("nvlink")  # incidence entries below which a solve uses bincounts, not sparse products
 BYTE_TOL = 1e-3          # bytes: a transfer this close to its end is done
 COLLECTIVE_MODELS = ("detailed", "bundle")
 
@@ -52,6 +53,7 @@ class Params:
 
     slice_bytes: float = 16384
     latency_s: float = 0.0
+    hop_latency_s: float = 0.0  # more delivery latency per fabric or host link of a transfer's path (not NVLink)
     collective_model: str = "detailed"
     series_bin_s: float | None = None
     max_fixed_point_iters: int = 60
@@ -64,6 +66,8 @@ class Params:
             raise ValueError(f"slice_bytes: expected > 0, found {self.slice_bytes!r}")
         if not self.latency_s >= 0:
             raise ValueError(f"latency_s: expected >= 0, found {self.latency_s!r}")
+        if not self.hop_latency_s >= 0:
+            raise ValueError(f"hop_latency_s: expected >= 0, found {self.hop_latency_s!r}")
         if self.collective_model not in COLLECTIVE_MODELS:
             raise ValueError(f"collective_model: expected one of {', '.join(COLLECTIVE_MODELS)}, "
                              f"found {self.collective_model!r}")
@@ -316,6 +320,7 @@ class Simulation:
         # Connections: (job, src rank, dst rank) -> id.
         self.conn_of: dict[tuple, int] = {}
         self.C_src, self.C_dst, self.C_key, self.C_job, self.C_sport = [], [], [], [], []
+        self.C_lat: list[float] = []  # each connection's delivery latency: latency_s + hops x hop_latency_s
         self.C_path: list[np.ndarray | None] = []
         self.C_bytes = np.zeros(0)
         self.C_rate = np.zeros(0)
@@ -784,6 +789,7 @@ class Simulation:
             self.C_job.extend([j] * len(new))
             self.C_key.extend(keys.tolist())
             self.C_path.extend([None] * len(new))
+            self.C_lat.extend([self.p.latency_s] * len(new))
             self.counters["connections"] += len(new)
         return out
 
@@ -880,14 +886,30 @@ class Simulation:
         self.T_sent[fin] = self.T_size[fin]
         self.queued.difference_update(fin.tolist())
         self.dirty = True
-        if self.p.latency_s > 0:
-            self.T_last[fin] = self.T_rate[fin]
-            self.T_state[fin] = INFLIGHT
-            self.T_rate[fin] = 0
-            for t in fin.tolist():
-                self._push(self.now + self.p.latency_s, "deliver", t)
-        else:
-            self._transfers_done(fin)
+        lat = self._lat_of(fin)
+        late = lat > 0
+        if late.any():
+            slow = fin[late]
+            self.T_last[slow] = self.T_rate[slow]
+            self.T_state[slow] = INFLIGHT
+            self.T_rate[slow] = 0
+            for t, d in zip(slow.tolist(), lat[late].tolist()):
+                self._push(self.now + d, "deliver", t)
+        if (~late).any():
+            self._transfers_done(fin[~late])
+
+    def _path_lat(self, path: np.ndarray) -> float:
+        """latency_s plus hop_latency_s per link of the path that is not NVLink (as the emulator
+        delays every fabric and host link, and no NVLink hop)."""
+        if self.p.hop_latency_s <= 0:
+            return self.p.latency_s
+        return self.p.latency_s + self.p.hop_latency_s * int(np.count_nonzero(self.net.link_kind[path] != NVLINK_LINK))
+
+    def _lat_of(self, tids: np.ndarray) -> np.ndarray:
+        """Delivery latency of each transfer: its connection's."""
+        if self.p.latency_s <= 0 and self.p.hop_latency_s <= 0:
+            return np.zeros(len(tids))
+        return np.array([self.C_lat[c] for c in self.T_conn[tids].tolist()])
 
     # ---- bundles -----------------------------------------------------------------------
     def _start_bundle(self, inst: _Inst):
@@ -948,7 +970,7 @@ class Simulation:
     def _latency_cap(self, b: int):
         """A step cannot take less than the latency plus one slice (or chunk) at the bundle's
         uncontended rate: cap the tied rate so that the schedule's steps fit."""
-        if self.p.latency_s <= 0 or not self.B_steps[b]:
+        if (self.p.latency_s <= 0 and self.p.hop_latency_s <= 0) or not self.B_steps[b]:
             return
         self._route_missing(self.B_conns[b])
         cols = self._bundle_column(b)
@@ -957,8 +979,15 @@ class Simulation:
         used = load > 0
         x_alone = float((cap[used] / load[used]).min()) if used.any() else math.inf
         steps, chunk = self.B_steps[b], self.B_chunk[b]
-        per_step = self.p.latency_s + min(self.p.slice_bytes, chunk) / x_alone
+        per_step = self._bundle_lat(b) + min(self.p.slice_bytes, chunk) / x_alone
         self.B_cap[b] = self.B_work[b] / (steps * per_step)
+
+    def _bundle_lat(self, b: int) -> float:
+        """A bundle's step latency: its slowest connection's (every step waits for all of them)."""
+        if self.p.latency_s <= 0 and self.p.hop_latency_s <= 0:
+            return 0.0
+        self._route_missing(self.B_conns[b])
+        return max((self.C_lat[c] for c in self.B_conns[b].tolist()), default=self.p.latency_s)
 
     def _bundle_column(self, b: int) -> tuple[np.ndarray, np.ndarray]:
         """(distinct links, bytes per unit of the bundle's rate on each), kept until a route changes."""
@@ -992,8 +1021,9 @@ class Simulation:
             self.C_bytes = np.concatenate([self.C_bytes, np.zeros(len(self.C_src) - len(self.C_bytes))])
         np.add.at(self.C_bytes, self.B_conns[b], self.B_work[b] * self.B_w[b])
         self.B_rate[b] = 0
-        if self.p.latency_s > 0 and self.B_work[b] > 0:
-            self._push(self.now + self.p.latency_s, "bundle_end", b)  # the last bytes' delivery
+        lat = self._bundle_lat(b)
+        if lat > 0 and self.B_work[b] > 0:
+            self._push(self.now + lat, "bundle_end", b)  # the last bytes' delivery
         else:
             self._bundle_members_done(b)
 
@@ -1030,6 +1060,7 @@ class Simulation:
         indptr, links = self.router.route(self.net, src, dst, key, conns=np.array(miss, np.int64))
         for k, c in enumerate(miss):
             self.C_path[c] = links[indptr[k]:indptr[k + 1]].astype(np.int64)
+            self.C_lat[c] = self._path_lat(self.C_path[c])
         self.counters["routed"] += len(miss)
 
     def _live_conns(self) -> np.ndarray:
@@ -1057,6 +1088,7 @@ class Simulation:
             old = self.C_path[c]
             if old is None or len(old) != len(path) or (old != path).any():
                 self.C_path[c] = path
+                self.C_lat[c] = self._path_lat(path)
                 self.counters["reroutes"] += 1
                 self.dirty = True
                 self._path_version += 1
@@ -1336,7 +1368,7 @@ class Simulation:
         owner, g = owner[live], g[live]
         size_x = self.T_size[q]
         lag = np.minimum(self.p.slice_bytes, size_x)
-        a = self.p.latency_s
+        a = self._lat_of(g)
         size_g = np.maximum(self.T_size[g], 1e-300)
 
         def gate_rate(rates_q):

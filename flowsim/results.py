@@ -54,10 +54,11 @@ class Result:
             out["statements"] = out["statements"] + [
                 "bundle: each collective instance is one entity, its connections tied to one rate and starting "
                 "when its last member starts (a ring's steady state; an approximation for other algorithms)"]
-        if p.latency_s > 0:
+        if p.latency_s > 0 or p.hop_latency_s > 0:
             out["statements"] = out["statements"] + [
-                "latency_s delays each transfer's delivery; a following send sees its gate's progress minus "
-                "latency_s at the gate's current rate"]
+                "latency delays each transfer's delivery (latency_s, plus hop_latency_s per fabric or host link of "
+                "its path); a following send sees its gate's progress minus that latency at the gate's current rate"]
+        out["hop_latency_s"] = p.hop_latency_s
         return out
 
     def op_events(self):

@@ -58,6 +58,7 @@ def check(exp: Experiment) -> str:
     return (f"engine flow: {exp.flow.collective_model} collectives, routing {exp.routing}"
             + (f" (ECMP seed {exp.flow.ecmp_seed})" if exp.routing in ("ecmp",) + CONTROLLED else "")
             + f", slice {_fmt_bytes(slice_bytes(exp))}, latency {latency_s(exp) * 1e6:g} us"
+            + (f" + {exp.latency_us:g} us a link" if exp.latency_us else "")
             + ("; scale: mirrored (slices and controller periods as the emulator's)" if exp.scale_given else ""))
 
 
@@ -67,8 +68,17 @@ def slice_bytes(exp: Experiment) -> float:
 
 
 def latency_s(exp: Experiment) -> float:
-    us = exp.flow.latency_us if exp.flow.latency_us is not None else exp.prediction.latency_us
-    return us * 1e-6
+    """Delivery latency of every transfer: flow.latency_us; by default prediction.latency_us (the
+    alpha-beta model's per-step alpha), or 0 when topology.latency_us delays each link instead."""
+    if exp.flow.latency_us is not None:
+        return exp.flow.latency_us * 1e-6
+    return 0.0 if exp.latency_us > 0 else exp.prediction.latency_us * 1e-6
+
+
+def hop_latency_s(exp: Experiment) -> float:
+    """topology.latency_us: one-way delay of every fabric and host link (NVLink has none), as the
+    emulator's netem adds it."""
+    return exp.latency_us * 1e-6
 
 
 def time_scale(exp: Experiment) -> float:
@@ -345,7 +355,8 @@ def _run(exp: Experiment, out_dir: str, log) -> dict:
     router = _router(exp, fabric, outages)
     bin_s = (exp.flow.link_bin_ms / 1000.0 if exp.flow.link_bin_ms
              else (EMULATOR_SAMPLE_S / exp.scale.dilation if exp.scale_given else 1e-3))
-    params = Params(slice_bytes=slice_bytes(exp), latency_s=latency_s(exp), collective_model=model,
+    params = Params(slice_bytes=slice_bytes(exp), latency_s=latency_s(exp), hop_latency_s=hop_latency_s(exp),
+                    collective_model=model,
                     series_bin_s=bin_s, record_transfers=model == "detailed" and transfers <= TRANSFER_EVENTS_MAX)
     phases = None
     if exp.routing == "coschedule":

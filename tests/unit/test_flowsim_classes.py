@@ -145,3 +145,21 @@ def test_closed_form_bundle_shapes_equal_their_schedules(op, algorithm):
         pairs, inv = np.unique(t.src * n + t.dst, return_inverse=True)
         got = dict(zip((b.src * n + b.dst).tolist(), b.bytes.tolist()))
         assert got == pytest.approx(dict(zip(pairs.tolist(), np.bincount(inv, weights=t.size).tolist())))
+
+
+def test_hop_latency_counts_the_fabric_and_host_links_of_each_path_not_nvlink():
+    """topology.latency_us as the emulator's netem adds it: per link, none on NVLink."""
+    from topologies import fat_tree
+    fab = fat_tree(4, link_gbps=GBPS)
+    sends = [(0, 1), (0, 2), (0, 4)]  # same edge: 2 links; same pod: 4; across pods: 6
+    for (s, d), links in zip(sends, (2, 4, 6)):
+        tr = Trace(16, {}, ops={s: [Op("x", "send", peer=d, size_bytes=S)], d: [Op("x", "recv", peer=s, size_bytes=S)]})
+        sim = Simulation(Net.from_fabric(fab), [JobSpec("j", fab.hosts, tr)], ShortestRouter(),
+                         Params(hop_latency_s=1e-3))
+        res = sim.run()
+        assert res.end_s == pytest.approx(S / RATE + links * 1e-3, rel=1e-9)
+    fab = rail_optimized(2, 2, 1, link_gbps=GBPS)  # h0 -> h1 over NVLink: no delay
+    tr = Trace(4, {}, ops={0: [Op("x", "send", peer=1, size_bytes=S)], 1: [Op("x", "recv", peer=0, size_bytes=S)]})
+    res = Simulation(Net.from_fabric(fab), [JobSpec("j", fab.hosts, tr)], ShortestRouter(),
+                     Params(hop_latency_s=1e-3)).run()
+    assert res.end_s == pytest.approx(S / (3600e9 / 8), rel=1e-9)
