@@ -35,6 +35,18 @@ def points(results: str, name: str) -> list[tuple[dict, dict]]:
     return out
 
 
+def table(results: str, name: str, what: str, columns: list[str]) -> list:
+    """The sweep's points, after the table's title and header (none: a line saying so)."""
+    rows = points(results, name)
+    if not rows:
+        print(f"({name}: no results in {results})\n")
+        return []
+    print(f"`{name}`: {what}\n")
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    return rows
+
+
 def fabric(c: dict) -> str:
     t = c["topology"]
     if t["kind"] == "superpod":
@@ -47,13 +59,8 @@ def fabric(c: dict) -> str:
 
 
 def gpt(results: str, name: str) -> None:
-    rows = points(results, name)
-    if not rows:
-        print(f"({name}: no results in {results})\n")
-        return
-    print(f"`{name}`: one iteration, flow engine\n")
-    print("| fabric | routing | ECMP seed | iteration | compute | exposed comm | idle (bubble) | DP all-reduce / alpha-beta |")
-    print("|---|---|---|---|---|---|---|---|")
+    rows = table(results, name, "one iteration, flow engine", ["fabric", "routing", "ECMP seed", "iteration", "compute",
+                                                               "exposed comm", "idle (bubble)", "DP all-reduce / alpha-beta"])
     for c, s in sorted(rows, key=lambda r: (fabric(r[0]), r[0]["controller"]["routing"],
                                             r[0].get("flow", {}).get("ecmp_seed", 0))):
         j = s["jobs"][0]
@@ -68,14 +75,8 @@ def gpt(results: str, name: str) -> None:
 
 
 def jobs(results: str, name: str) -> None:
-    rows = points(results, name)
-    if not rows:
-        print(f"({name}: no results in {results})\n")
-        return
-    print(f"`{name}`: flow engine\n")
-    print("| routing | ECMP seed | iteration, mean of jobs | steady state (p50) | all-reduce | / alpha-beta | "
-          "jobs shifted, largest offset |")
-    print("|---|---|---|---|---|---|---|")
+    rows = table(results, name, "flow engine", ["routing", "ECMP seed", "iteration, mean of jobs", "steady state (p50)",
+                                                "all-reduce", "/ alpha-beta", "jobs shifted, largest offset"])
     for c, s in rows:
         js = s["jobs"]
         ccts = [x["collectives"][0]["cct_s"] for x in js]
@@ -91,13 +92,7 @@ def jobs(results: str, name: str) -> None:
 
 
 def moe(results: str, name: str) -> None:
-    rows = points(results, name)
-    if not rows:
-        print(f"({name}: no results in {results})\n")
-        return
-    print(f"`{name}`: flow engine\n")
-    print("| fabric | algorithm | all-to-all | alpha-beta | / alpha-beta | busbw |")
-    print("|---|---|---|---|---|---|")
+    rows = table(results, name, "flow engine", ["fabric", "algorithm", "all-to-all", "alpha-beta", "/ alpha-beta", "busbw"])
     for c, s in sorted(rows, key=lambda r: (fabric(r[0]), r[0]["jobs"][0]["workload"]["algorithm"])):
         x = s["jobs"][0]["collectives"][0]
         print(f"| {fabric(c)} | {x['algorithm']} | {x['cct_s'] * 1e3:.3f} ms | {x['predicted_cct_s'] * 1e3:.3f} ms | "
