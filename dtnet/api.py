@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from badinput import InputError
 from badinput.paths import inside
 from dtnet import engines
+from experiment import engine as experiment_engine
 from experiment import model, sweep
 from experiment.outputs import links, report
 from experiment.outputs.summary import read_events
-from experiment.plan import build_plans
+from experiment.plan import build_plans, job_traces
 
 NO_VALUE = object()
 
@@ -91,12 +92,13 @@ class Experiment:
             points = sweep.expand(self.model)
             sweep.check(points)
             return Check(self.name, self.engine, points=[p.slug for p in points])
+        verdict = experiment_engine.check(self.model)  # what the engine cannot model, before anything is built
         fabric = self.model.fabric()
-        jobs = build_plans(self.model, fabric)
+        jobs = build_plans(self.model, fabric) if self.engine == "emulate" else job_traces(self.model, fabric)
         c = fabric.counts()
         return Check(self.name, self.engine, fabric.kind, c["hosts"], c["switches"], len(jobs),
                      self.model.emulated_mbps(fabric.link_gbps), self.model.scale.dilation,
-                     policy=self.model.policy, policy_params=dict(self.model.policy_params))
+                     policy=self.model.policy, policy_params=dict(self.model.policy_params), verdict=verdict)
 
     # -- running it -----------------------------------------------------------
     def run(self, out: str | None = None, *, engine: str | None = None, auto_scale: bool = False,
@@ -110,13 +112,15 @@ class Experiment:
         Choosing the scale). Raises InputError (bad input; nothing started), FolderBusy (another live
         run writes out), RunFailure (a run, or every probe, could not finish); Interrupted
         passes through (the CLI turns SIGINT and SIGTERM into it)."""
-        name = engine or self.engine
+        if engine and engine != self.engine:  # as the file would say it, so config.yaml records it
+            return self.set("engine", engine).run(out, auto_scale=auto_scale, log=log)
+        name = self.engine
         run = engines.get(name)
         if auto_scale and self.model.sweep:
             raise InputError("--auto-scale", "an experiment without a sweep: section (calibrate one point alone: "
                              "--auto-scale --set 'sweep={}' plus its overrides; then put the chosen scale in the "
                              "file)", f"sweep: with {len(self.model.sweep)} points", self.source)
-        if auto_scale and name != "emulator":
+        if auto_scale and name != "emulate":
             raise InputError("--auto-scale", "the emulator engine (it calibrates the emulator)", name, self.source)
         out = out or os.path.join("results", self.name)
         try:
@@ -130,13 +134,13 @@ class Experiment:
             runs = {}
 
             def run_point(pexp, folder):
-                return engines.get(engine or pexp.engine)(pexp, folder)
+                return engines.get(pexp.engine)(pexp, folder)  # a sweep's points may name different engines
             done = sweep.run(self.model, out, run_point, points, log=log)
             for p in points:
                 if p.slug not in done["failed"]:
                     runs[p.slug] = Run(sweep.point_dir(out, p))
             return SweepRun(out, done, runs)
-        log(f"dtnet: running {self.name} -> {out}")
+        log(f"dtnet: running {self.name} -> {out}" + (f" (engine {name})" if name != "emulate" else ""))
         if not auto_scale:
             return Run(out, run(self.model, out, log=log))
         from emulator.run import autoscale
@@ -177,10 +181,14 @@ class Check:
     points: list | None = None            # a sweep's point folders
     policy: str | None = None
     policy_params: dict | None = None
+    verdict: str | None = None            # the engine's own line on what it will run (the flow engine's)
 
     def __str__(self) -> str:
         if self.points is not None:
             return f"{self.name}: a sweep of {len(self.points)} points, each valid"
+        if self.engine != "emulate":
+            return (f"{self.name}: {self.fabric} with {self.hosts} hosts, {self.switches} switches; {self.jobs} job(s); "
+                    f"{self.verdict}")
         return (f"{self.name}: {self.fabric} with {self.hosts} hosts, {self.switches} switches; {self.jobs} job(s); "
                 f"emulated host link {self.host_link_mbps:g} Mb/s, time dilation {self.dilation:g}x; policy {self.policy}"
                 + (" (" + ", ".join(f"{k}={v}" for k, v in self.policy_params.items()) + ")"

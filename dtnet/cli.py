@@ -17,11 +17,16 @@ EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
 EXIT_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a command whose reader went away
 
 
+def _overrides(args) -> list[str]:
+    """--set items, plus --engine as the override it is (so config.yaml and sweeps record it)."""
+    return list(args.set) + ([f"engine={args.engine}"] if getattr(args, "engine", None) else [])
+
+
 def cmd_run(args) -> int:
     from experiment.outputs.summary import print_table
     from experiment.sweep import print_table as print_sweep
 
-    exp = api.load(args.experiment, args.set)
+    exp = api.load(args.experiment, _overrides(args))
     out = args.out or os.path.join("results", exp.name)
 
     def on_signal(signum, _frame):
@@ -65,7 +70,7 @@ def _flushed(msg: str) -> None:
 
 
 def cmd_check(args) -> int:
-    check = api.load(args.experiment, args.set).check()
+    check = api.load(args.experiment, _overrides(args)).check()
     for i, slug in enumerate(check.points or ()):
         print(f"  point {i}: {slug}")
     print(f"{args.experiment}: ok: {check}")
@@ -127,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"dtnet {version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    r = sub.add_parser("run", help="run an experiment file, or every point of a sweep (needs root)",
+    r = sub.add_parser("run", help="run an experiment file, or every point of a sweep (emulate: needs root)",
                        description="Run an experiment and write DIR: summary.json, events.jsonl, config.yaml "
                                    "(the resolved experiment), trace.json (Perfetto), links.csv, plots/, and "
                                    "pcap/ when the file asks for a capture. A file with a sweep: section runs "
@@ -139,6 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="output folder (default results/<name>/)")
     r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a value, e.g. --set scale.link=1e-5 --set jobs.0.workload.size_bytes=1e9")
+    r.add_argument("--engine", choices=("emulate", "flow"),
+                   help="run on this engine, whatever the file's engine: says (emulate: Mininet, OVS and Ryu, "
+                        "needs root; flow: the flow-level model, no root, real-cluster units; "
+                        "docs/flow-engine.md). Same as --set engine=NAME")
     r.add_argument("--auto-scale", action="store_true",
                    help="first calibrate: up to 4 short runs of this experiment (its first iterations, ~3 s "
                         "of replay each) on a x2 ladder of scale.link from the configured one, the time dilation "
@@ -151,12 +160,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("check", help="validate an experiment file (every point of a sweep) without running it",
                        description="Reads the experiment as `dtnet run` would (with the same --set overrides), "
-                                   "builds its fabric and plans every job, then prints what it would run. Needs "
-                                   "no root and starts nothing. Exit 0 when valid; 2 with a one-line error naming "
-                                   "the file, the key, what was expected and what was found.")
+                                   "builds its fabric and plans every job, asks its engine whether it can model "
+                                   "everything in it, then prints what it would run. Needs no root and starts "
+                                   "nothing. Exit 0 when valid; 2 with a one-line error naming the file, the key, "
+                                   "what was expected and what was found.")
     c.add_argument("experiment", help="experiment YAML file")
     c.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a value as `dtnet run --set` does, e.g. --set controller.routing=ecmp")
+    c.add_argument("--engine", choices=("emulate", "flow"),
+                   help="check for this engine, whatever the file's engine: says (same as --set engine=NAME)")
     c.set_defaults(func=cmd_check)
 
     cl = sub.add_parser("clean", help="remove the leftovers of runs that died (their bridges, links, processes)",

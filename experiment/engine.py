@@ -1,17 +1,26 @@
-"""What every engine owes the experiment layer.
+"""What every engine owes the experiment layer, and which engine runs an experiment.
 
 An engine runs one Experiment into a run folder: ``run(exp, out_dir, log=print) -> summary``
 (the summary.json it wrote, docs/outputs.md). It raises RunFailure when the run started but
 could not finish, and lets Interrupted (SIGINT/SIGTERM) through after keeping what it wrote.
 The sweep loop, auto-scale and the CLI handle only these two, whatever the engine.
 
-An experiment names its engine (``engine: emulator``, the default). ENGINES are the names a
-file may give; dtnet.engines maps each to its run callable. A new engine adds its name here
-and registers its callable there.
+An engine may also refuse, before anything runs, what it cannot model:
+``check(exp) -> str`` raises InputError naming the key (exit 2) and returns one line that
+says what it will run. Engines are named in the experiment file (``engine:``, default
+``emulate``); ENGINES maps each name to its code, imported only when used (the emulator's
+needs Mininet). A new engine adds one line there.
 """
+from __future__ import annotations
 
-ENGINES = ("emulator",)
-DEFAULT_ENGINE = "emulator"
+import importlib
+
+ENGINES = {
+    "emulate": ("emulator.run.runner:run_experiment", None),
+    "flow": ("flowsim.runner:run_experiment", "flowsim.runner:check"),
+}
+
+DEFAULT_ENGINE = "emulate"
 
 
 class RunFailure(RuntimeError):
@@ -20,6 +29,27 @@ class RunFailure(RuntimeError):
 
 class Interrupted(BaseException):
     """SIGINT/SIGTERM: unwind everything, keep what was written."""
+
+
+def _load(ref: str):
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def runner(name: str):
+    """The run(exp, out_dir, ...) function of engine `name`."""
+    return _load(ENGINES[name][0])
+
+
+def check(exp) -> str | None:
+    """The engine's own refusals (InputError) and its one-line verdict, or None when it has none."""
+    ref = ENGINES[exp.engine][1]
+    return _load(ref)(exp) if ref else None
+
+
+def run_any(exp, out_dir: str, **kw) -> dict:
+    """Run exp on the engine it names (a sweep's points may name different ones)."""
+    return runner(exp.engine)(exp, out_dir, **kw)
 
 
 class FolderBusy(RuntimeError):

@@ -19,11 +19,14 @@ from badinput import InputError
 from badinput.paths import check_name
 from controller.registry import BUILTINS, DEFAULT_POLICY, make_policy, policy_class
 from experiment import placement
-from experiment.engine import DEFAULT_ENGINE, ENGINES
+from experiment.engine import DEFAULT_ENGINE
+from experiment.engine import ENGINES as ENGINE_TABLE
 from topologies import build as build_fabric
 from topologies import load_fabric_file
 
 ROUTINGS = tuple(BUILTINS)  # the built-in policies; any package.module:Class is one too
+ENGINES = tuple(ENGINE_TABLE)  # the names experiment.engine maps to code
+COLLECTIVE_MODELS = ("auto", "detailed", "bundle")
 DATAPATHS = ("auto", "kernel", "userspace", "afxdp")
 ORDERS = ("as-listed", "rail-aligned")
 # Mininet's TCLink refuses bw above 1000 Mb/s; below 0.1 Mb/s HTB is coarse.
@@ -131,6 +134,19 @@ class Prediction:
 
 
 @dataclass(frozen=True)
+class Flow:
+    """How the flow-level engine runs the experiment (docs/flow-engine.md). None: derived
+    from the rest of the file, so that a file written for the emulator runs the same traffic."""
+    # detailed: every transfer, slice-gated as the agents send; bundle: a collective instance is
+    # one entity (exact for rings, approximate otherwise); auto: detailed while it stays small.
+    collective_model: str = "auto"
+    ecmp_seed: int = 0            # ECMP's hash seed: the hashing luck of one run (sweep it for the spread)
+    latency_us: float | None = None  # per-transfer delivery latency; None: prediction.latency_us
+    slice_bytes: int | None = None   # pipelining slice, real bytes; None: testbed.slice_bytes / scale.bytes
+    link_bin_ms: float | None = None  # links.csv interval; None: the emulator's (0.25 s wall / dilation), or 1 ms
+
+
+@dataclass(frozen=True)
 class Experiment:
     name: str
     topology: dict
@@ -148,6 +164,9 @@ class Experiment:
     source: str | None = None
     raw: dict = field(default_factory=dict, compare=False)
     policy_params: dict = field(default_factory=dict)  # every param of the policy, resolved
+    flow: Flow = Flow()
+    # False: the file has no scale: section (allowed with engine: flow, which works in real units).
+    scale_given: bool = True
 
     @property
     def policy(self) -> str:
@@ -164,7 +183,7 @@ class Experiment:
         if "file" in topo:  # a fabric file, its path made absolute by parse
             return load_fabric_file(topo["file"])
         kind = topo.pop("kind")
-        return build_fabric(kind, topo, file=self.source)
+        return _fabric(kind, topo, self.source)
 
     @property
     def latency_us(self) -> float:
@@ -178,6 +197,25 @@ class Experiment:
 
     def emulated_mbps(self, link_gbps: float) -> float:
         return link_gbps * 1000.0 * self.scale.link
+
+
+_FABRICS: dict = {}  # the last fabrics built, by kind and parameters (a run reads its own several times)
+
+
+def _fabric(kind: str, params: dict, file):
+    """build_fabric, remembered for the last two specs: a 16,384-GPU fabric takes seconds to build,
+    and parsing, planning and the outputs each ask for it. Fabrics are not changed once built."""
+    try:
+        key = (kind, tuple(sorted(params.items())))
+        hash(key)
+    except TypeError:
+        return build_fabric(kind, params, file=file)
+    if key not in _FABRICS:
+        fab = build_fabric(kind, params, file=file)
+        while len(_FABRICS) >= 2:
+            _FABRICS.pop(next(iter(_FABRICS)))
+        _FABRICS[key] = fab
+    return _FABRICS[key]
 
 
 # -- loading ----------------------------------------------------------------
@@ -369,8 +407,6 @@ def parse(data, file: str | None = None) -> Experiment:
     top = _Section(data, "", file)
     name = check_name(top.get("name", str), "name", file)  # results/<name>/ by default
     description = top.get("description", str, "")
-    engine = top.get("engine", str, DEFAULT_ENGINE, check=lambda v: v in ENGINES,
-                     expected="one of " + ", ".join(ENGINES))
 
     topo = dict(top.get("topology", dict))
     latency_us = topo.pop("latency_us", 0.0)
@@ -395,19 +431,26 @@ def parse(data, file: str | None = None) -> Experiment:
         if not isinstance(topo.get("kind"), str):
             raise InputError("topology.kind", "a fabric kind, or topology.file", topo.get("kind"), file)
         topo.setdefault("link_gbps", 400)
-        fabric = build_fabric(topo["kind"], {k: v for k, v in topo.items() if k != "kind"}, file=file)
+        fabric = _fabric(topo["kind"], {k: v for k, v in topo.items() if k != "kind"}, file)
         # Every builder default spelled out, so config.yaml states the fabric in full.
         topo = {"kind": topo["kind"], **fabric.params, "link_gbps": topo["link_gbps"]}
     if latency_us:
         topo["latency_us"] = latency_us
 
-    sc = _Section(top.get("scale", dict), "scale", file)
-    scale = Scale(
-        link=float(sc.get("link", NUM, check=lambda v: 0 < v <= 1, expected="a factor in (0, 1]")),
-        bytes=float(sc.get("bytes", NUM, check=lambda v: 0 < v <= 1, expected="a factor in (0, 1]")),
-    )
-    sc.done()
-    for a, b, d in fabric.links():
+    engine = top.get("engine", str, DEFAULT_ENGINE, check=lambda v: v in ENGINES,
+                     expected="one of " + ", ".join(ENGINES))
+    # The flow engine works in real-cluster units: it needs no scale, and ignores the
+    # emulator's rate limits when one is given (a sweep over both engines shares one file).
+    scale_given = engine == "emulate" or "scale" in data
+    scale = Scale(1.0, 1.0)
+    if scale_given:
+        sc = _Section(top.get("scale", dict), "scale", file)
+        scale = Scale(
+            link=float(sc.get("link", NUM, check=lambda v: 0 < v <= 1, expected="a factor in (0, 1]")),
+            bytes=float(sc.get("bytes", NUM, check=lambda v: 0 < v <= 1, expected="a factor in (0, 1]")),
+        )
+        sc.done()
+    for a, b, d in fabric.links() if engine == "emulate" else ():
         mbps = d["link_gbps"] * 1000 * scale.link
         if not MIN_EMULATED_MBPS <= mbps <= MAX_EMULATED_MBPS:
             raise InputError("scale.link", f"emulated link rates within {MIN_EMULATED_MBPS}.."
@@ -450,11 +493,12 @@ def parse(data, file: str | None = None) -> Experiment:
     ps = _Section(top.get("prediction", dict, {}), "prediction", file)
     prediction = Prediction(**read_settings(Prediction, ps))
     ps.done()
+    flow = _flow(top.get("flow", dict, {}), file)
     sweep = _sweep(top.get("sweep", dict, {}), file)
     top.done()
     return Experiment(name=name, topology=topo, scale=scale, routing=routing, jobs=tuple(jobs),
                       testbed=testbed, description=description, faults=faults, capture=capture,
-                      prediction=prediction, sweep=sweep, engine=engine,
+                      prediction=prediction, sweep=sweep, engine=engine, flow=flow, scale_given=scale_given,
                       source=file, raw=data, policy_params=policy_params)
 
 
@@ -472,6 +516,24 @@ def _controller(data, fabric, file) -> tuple[str, dict]:
     ctl.done()
     policy = make_policy(name, fabric, params, f"controller.{key}", "controller.params", file)
     return name, policy.params.to_dict()
+
+
+def _flow(data, file) -> Flow:
+    fs = _Section(data, "flow", file)
+    latency = fs.get("latency_us", NUM, None, check=lambda v: 0 <= v <= 1e6, expected="microseconds in 0..1000000")
+    bin_ms = fs.get("link_bin_ms", NUM, None, check=lambda v: 1e-3 <= v <= 1e6,
+                    expected="milliseconds in 0.001..1000000")
+    flow = Flow(
+        collective_model=fs.get("collective_model", str, "auto", check=lambda v: v in COLLECTIVE_MODELS,
+                                expected="one of " + ", ".join(COLLECTIVE_MODELS)),
+        ecmp_seed=fs.get("ecmp_seed", int, 0, check=lambda v: 0 <= v < 1 << 63, expected="an integer in 0..2^63-1"),
+        latency_us=None if latency is None else float(latency),
+        slice_bytes=fs.get("slice_bytes", int, None, check=lambda v: 1 <= v <= 1 << 40,
+                           expected="bytes in 1..1099511627776"),
+        link_bin_ms=None if bin_ms is None else float(bin_ms),
+    )
+    fs.done()
+    return flow
 
 
 def _faults(items, fabric, ranked_hosts, file) -> tuple:
@@ -582,7 +644,7 @@ def to_dict(exp: Experiment) -> dict:
         "description": exp.description,
         "engine": exp.engine,
         "topology": dict(exp.topology),
-        "scale": {"link": exp.scale.link, "bytes": exp.scale.bytes},
+        **({"scale": {"link": exp.scale.link, "bytes": exp.scale.bytes}} if exp.scale_given else {}),
         "controller": {"policy": exp.routing, "params": dict(exp.policy_params)},
         "testbed": asdict(exp.testbed),
         "jobs": [{"name": j.name, "hosts": copy.deepcopy(j.hosts), "order": j.order, "start_ms": j.start_ms,
@@ -591,6 +653,7 @@ def to_dict(exp: Experiment) -> dict:
         **({"capture": {"links": [list(ln) for ln in exp.capture.links], "max_packets": exp.capture.max_packets,
                         "snaplen": exp.capture.snaplen}} if exp.capture.links else {}),
         "prediction": asdict(exp.prediction),
+        **({"flow": {k: v for k, v in asdict(exp.flow).items() if v is not None}} if exp.flow != Flow() else {}),
         **({"sweep": {"list": [dict(copy.deepcopy(p)) for p in exp.sweep]}} if exp.sweep else {}),
     }
 

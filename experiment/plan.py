@@ -51,6 +51,25 @@ def emulated_bytes(size_bytes: int, scale_bytes: float) -> int:
 
 def build_plans(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
     dilation = exp.scale.dilation
+    jobs = []
+    for jp in job_traces(exp, fabric):
+        hosts = jp.hosts
+        jp.ranks = _rank_plans(exp, fabric, jp, dilation)
+        for f in exp.faults:
+            if f.straggler in hosts:
+                # Emulated seconds after the shared start ("go"), not after the job's own start.
+                i = hosts.index(f.straggler)
+                jp.ranks[i] = replace(jp.ranks[i], straggler=Straggler(f.at_ms / 1000.0 * dilation, f.factor))
+        if exp.coschedules:
+            announcement_plan(fabric, jp, exp.scale.link)
+        jobs.append(jp)
+    return jobs
+
+
+def job_traces(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
+    """Each job placed, with its workload's trace (real-cluster units) and no rank plans yet:
+    what every engine starts from. A bad workload is an InputError naming its key."""
+    dilation = exp.scale.dilation
     try:
         placed = jobs_hosts(exp.jobs, fabric)
     except InputError as e:
@@ -60,7 +79,7 @@ def build_plans(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
         workload = dict(job.workload)
         if "trace" in workload and isinstance(workload["trace"], str):
             workload["trace"] = resolve_path(exp, workload["trace"])
-        gps = _gps(fabric, hosts)
+        gps = gpus_per_server(fabric, hosts)
         try:
             trace = build_workload(workload, len(hosts), gpus_per_server=gps, file=exp.source)
         except InputError as e:
@@ -76,31 +95,35 @@ def build_plans(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
         if trace.nranks != len(hosts):
             raise InputError(f"jobs[{ji}].hosts", f"{trace.nranks} hosts (the workload's rank count)",
                               len(hosts), exp.source)
-        jp = JobPlan(job.name, ji, hosts, trace, start_offset_s=job.start_ms / 1000.0 * dilation)
-        jp.ranks = _rank_plans(exp, fabric, jp, dilation)
-        for f in exp.faults:
-            if f.straggler in hosts:
-                # Emulated seconds after the shared start ("go"), not after the job's own start.
-                i = hosts.index(f.straggler)
-                jp.ranks[i] = replace(jp.ranks[i], straggler=Straggler(f.at_ms / 1000.0 * dilation, f.factor))
-        if exp.coschedules:
-            announcement_plan(fabric, jp, exp.scale.link)
-        jobs.append(jp)
+        jobs.append(JobPlan(job.name, ji, hosts, trace, start_offset_s=job.start_ms / 1000.0 * dilation))
     return jobs
 
 
-def _gps(fabric: Fabric, hosts: list[str]):
+def gpus_per_server(fabric: Fabric, hosts: list[str]):
     """GPUs per server as these hosts see it, for rail-aware algorithms
     (None when they do not line up with servers). A host's fabric rank is
     server x gpus_per_server + gpu, the numbering the function expects."""
-    return effective_gpus_per_server([fabric.node(h)["rank"] for h in hosts],
-                                     fabric.params.get("gpus_per_server"))
+    return effective_gpus_per_server([fabric.node(h)["rank"] for h in hosts], server_size(fabric))
+
+
+def server_size(fabric: Fabric) -> int | None:
+    """GPUs per server: the builder's parameter, or (a SuperPOD, a fabric file) the size every
+    NVLink domain has when all have the same; None without servers."""
+    if fabric.params.get("gpus_per_server"):
+        return fabric.params["gpus_per_server"]
+    sizes: dict = {}
+    for h in fabric.hosts:
+        nv = fabric.nvlink_switch(h)
+        if nv is None:
+            return None
+        sizes[nv] = sizes.get(nv, 0) + 1
+    return next(iter(sizes.values())) if sizes and len(set(sizes.values())) == 1 else None
 
 
 def servers_problem(fabric: Fabric, hosts: list[str], order: str) -> tuple[str, str]:
     """(expected, found): why hosts, in rank order, are not one block of the same GPUs per server,
     the layout hierarchical needs (its inter-server step joins rank i of every server: one rail)."""
-    if not fabric.params.get("gpus_per_server"):
+    if not server_size(fabric):
         return "a rail-optimized fabric for hierarchical (it has servers)", f"{fabric.kind}, which has none"
     expected = "for hierarchical, ranks in one block per server, the same GPUs in the same order in each"
     blocks: list[tuple[int, list[int]]] = []  # (server, its GPUs in rank order), one per run of ranks
@@ -149,7 +172,7 @@ def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -
                     size = emulated_bytes(op.size_bytes, sb)
                     root = getattr(op, "root", None) or 0
                     # Servers as this group sees them (strided DP groups differ from the job's).
-                    gps = _gps(fabric, [jp.hosts[g] for g in group])
+                    gps = gpus_per_server(fabric, [jp.hosts[g] for g in group])
                     key = (op.op, op.algorithm, len(group), size, root, gps)
                     if key not in sched_cache:
                         sched_cache[key] = build_schedule(op.op, op.algorithm, len(group), size, root=root,

@@ -27,10 +27,10 @@ import yaml
 
 from badinput import InputError
 from badinput.paths import check_name, inside
-from experiment import model
+from experiment import engine, model
 from experiment.engine import Interrupted, RunFailure
 from experiment.model import Experiment
-from experiment.plan import build_plans
+from experiment.plan import build_plans, job_traces
 
 POINTS_DIR = "points"
 CSV_NAME = "sweep.csv"
@@ -99,10 +99,13 @@ def expand(exp: Experiment) -> list[Point]:
 
 
 def check(points: list[Point]) -> None:
-    """Plan every point, as `dtnet run` would before starting it: bad workloads fail here."""
+    """Plan every point, as `dtnet run` would before starting it, and ask its engine whether it can
+    model it: bad workloads and what an engine refuses fail here."""
     for p in points:
         try:
-            build_plans(p.exp, p.exp.fabric())
+            engine.check(p.exp)
+            fabric = p.exp.fabric()
+            build_plans(p.exp, fabric) if p.exp.engine == "emulate" else job_traces(p.exp, fabric)
         except InputError as e:
             raise InputError(f"sweep point {p.index} ({p.slug}): {e.key}", e.expected, e.found,
                               p.exp.source) from None
@@ -129,7 +132,7 @@ def metrics(summary: dict) -> dict:
     """A summary's key figures as flat columns: per job mean iteration time, busbw per
     collective (by op; by op and size when a job has several sizes) with its alpha-beta
     prediction and ratio, throughput, fidelity."""
-    row = {"fidelity_ok": summary["fidelity"]["ok"],
+    row = {"engine": summary.get("engine", "emulate"), "fidelity_ok": summary["fidelity"]["ok"],
            "normalized_throughput": summary["traffic"]["normalized_throughput"],
            "aggregate_gbps": summary["traffic"]["aggregate_gbps"]}
     if "aggregate" in summary:
@@ -267,7 +270,8 @@ def _headline(summary: dict) -> str:
     ratio = agg.get("cct_vs_predicted_mean")
     return (f": iteration {agg['iteration_time_s_mean'] * 1e3:.2f} ms, busbw {agg['busbw_gbps_mean']:.1f} Gb/s, "
             + (f"{ratio:.2f}x alpha-beta, " if ratio is not None else "")
-            + f"fidelity {'ok' if summary['fidelity']['ok'] else 'NOT ok'}")
+            + ("flow model" if summary.get("engine") == "flow" else
+               f"fidelity {'ok' if summary['fidelity']['ok'] else 'NOT ok'}"))
 
 
 def numeric_key(points: list[Point]) -> str | None:
@@ -323,7 +327,13 @@ def print_table(rows: list[dict], out) -> None:
                   f"{(f'{it * 1e3:.2f} ms' if it else '-'):>12}{(f'{base / it:.2f}x' if it else '-'):>9}"
                   f"{_num(r.get('busbw_gbps_mean')):>12}{_num(r.get('cct_vs_predicted_mean'), '.2f'):>15}"
                   f"{_num(r.get('normalized_throughput'), '.3f'):>12}"
-                  f"{({True: 'ok', False: 'NOT ok'}.get(r.get('fidelity_ok'), '-')):>10}\n")
+                  f"{_fidelity_cell(r):>10}\n")
+
+
+def _fidelity_cell(r: dict) -> str:
+    if r.get("engine") == "flow":
+        return "model" if r.get("fidelity_ok") else "model !"
+    return {True: "ok", False: "NOT ok"}.get(r.get("fidelity_ok"), "-")
 
 
 def _num(v, fmt: str = ".1f") -> str:

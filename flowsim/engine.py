@@ -30,12 +30,15 @@ import numpy as np
 import scipy.sparse as sp
 
 from flowsim.maxmin import max_min_rates
-from flowsim.network import Net
+from flowsim.network import LINK_KINDS, Net
 from flowsim.routing import Observation, Router, five_tuple_hash
 from flowsim.templates import bundle_shape, template
+from traffic.layout import parse_peer
 from traffic.collectives.algorithms import effective_gpus_per_server
 
 QUEUED, DONE, INFLIGHT = 1, 2, 3
+SMALL_NNZ = 50_000
+NVLINK_LINK = LINK_KINDS.index("nvlink")  # incidence entries below which a solve uses bincounts, not sparse products
 BYTE_TOL = 1e-3          # bytes: a transfer this close to its end is done
 COLLECTIVE_MODELS = ("detailed", "bundle")
 
@@ -50,17 +53,21 @@ class Params:
 
     slice_bytes: float = 16384
     latency_s: float = 0.0
+    hop_latency_s: float = 0.0  # more delivery latency per fabric or host link of a transfer's path (not NVLink)
     collective_model: str = "detailed"
     series_bin_s: float | None = None
     max_fixed_point_iters: int = 60
     base_port: int = 20000
     max_events: int = 50_000_000
+    record_transfers: bool = False  # keep each transfer's first-byte and delivery times (Result.transfers)
 
     def __post_init__(self):
         if not self.slice_bytes > 0:
             raise ValueError(f"slice_bytes: expected > 0, found {self.slice_bytes!r}")
         if not self.latency_s >= 0:
             raise ValueError(f"latency_s: expected >= 0, found {self.latency_s!r}")
+        if not self.hop_latency_s >= 0:
+            raise ValueError(f"hop_latency_s: expected >= 0, found {self.hop_latency_s!r}")
         if self.collective_model not in COLLECTIVE_MODELS:
             raise ValueError(f"collective_model: expected one of {', '.join(COLLECTIVE_MODELS)}, "
                              f"found {self.collective_model!r}")
@@ -105,7 +112,10 @@ class _Inst:
     key: tuple
     job: int
     op: object
-    group: list[int]              # group-local rank -> job rank
+    group: list[int]              # group-local rank -> job rank (detailed; a class instance: its actors)
+    members: list[int] = None     # member -> actor (global): the ranks, or rank classes, taking part
+    groups: np.ndarray = None     # class instances: the concrete groups (rows of job ranks) it covers
+    pairs: tuple = None           # class send/recv: (src ranks, dst ranks)
     tmpl: object = None           # Template (detailed) or BundleShape (bundle)
     base: int = -1                # first global transfer id (detailed)
     sends_left: np.ndarray = None
@@ -119,17 +129,57 @@ class _Inst:
     members_done: int = 0
 
 
+def fill_rates(ent: np.ndarray, link: np.ndarray, w: np.ndarray, cap_link: np.ndarray,
+               cap_ent: np.ndarray) -> tuple[np.ndarray, int]:
+    """Max-min rates by progressive filling over a small problem given as triples (entity, local
+    link, weight): the same rounds as flowsim.maxmin.max_min_rates, with bincounts in place of
+    sparse products (cheaper below ~10^5 entries). Returns (rate per entity, rounds)."""
+    k, n_l = len(cap_ent), len(cap_link)
+    rate = np.zeros(k)
+    live = np.ones(k, bool)
+    rem = np.asarray(cap_link, float).copy()
+    rounds = 0
+    while live.any():
+        rounds += 1
+        lw = w * live[ent]
+        n = np.bincount(link, weights=lw, minlength=n_l)
+        used = n > 0
+        share = np.full(n_l, np.inf)
+        share[used] = np.maximum(rem[used], 0.0) / n[used]
+        c = np.where(live, cap_ent, np.inf)
+        lvl = min(share.min() if n_l else np.inf, c.min())
+        if not np.isfinite(lvl):
+            rate[live] = np.inf
+            break
+        limit = lvl * (1 + 1e-9) + 1e-300
+        sat = used & (share <= limit)
+        capped = live & (c <= limit)
+        newly = capped | (live & (np.bincount(ent, weights=(sat[link] & (lw > 0)).astype(float), minlength=k) > 0))
+        r = np.where(capped, np.minimum(c, lvl), lvl) * newly
+        rate[newly] = r[newly]
+        rem -= np.bincount(link, weights=w * r[ent], minlength=n_l)
+        live &= ~newly
+    return rate, rounds
+
+
 class Simulation:
     """Run jobs over a Net with a router; ``run()`` returns a ``Result``."""
 
     def __init__(self, net: Net, jobs: list[JobSpec], router: Router, params: Params = Params(),
-                 faults: list[Fault] = (), stragglers: list[Straggler] = ()):
+                 faults: list[Fault] = (), stragglers: list[Straggler] = (), phases=None):
+        """phases: co-scheduling gates (flowsim.cosched.PhaseGates or None): they hold each
+        job's communication of an announced iteration until its answer's start, and pace it."""
         self.net, self.jobs, self.router, self.p = net, list(jobs), router, params
         self.faults, self.stragglers = list(faults), list(stragglers)
+        self.phases = phases
+        self.pace: dict[int, tuple[float, float, float]] = {}  # job -> (share of each NIC, from_s, until_s)
+        self.parked: dict[tuple, list[tuple[int, int]]] = {}   # (job, iteration) -> ops waiting for an answer
+        self.fault_log: list[dict] = []
+        self.slowed: dict[tuple[int, int], float] = {}  # (global rank, op index) -> straggler factor
         self.now = 0.0
         self._seq = 0
         self.heap: list = []
-        self.counters = {"events": 0, "solves": 0, "maxmin_rounds": 0, "fixed_point_iters": 0,
+        self.counters = {"events": 0, "solves": 0, "component_bundles": 0, "maxmin_rounds": 0, "fixed_point_iters": 0,
                          "fixed_point_unconverged": 0, "transfers": 0, "connections": 0, "bundles": 0,
                          "routed": 0, "reroutes": 0, "polls": 0, "faults": 0, "catch_ups": 0}
         self._setup_ranks()
@@ -138,29 +188,53 @@ class Simulation:
         self.link_load = np.zeros(net.n_links)
         self.series: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._bin_cur, self._bin_acc = None, None
+        self.bin_s = params.series_bin_s  # doubled whenever the series would exceed max_bins
+        self.max_bins = int(min(20000, max(20, 2e6 / max(net.n_links, 1))))  # links.csv <~ 2M rows
+        # Loads are constant between solves: counters and the series are brought up to date
+        # (flushed) at each solve and whenever someone reads them, not at every event.
+        self._acct_t = 0.0
+        self._had_queued = False
+        self._blive_v, self._blive_n, self._blive_a = 0, -1, np.zeros(0, np.int64)
+        self._crate_nz = np.zeros(0, np.int64)
         self.records: list[tuple] = []   # (job, rank, op index, start, end, ready)
+        router.attach(self)
 
     # ---- setup ---------------------------------------------------------------------------
     def _setup_ranks(self):
+        """Actors: what runs one op stream. Per rank (the detailed model, and any per-rank trace), or
+        per rank class (collective_model bundle on a compact trace): then one actor stands for every
+        rank of its class, which by symmetry run in lock-step, and its collectives and sends cover
+        the flows of all of them. A straggler's rank leaves its class (it is no longer symmetric)."""
         net = self.net
-        self.rank_base = []
-        self.rank_host = []
-        self.streams = []    # per global rank: list of Op
-        self.job_of = []
-        total = 0
+        self.rank_base, self.streams, self.job_of = [], [], []
+        self.actor_ranks: list[np.ndarray] = []
+        self.job_host: list[np.ndarray] = []
+        self.job_actor: list[np.ndarray] = []
+        self.class_mode: list[bool] = []
+        slow_ranks: dict[int, set] = {}
+        for s in self.stragglers:
+            j = next((i for i, jb in enumerate(self.jobs) if jb.name == s.job), None)
+            if j is None or not 0 <= s.rank < self.jobs[j].trace.nranks:
+                raise ValueError(f"straggler: no rank {s.rank} in job {s.job!r}")
+            slow_ranks.setdefault(j, set()).add(s.rank)
         for j, job in enumerate(self.jobs):
             tr = job.trace
             if len(job.hosts) != tr.nranks:
                 raise ValueError(f"job {job.name}: {tr.nranks} ranks in the trace, {len(job.hosts)} hosts given")
-            self.rank_base.append(total)
-            for r in range(tr.nranks):
-                self.rank_host.append(net.host_index(job.hosts[r]))
-                self.streams.append(tr.ops.get(r, []))
+            self.rank_base.append(len(self.streams))
+            self.job_host.append(np.array([net.host_index(h) for h in job.hosts], np.int64))
+            actors = self._actors(tr, slow_ranks.get(j, set()))
+            self.class_mode.append(any(len(r) > 1 for r, _ in actors))
+            owner = np.full(tr.nranks, -1, np.int64)
+            for ranks, ops in actors:
+                owner[ranks] = len(self.streams)
+                self.actor_ranks.append(ranks)
+                self.streams.append(ops)
                 self.job_of.append(j)
-            total += tr.nranks
-        self.n_ranks = total
-        self.rank_host = np.array(self.rank_host, np.int64)
-        # Per rank: op id -> index, dependants, waiting counts.
+            self.job_actor.append(owner)
+        self.n_ranks = len(self.streams)  # actors
+        self.actor_rep = np.array([int(r[0]) for r in self.actor_ranks], np.int64)
+        # Per actor: op id -> index, dependants, waiting counts.
         self.deps_left, self.dependants, self.op_pos = [], [], []
         for ops in self.streams:
             pos = {o.id: i for i, o in enumerate(ops)}
@@ -177,18 +251,57 @@ class Simulation:
         self.op_start = [np.full(len(o), np.nan) for o in self.streams]
         self.op_ready = [np.full(len(o), np.nan) for o in self.streams]
         self.ops_left = sum(len(o) for o in self.streams)
+        self.parts_left: dict[tuple[int, int], int] = {}  # (actor, op) -> instances it still waits for
         self.compute_busy = np.zeros(self.n_ranks, bool)
         self.compute_wait: list[list[int]] = [[] for _ in range(self.n_ranks)]
         self.slow: dict[int, list[tuple[float, float]]] = {}
         for s in self.stragglers:
-            j = next((i for i, jb in enumerate(self.jobs) if jb.name == s.job), None)
-            if j is None or not 0 <= s.rank < self.jobs[j].trace.nranks:
-                raise ValueError(f"straggler: no rank {s.rank} in job {s.job!r}")
-            self.slow.setdefault(self.rank_base[j] + s.rank, []).append((s.from_s, s.factor))
+            j = next(i for i, jb in enumerate(self.jobs) if jb.name == s.job)
+            self.slow.setdefault(int(self.job_actor[j][s.rank]), []).append((s.from_s, s.factor))
         self.insts: dict[tuple, _Inst] = {}
         self.inst_list: list[_Inst] = []
-        self.gps = self.net.params.get("gpus_per_server")
+        self.gps = self.net.params.get("gpus_per_server") or self._nvlink_domain_size()
         self._gpos: dict[tuple, dict] = {}
+        self._coll_index: dict[int, dict] = {}
+        self.p2p_fifo: dict[int, list] = {}  # (sender, receiver) actors -> their sends in order
+        self._conn_cache: dict[tuple, np.ndarray] = {}
+        self._cols: dict[int, tuple] = {}    # bundle -> (links, weights, path version)
+        self._path_version = 0
+        self._done_cols: list[int] = []
+        self._changed: set[int] = set()      # bundles started, ended or moved since the last solve
+        self._slot_of: dict[int, int] = {}   # live bundle -> its row in _on (links it crosses)
+        self._free_slots: list[int] = []
+        self._on = np.zeros((0, net.n_links), bool)
+        self._slot_b = np.zeros(0, np.int64)
+        self._slot_cols: list[np.ndarray] = []  # the links each slot's row marks
+        self._group_cache: dict[tuple, np.ndarray] = {}
+
+    def _nvlink_domain_size(self) -> int | None:
+        """GPUs per server when every host has an NVLink domain of one size (a SuperPOD), else None."""
+        nvl = self.net.host_nvl
+        if not len(nvl) or (nvl < 0).any():
+            return None
+        sizes = np.unique(np.unique(nvl, return_counts=True)[1])
+        return int(sizes[0]) if len(sizes) == 1 else None
+
+    def _actors(self, tr, slow: set) -> list[tuple[np.ndarray, list]]:
+        """(job ranks, op stream) of each actor of one job."""
+        classes = getattr(tr, "classes", None)
+        if self.p.collective_model != "bundle" or classes is None:
+            return [(np.array([r], np.int64), tr.ops.get(r, [])) for r in range(tr.nranks)]
+        out = []
+        for cls in classes:
+            ranks = cls.ranks[(cls.ranks >= 0) & (cls.ranks < tr.nranks)]
+            alone = [r for r in ranks.tolist() if r in slow]
+            rest = ranks[~np.isin(ranks, alone)] if alone else ranks
+            if len(rest):
+                out.append((rest, cls.ops))
+            out += [(np.array([r], np.int64), cls.ops) for r in alone]
+        seen = np.zeros(tr.nranks, bool)
+        for r, _ in out:
+            seen[r] = True
+        out += [(np.array([r], np.int64), []) for r in np.flatnonzero(~seen).tolist()]  # ranks with no ops
+        return out
 
     def _setup_arrays(self):
         cap = 1024
@@ -198,6 +311,7 @@ class Simulation:
         self.T_state, self.T_earlier = z(np.int8), z(np.int64)
         self.T_gs, self.T_ge, self.T_ws, self.T_we = z(np.int64), z(np.int64), z(np.int64), z(np.int64)
         self.T_local = z(np.int64)
+        self.T_first, self.T_end = z(), z()
         self.n_T = 0
         self.G = np.zeros(1024, np.int64)
         self.n_G = 0
@@ -205,13 +319,15 @@ class Simulation:
         self.n_W = 0
         # Connections: (job, src rank, dst rank) -> id.
         self.conn_of: dict[tuple, int] = {}
-        self.C_src, self.C_dst, self.C_key, self.C_job = [], [], [], []
+        self.C_src, self.C_dst, self.C_key, self.C_job, self.C_sport = [], [], [], [], []
+        self.C_lat: list[float] = []  # each connection's delivery latency: latency_s + hops x hop_latency_s
         self.C_path: list[np.ndarray | None] = []
         self.C_bytes = np.zeros(0)
         self.C_rate = np.zeros(0)
         self.queued: set[int] = set()   # transfer ids queued and not yet sent
         # Bundles: entity id -> (instance, conn ids, weights, work bytes, done bytes, rate)
         self.B_inst: list[_Inst] = []
+        self.B_key: list = []
         self.B_conns: list[np.ndarray] = []
         self.B_w: list[np.ndarray] = []
         self.B_work = np.zeros(0)
@@ -228,7 +344,7 @@ class Simulation:
             return
         new = max(need, 2 * cap)
         for name in ("T_size", "T_sent", "T_rate", "T_last", "T_conn", "T_seq", "T_inst", "T_state", "T_earlier",
-                     "T_gs", "T_ge", "T_ws", "T_we", "T_local"):
+                     "T_gs", "T_ge", "T_ws", "T_we", "T_local", "T_first", "T_end"):
             old = getattr(self, name)
             arr = np.zeros(new, old.dtype)
             arr[:cap] = old
@@ -250,13 +366,50 @@ class Simulation:
         self._seq += 1
         heapq.heappush(self.heap, (t, self._seq, kind, payload))
 
-    def run(self) -> "Result":
+    def five_tuple(self, c: int) -> tuple[int, int, int, int]:
+        """(src ip, dst ip, sport, dport) of connection c, as integers (TCP)."""
+        return (int(self.net.host_ip[self.C_src[c]]), int(self.net.host_ip[self.C_dst[c]]), self.C_sport[c],
+                self.p.base_port + self.C_job[c])
+
+    def connect_all(self):
+        """Open every connection the jobs will use, in (job, source rank, destination rank) order, and
+        route them now: the agents connect to all their peers before the replay starts, so a
+        controller places every flow on idle links (at t=0)."""
+        for j in range(len(self.jobs)):
+            pairs = sorted(self._pairs(j))
+            if pairs:
+                self._conns(j, np.array([a for a, _ in pairs]), np.array([b for _, b in pairs]))
+        self._route_missing(np.arange(len(self.C_src)))
+
+    def _pairs(self, j: int) -> set[tuple[int, int]]:
+        """Every (src, dst) rank pair of job j that carries data."""
+        tr, out, seen = self.jobs[j].trace, set(), set()
+        for r in range(tr.nranks):
+            for op in tr.ops.get(r, []):
+                if op.kind == "send":
+                    out.add((r, op.peer))
+                elif op.kind == "collective" and (op.group, op.id) not in seen:
+                    seen.add((op.group, op.id))
+                    group = tr.groups[op.group]
+                    if len(group) < 2:
+                        continue
+                    gps = self._group_gps(j, group) if op.algorithm == "hierarchical" else None
+                    t = template(op.op, op.algorithm or "ring", len(group), op.size_bytes, op.root or 0, gps)
+                    g = np.asarray(group)
+                    out.update(zip(g[t.src].tolist(), g[t.dst].tolist()))
+        return {(a, b) for a, b in out if a != b}
+
+    def run(self, progress=None, progress_every: int = 2000) -> "Result":
+        """progress(sim), when given, is called every progress_every events (to write results as
+        they come) and once at the end."""
         for j, job in enumerate(self.jobs):
             self._push(float(job.start_s), "job", j)
         for f in self.faults:
             self._push(float(f.at_s), "fault", f)
         if self.router.poll_s:
             self._push(float(self.router.poll_s), "poll", None)
+        for t in self.router.timers():
+            self._push(float(t), "wake", None)
         self.dirty = True
         stalled = None
         while self.ops_left > 0:
@@ -265,7 +418,7 @@ class Simulation:
             t_cont = self._next_continuous()
             t_heap = self.heap[0][0] if self.heap else math.inf
             # Only polls left and nothing moves: the run is stuck.
-            if not math.isfinite(t_cont) and all(k == "poll" for _, _, k, _ in self.heap):
+            if not math.isfinite(t_cont) and all(k in ("poll", "pace") for _, _, k, _ in self.heap):
                 stalled = self._stall_reason()
                 break
             t_next = min(t_cont, t_heap)
@@ -275,21 +428,25 @@ class Simulation:
             if self.counters["events"] > self.p.max_events:
                 stalled = f"more than {self.p.max_events} events"
                 break
+            if t_cont <= t_heap:
+                self.dirty = True  # a transfer or bundle ends, or a gated send changes state
             self._finish_transfers()
             self._finish_bundles()
             while self.heap and self.heap[0][0] <= self.now * (1 + 1e-12) + 1e-15:
                 _, _, kind, payload = heapq.heappop(self.heap)
                 self._handle(kind, payload)
-            self.dirty = True
+            if progress is not None and self.counters["events"] % progress_every == 0:
+                progress(self)
+        self._flush()
         self._close_bins()
+        if progress is not None:
+            progress(self)
         from flowsim.results import Result
         return Result(self, stalled)
 
     def _handle(self, kind, payload):
         if kind == "job":
-            base = self.rank_base[payload]
-            for r in range(self.jobs[payload].trace.nranks):
-                g = base + r
+            for g in self.actors_of(payload):
                 for i in np.flatnonzero(self.deps_left[g] == 0):
                     self._ready(g, int(i))
         elif kind == "compute":
@@ -307,6 +464,12 @@ class Simulation:
             self._poll()
             if self.ops_left > 0:
                 self._push(self.now + self.router.poll_s, "poll", None)
+        elif kind == "wake":
+            self._apply_paths(self.router.wake(self.now, self.observation()))
+        elif kind == "gate":
+            self._begin(*payload)
+        elif kind == "pace":
+            self.dirty = True  # a pace window opens or closes
 
     # ---- ops ---------------------------------------------------------------------------
     def _ready(self, g: int, i: int):
@@ -318,11 +481,49 @@ class Simulation:
             if not self.compute_busy[g]:
                 self._next_compute(g)
             return
+        if self.phases is not None and op.iteration is not None:
+            j = self.job_of[g]
+            opens = self.phases.ready(self, j, int(self.actor_rep[g]), op.iteration)
+            if opens is not None and not math.isfinite(opens):
+                self.parked.setdefault((j, op.iteration), []).append((g, i))  # until its phase is answered
+                return
+            if opens is not None and opens > self.now:
+                self._push(opens, "gate", (g, i))
+                return
+        self._begin(g, i)
+
+    def _begin(self, g: int, i: int):
+        """A communication op starts (its dependencies are done and its phase's gate is open)."""
+        op = self.streams[g][i]
+        if self.phases is not None and op.iteration is not None:
+            j = self.job_of[g]
+            self.phases.begun(self, j, int(self.actor_rep[g]), op.iteration)
         self.op_start[g][i] = self.now
         if op.kind == "collective":
             self._start_collective(g, i, op)
         else:
             self._start_p2p(g, i, op)
+
+    def release(self, j: int, iteration: int, start_s: float):
+        """The phase (job j, iteration) is answered: the ops parked on it start at start_s."""
+        for g, i in self.parked.pop((j, iteration), []):
+            if start_s > self.now:
+                self._push(start_s, "gate", (g, i))
+            else:
+                self._begin(g, i)
+
+    def set_pace(self, j: int, share: float | None, from_s: float = 0.0, until_s: float = 0.0):
+        """From from_s until until_s every rank of job j sends at most share x its NIC rate, over all its
+        connections (the agent's pacer); share None lifts the last pace."""
+        if share is None or until_s <= max(from_s, self.now):
+            if self.pace.pop(j, None) is not None:
+                self.dirty = True
+            return
+        self.pace[j] = (float(share), float(from_s), float(until_s))
+        self.dirty = True
+        for t in (from_s, until_s):
+            if t > self.now:
+                self._push(t, "pace", j)
 
     def _next_compute(self, g: int):
         if self.compute_busy[g] or not self.compute_wait[g]:
@@ -335,13 +536,27 @@ class Simulation:
         for from_s, f in self.slow.get(g, ()):
             if self.now >= from_s:
                 factor = f
+        if factor != 1.0:
+            self.slowed[g, i] = factor
         self.op_start[g][i] = self.now
         self.compute_busy[g] = True
         self._push(self.now + op.duration_s * factor, "compute", (g, i))
 
+    def actors_of(self, j: int) -> range:
+        end = self.rank_base[j + 1] if j + 1 < len(self.rank_base) else self.n_ranks
+        return range(self.rank_base[j], end)
+
+    def _part_done(self, g: int, i: int):
+        """One instance of actor g's op i is done (a class's send may reach several classes)."""
+        left = self.parts_left.pop((g, i), 1) - 1
+        if left > 0:
+            self.parts_left[g, i] = left
+        else:
+            self._op_done(g, i)
+
     def _op_done(self, g: int, i: int):
         j = self.job_of[g]
-        self.records.append((j, g - self.rank_base[j], i, self.op_start[g][i], self.now, self.op_ready[g][i]))
+        self.records.append((j, int(self.actor_rep[g]), i, self.op_start[g][i], self.now, self.op_ready[g][i], g))
         self.ops_left -= 1
         now_ready = []
         for d in self.dependants[g][i]:
@@ -354,14 +569,15 @@ class Simulation:
     def _group_gps(self, j: int, group: list[int]):
         if not self.gps:
             return None
-        hosts = [int(self.rank_host[self.rank_base[j] + r]) for r in group]
+        hosts = self.net.host_rank[self.job_host[j][np.asarray(group, np.int64)]].tolist()
         return effective_gpus_per_server(hosts, self.gps)
 
-    def _instance(self, key, j, op, group, make):
+    def _instance(self, key, j, op, group, make, members=None):
         inst = self.insts.get(key)
         if inst is None:
             inst = _Inst(key, j, op, group)
-            n = len(group)
+            inst.members = list(members) if members is not None else self.job_actor[j][np.asarray(group)].tolist()
+            n = len(inst.members)
             inst.sends_left, inst.recvs_left = np.zeros(n, np.int64), np.zeros(n, np.int64)
             inst.started, inst.op_index = np.zeros(n, bool), np.full(n, -1, np.int64)
             make(inst)
@@ -371,7 +587,9 @@ class Simulation:
 
     def _start_collective(self, g, i, op):
         j = self.job_of[g]
-        r = g - self.rank_base[j]
+        if self.class_mode[j]:
+            return self._start_class_collective(g, i, op)
+        r = int(self.actor_rep[g])
         group = self.jobs[j].trace.groups[op.group]
         key = ("coll", j, op.group, op.id)
         root = op.root or 0
@@ -396,7 +614,9 @@ class Simulation:
 
     def _start_p2p(self, g, i, op):
         j = self.job_of[g]
-        r = g - self.rank_base[j]
+        if self.class_mode[j]:
+            return self._start_class_p2p(g, i, op)
+        r = int(self.actor_rep[g])
         src, dst = (r, op.peer) if op.kind == "send" else (op.peer, r)
         key = ("p2p", j, src, dst, op.id)
 
@@ -407,6 +627,107 @@ class Simulation:
 
         inst = self._instance(key, j, op, [src, dst], make)
         self._member_starts(inst, 0 if op.kind == "send" else 1, i)
+
+    # ---- rank classes ------------------------------------------------------------------
+    def _class_groups(self, j: int, op, g: int) -> tuple[list[int], np.ndarray]:
+        """(member actors, concrete groups as rows of job ranks) of the class collective that actor
+        runs as op: a collective instance is a concrete group and an op id, so the actors that run
+        this id in groups of op's family and share a group (directly or through others) meet in one
+        instance over all their groups; an explicit group is one instance of its own."""
+        tr = self.jobs[j].trace
+        layout = getattr(tr, "layout", None)
+        if layout is not None and op.group in layout.families:
+            index = self._coll_index.get(j)
+            if index is None:
+                index = self._coll_index[j] = {}
+                for a in self.actors_of(j):
+                    for o in self.streams[a]:
+                        if o.kind == "collective" and o.group in layout.families:
+                            index.setdefault((o.group, o.id), []).append(a)
+            actors = tuple(index[op.group, op.id])
+            key = (j, op.group, actors)
+            parts = self._group_cache.get(key)
+            if parts is None:
+                parts = self._group_cache[key] = self._components(layout, op.group, actors)
+            return parts[g]
+        key = (j, op.group)
+        groups = self._group_cache.get(key)
+        if groups is None:
+            groups = self._group_cache[key] = np.array([tr.groups[op.group]], np.int64)
+        return sorted(set(self.job_actor[j][groups.ravel()].tolist())), groups
+
+    def _components(self, layout, family: str, actors: tuple) -> dict:
+        """actor -> (actors that share a group with it, transitively; their groups as rows)."""
+        sets = {a: np.unique(layout.group_index(family, self.actor_ranks[a])) for a in actors}
+        parent = {a: a for a in actors}
+
+        def root(a):
+            while parent[a] != a:
+                parent[a] = parent[parent[a]]
+                a = parent[a]
+            return a
+
+        owner: dict[int, int] = {}
+        for a in actors:
+            for gi in sets[a].tolist():
+                if gi in owner:
+                    parent[root(a)] = root(owner[gi])
+                else:
+                    owner[gi] = a
+        comps: dict[int, list[int]] = {}
+        for a in actors:
+            comps.setdefault(root(a), []).append(a)
+        out = {}
+        for members in comps.values():
+            gidx = np.unique(np.concatenate([sets[a] for a in members]))
+            rows = np.array([layout.group_members(family, int(x)) for x in gidx], np.int64)
+            for a in members:
+                out[a] = (sorted(members), rows)
+        return out
+
+    def _start_class_collective(self, g: int, i: int, op):
+        j = self.job_of[g]
+        actors, groups = self._class_groups(j, op, g)
+        key = ("class-coll", j, op.group, op.id, tuple(actors))
+
+        def make(inst):
+            inst.groups = groups
+            gps = self._group_gps(j, groups[0].tolist()) if op.algorithm == "hierarchical" else None
+            n = groups.shape[1]
+            inst.tmpl = bundle_shape(op.op, op.algorithm or "ring", n, op.size_bytes, op.root or 0, gps) if n > 1 \
+                else None
+            inst.sends_left[:] = 1 if n > 1 else 0  # a token each, returned when the bundle ends
+
+        inst = self._instance(key, j, op, actors, make, members=actors)
+        self._member_starts(inst, actors.index(g), i)
+
+    def _start_class_p2p(self, g: int, i: int, op):
+        """A class's send (or recv) by rule: its ranks to their peers, one tied bundle per peer class."""
+        j = self.job_of[g]
+        tr = self.jobs[j].trace
+        ranks = self.actor_ranks[g]
+        if isinstance(op.peer, str):
+            dim, k = parse_peer(op.peer)
+            other = tr.layout.shift(ranks, dim, k)
+        else:
+            other = np.full(len(ranks), int(op.peer), np.int64)
+        send = op.kind == "send"
+        peers = self.job_actor[j][other]
+        parts = np.unique(peers).tolist()
+        self.parts_left[g, i] = len(parts)
+        for pa in parts:
+            sel = peers == pa
+            sender, receiver = (g, pa) if send else (pa, g)
+            pairs = (ranks[sel], other[sel]) if send else (other[sel], ranks[sel])
+            key = ("class-p2p", j, op.id, sender, receiver)
+
+            def make(inst, pairs=pairs):
+                inst.pairs = pairs
+                inst.sends_left[:] = [1, 0]
+                inst.recvs_left[:] = [0, 1]
+
+            inst = self._instance(key, j, op, [sender, receiver], make, members=[sender, receiver])
+            self._member_starts(inst, 0 if send else 1, i)
 
     def _member_starts(self, inst: _Inst, local: int, i: int):
         inst.started[local] = True
@@ -421,8 +742,15 @@ class Simulation:
                 sends = inst.tmpl.sends_of(local)
                 if len(sends):
                     self._enqueue(inst.base + sends)
-        elif inst.n_started == len(inst.group) and inst.bundle < 0:
-            self._start_bundle(inst)
+        elif inst.pairs is not None and local == 0:
+            # A class's send when its sender starts it, behind the sends it queued earlier to the same
+            # peers: the agents send in order on one connection per peer.
+            fifo = self.p2p_fifo.setdefault(inst.members[0] * self.n_ranks + inst.members[1], [])
+            fifo.append(inst)
+            if len(fifo) == 1:
+                self._start_bundle(inst)
+        elif inst.bundle < 0 and inst.pairs is None and inst.n_started == len(inst.members):
+            self._start_bundle(inst)  # a collective when its last member starts
         self._maybe_member_done(inst, local)
 
     def _maybe_member_done(self, inst: _Inst, local: int):
@@ -432,8 +760,7 @@ class Simulation:
             inst.op_index[local] = -2  # finished
             inst.end_s = max(inst.end_s, self.now)
             inst.members_done += 1
-            g = self.rank_base[inst.job] + inst.group[local]
-            self._op_done(g, i)
+            self._part_done(inst.members[local], i)
 
     # ---- transfers ---------------------------------------------------------------------
     def _conns(self, j: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -450,17 +777,19 @@ class Simulation:
         if new:
             ns = np.array([s for s, _ in new], np.int64)
             nd = np.array([d for _, d in new], np.int64)
-            hs = self.rank_host[self.rank_base[j] + ns]
-            hd = self.rank_host[self.rank_base[j] + nd]
+            hs = self.job_host[j][ns]
+            hd = self.job_host[j][nd]
             ids = len(self.C_src) + np.arange(len(new))
             # The agent's connection: a kernel-chosen source port; one per ordered pair and job.
-            keys = five_tuple_hash(self.net.host_ip[hs], self.net.host_ip[hd], 32768 + ids % 28232,
-                                   self.p.base_port + j)
+            sport = 32768 + ids % 28232
+            keys = five_tuple_hash(self.net.host_ip[hs], self.net.host_ip[hd], sport, self.p.base_port + j)
+            self.C_sport.extend(sport.tolist())
             self.C_src.extend(hs.tolist())
             self.C_dst.extend(hd.tolist())
             self.C_job.extend([j] * len(new))
             self.C_key.extend(keys.tolist())
             self.C_path.extend([None] * len(new))
+            self.C_lat.extend([self.p.latency_s] * len(new))
             self.counters["connections"] += len(new)
         return out
 
@@ -519,6 +848,7 @@ class Simulation:
         self._seq += len(tids)
         self.T_state[tids] = QUEUED
         self.queued.update(tids.tolist())
+        self.dirty = True
 
     def _count_done(self, inst: _Inst, local_t: int):
         if inst.key[0] == "p2p":
@@ -538,7 +868,9 @@ class Simulation:
 
     def _transfers_done(self, tids: np.ndarray):
         """Delivered: the receiver has every byte."""
+        self.dirty = True
         self.T_state[tids] = DONE
+        self.T_end[tids] = self.now
         self.T_rate[tids] = 0
         self._release_waiters(tids)
         for t in tids.tolist():
@@ -553,43 +885,92 @@ class Simulation:
             return
         self.T_sent[fin] = self.T_size[fin]
         self.queued.difference_update(fin.tolist())
-        if self.p.latency_s > 0:
-            self.T_last[fin] = self.T_rate[fin]
-            self.T_state[fin] = INFLIGHT
-            self.T_rate[fin] = 0
-            for t in fin.tolist():
-                self._push(self.now + self.p.latency_s, "deliver", t)
-        else:
-            self._transfers_done(fin)
+        self.dirty = True
+        lat = self._lat_of(fin)
+        late = lat > 0
+        if late.any():
+            slow = fin[late]
+            self.T_last[slow] = self.T_rate[slow]
+            self.T_state[slow] = INFLIGHT
+            self.T_rate[slow] = 0
+            for t, d in zip(slow.tolist(), lat[late].tolist()):
+                self._push(self.now + d, "deliver", t)
+        if (~late).any():
+            self._transfers_done(fin[~late])
+
+    def _path_lat(self, path: np.ndarray) -> float:
+        """latency_s plus hop_latency_s per link of the path that is not NVLink (as the emulator
+        delays every fabric and host link, and no NVLink hop)."""
+        if self.p.hop_latency_s <= 0:
+            return self.p.latency_s
+        return self.p.latency_s + self.p.hop_latency_s * int(np.count_nonzero(self.net.link_kind[path] != NVLINK_LINK))
+
+    def _lat_of(self, tids: np.ndarray) -> np.ndarray:
+        """Delivery latency of each transfer: its connection's."""
+        if self.p.latency_s <= 0 and self.p.hop_latency_s <= 0:
+            return np.zeros(len(tids))
+        return np.array([self.C_lat[c] for c in self.T_conn[tids].tolist()])
 
     # ---- bundles -----------------------------------------------------------------------
     def _start_bundle(self, inst: _Inst):
-        shape = inst.tmpl
         b = len(self.B_inst)
         inst.bundle = b
-        g = np.asarray(inst.group, np.int64)
-        conns = self._conns(inst.job, g[shape.src], g[shape.dst])
-        work = float(shape.bytes.max()) if len(shape.bytes) else 0.0
+        steps, chunk = 1, float(inst.op.size_bytes)
+        key = None  # bundles of one key have the same connections and weights, hence one column
+        if inst.pairs is not None:  # a class's sends: every pair one connection, all of one size
+            ck = (inst.job, "p2p", inst.members[0], inst.members[1], len(inst.pairs[0]), int(inst.pairs[0][0]))
+            key = ck
+            conns = self._conn_cache.get(ck)
+            if conns is None:
+                conns = self._conn_cache[ck] = self._conns(inst.job, *inst.pairs)
+            nbytes = np.full(len(conns), float(inst.op.size_bytes))
+        elif inst.groups is not None:  # a class collective: the shape in every group it covers
+            shape, rows = inst.tmpl, inst.groups
+            if shape is None:
+                conns, nbytes = np.zeros(0, np.int64), np.zeros(0)
+            else:
+                ck = (inst.job, id(rows), id(shape))  # groups and shapes are cached objects
+                key = ck
+                hit = self._conn_cache.get(ck)
+                if hit is None:
+                    hit = self._conn_cache[ck] = (self._conns(inst.job, rows[:, shape.src].ravel(),
+                                                              rows[:, shape.dst].ravel()), np.tile(shape.bytes, len(rows)))
+                conns, nbytes = hit
+                steps, chunk = shape.num_steps, shape.chunk_bytes
+        else:
+            shape = inst.tmpl
+            g = np.asarray(inst.group, np.int64)
+            conns = self._conns(inst.job, g[shape.src], g[shape.dst])
+            nbytes = shape.bytes
+            steps, chunk = shape.num_steps, shape.chunk_bytes
+        work = float(nbytes.max()) if len(nbytes) else 0.0
         self.B_inst.append(inst)
+        self.B_key.append(key)
         self.B_conns.append(conns)
-        self.B_w.append(shape.bytes / work if work else shape.bytes)
-        self.B_work = np.append(self.B_work, work)
-        self.B_done = np.append(self.B_done, 0.0)
-        self.B_rate = np.append(self.B_rate, 0.0)
-        self.B_cap = np.append(self.B_cap, np.inf)
-        self.B_steps.append(shape.num_steps)
-        self.B_chunk.append(shape.chunk_bytes)
+        self.B_w.append(nbytes / work if work else nbytes)
+        if b >= len(self.B_work):  # grow by doubling: a run may start 10^5 bundles
+            grow = max(1024, len(self.B_work))
+            self.B_work = np.concatenate([self.B_work, np.zeros(grow)])
+            self.B_done = np.concatenate([self.B_done, np.zeros(grow)])
+            self.B_rate = np.concatenate([self.B_rate, np.zeros(grow)])
+            self.B_cap = np.concatenate([self.B_cap, np.full(grow, np.inf)])
+        self.B_work[b], self.B_done[b], self.B_rate[b], self.B_cap[b] = work, 0.0, 0.0, np.inf
+        self.B_steps.append(steps)
+        self.B_chunk.append(chunk)
         self.counters["bundles"] += 1
+        self.dirty = True
         if work <= 0 or not len(conns):
             self._bundle_done(b)
         else:
             self.B_live.add(b)
+            self._blive_v += 1
+            self._changed.add(b)
             self._latency_cap(b)
 
     def _latency_cap(self, b: int):
         """A step cannot take less than the latency plus one slice (or chunk) at the bundle's
         uncontended rate: cap the tied rate so that the schedule's steps fit."""
-        if self.p.latency_s <= 0 or not self.B_steps[b]:
+        if (self.p.latency_s <= 0 and self.p.hop_latency_s <= 0) or not self.B_steps[b]:
             return
         self._route_missing(self.B_conns[b])
         cols = self._bundle_column(b)
@@ -598,35 +979,70 @@ class Simulation:
         used = load > 0
         x_alone = float((cap[used] / load[used]).min()) if used.any() else math.inf
         steps, chunk = self.B_steps[b], self.B_chunk[b]
-        per_step = self.p.latency_s + min(self.p.slice_bytes, chunk) / x_alone
+        per_step = self._bundle_lat(b) + min(self.p.slice_bytes, chunk) / x_alone
         self.B_cap[b] = self.B_work[b] / (steps * per_step)
 
+    def _bundle_lat(self, b: int) -> float:
+        """A bundle's step latency: its slowest connection's (every step waits for all of them)."""
+        if self.p.latency_s <= 0 and self.p.hop_latency_s <= 0:
+            return 0.0
+        self._route_missing(self.B_conns[b])
+        return max((self.C_lat[c] for c in self.B_conns[b].tolist()), default=self.p.latency_s)
+
     def _bundle_column(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """(distinct links, bytes per unit of the bundle's rate on each), kept until a route changes."""
+        col = self._cols.get(b)
+        if col is not None and col[2] == self._path_version:
+            return col[0], col[1]
+        shared = self._cols.get(("key", self.B_key[b])) if self.B_key[b] is not None else None
+        if shared is not None and shared[2] == self._path_version:
+            self._cols[b] = shared
+            return shared[0], shared[1]
         conns, w = self.B_conns[b], self.B_w[b]
         paths = [self.C_path[c] for c in conns]
         lens = np.array([len(p) for p in paths], np.int64)
         links = np.concatenate(paths) if paths else np.zeros(0, np.int64)
-        return links, np.repeat(w, lens)
+        u, inv = np.unique(links, return_inverse=True)
+        uw = np.bincount(inv, weights=np.repeat(w, lens), minlength=len(u))
+        self._cols[b] = (u, uw, self._path_version)
+        if self.B_key[b] is not None:
+            self._cols[("key", self.B_key[b])] = self._cols[b]
+        return u, uw
 
     def _bundle_done(self, b: int):
-        self.B_live.discard(b)
+        if b in self.B_live:
+            self.B_live.discard(b)
+            self._blive_v += 1
+            self._changed.add(b)
+        self._done_cols.append(b)
+        self.dirty = True
+        self._flush()
+        if len(self.C_bytes) < len(self.C_src):
+            self.C_bytes = np.concatenate([self.C_bytes, np.zeros(len(self.C_src) - len(self.C_bytes))])
+        np.add.at(self.C_bytes, self.B_conns[b], self.B_work[b] * self.B_w[b])
         self.B_rate[b] = 0
-        if self.p.latency_s > 0 and self.B_work[b] > 0:
-            self._push(self.now + self.p.latency_s, "bundle_end", b)  # the last bytes' delivery
+        lat = self._bundle_lat(b)
+        if lat > 0 and self.B_work[b] > 0:
+            self._push(self.now + lat, "bundle_end", b)  # the last bytes' delivery
         else:
             self._bundle_members_done(b)
 
     def _bundle_members_done(self, b: int):
         inst = self.B_inst[b]
+        if inst.pairs is not None:
+            fifo = self.p2p_fifo[inst.members[0] * self.n_ranks + inst.members[1]]
+            fifo.pop(0)
+            if fifo:
+                self._start_bundle(fifo[0])
         inst.sends_left[:] = 0
         inst.recvs_left[:] = 0
-        for local in range(len(inst.group)):
+        for local in range(len(inst.members)):
             self._maybe_member_done(inst, local)
 
     def _finish_bundles(self):
         if not self.B_live:
             return
-        live = np.fromiter(self.B_live, np.int64, len(self.B_live))
+        live = self._blive_arr()
         fin = live[self.B_work[live] - self.B_done[live] <= BYTE_TOL + 1e-12 * self.B_work[live]]
         for b in fin.tolist():
             self.B_done[b] = self.B_work[b]
@@ -641,9 +1057,10 @@ class Simulation:
         src = np.array([self.C_src[c] for c in miss])
         dst = np.array([self.C_dst[c] for c in miss])
         key = np.array([self.C_key[c] for c in miss], np.uint64)
-        indptr, links = self.router.route(self.net, src, dst, key)
+        indptr, links = self.router.route(self.net, src, dst, key, conns=np.array(miss, np.int64))
         for k, c in enumerate(miss):
             self.C_path[c] = links[indptr[k]:indptr[k + 1]].astype(np.int64)
+            self.C_lat[c] = self._path_lat(self.C_path[c])
         self.counters["routed"] += len(miss)
 
     def _live_conns(self) -> np.ndarray:
@@ -655,12 +1072,14 @@ class Simulation:
     def observation(self) -> Observation:
         c = self._live_conns()
         nc = len(self.C_src)
-        if len(self.C_bytes) < nc:
-            self.C_bytes = np.concatenate([self.C_bytes, np.zeros(nc - len(self.C_bytes))])
+        nbytes = self.conn_bytes()
         rate = self.C_rate if len(self.C_rate) == nc else np.concatenate([self.C_rate, np.zeros(nc - len(self.C_rate))])
+        rate = rate.copy()
+        for b in self.B_live:
+            np.add.at(rate, self.B_conns[b], self.B_rate[b] * self.B_w[b])
         return Observation(self.now, self.net, self.link_bytes.copy(), self.link_load.copy(), c,
                            np.array([self.C_src[i] for i in c], np.int64), np.array([self.C_dst[i] for i in c], np.int64),
-                           np.array([self.C_key[i] for i in c], np.uint64), self.C_bytes[c].copy(), rate[c].copy(),
+                           np.array([self.C_key[i] for i in c], np.uint64), nbytes[c], rate[c],
                            [self.C_path[i] for i in c])
 
     def _apply_paths(self, changes: dict):
@@ -669,17 +1088,26 @@ class Simulation:
             old = self.C_path[c]
             if old is None or len(old) != len(path) or (old != path).any():
                 self.C_path[c] = path
+                self.C_lat[c] = self._path_lat(path)
                 self.counters["reroutes"] += 1
+                self.dirty = True
+                self._path_version += 1
+                self._changed.update(self.B_live)
         for b in self.B_live:
             self._latency_cap(b)
 
     def _fault(self, f: Fault):
         self.counters["faults"] += 1
+        self.dirty = True
+        self._changed.update(self.B_live)
         if f.b is None:
-            self.net.set_switch(f.a, f.up)
+            links = self.net.set_switch(f.a, f.up)
         else:
-            self.net.set_cable(f.a, f.b, f.up)
+            links = self.net.set_cable(f.a, f.b, f.up)
+        before = self.counters["reroutes"]
         self._apply_paths(self.router.links_changed(self.now, self.observation()))
+        self.fault_log.append({"at_s": self.now, "fault": f, "links": len(links),
+                               "moved": self.counters["reroutes"] - before})
 
     def _poll(self):
         self.counters["polls"] += 1
@@ -688,6 +1116,116 @@ class Simulation:
     # ---- the rates -----------------------------------------------------------------------
     def _solve(self):
         """Rates of every queued transfer and live bundle for the current state."""
+        self._flush()
+        if not self.queued and not self.pace and not self._had_queued:
+            self._solve_bundles()
+        else:
+            self._solve_rates()
+            self._had_queued = bool(self.queued)
+            self._sync_slots(full=True)
+        if self._had_queued or self.queued:
+            self._crate_nz = np.flatnonzero(self.C_rate)
+
+    # ---- incremental solves: bundles only -------------------------------------------------------
+    def _sync_slots(self, full: bool = False):
+        """Rows of the live bundles in _on (live bundle x link: it crosses it), for the changed ones."""
+        if full:
+            todo = set(self._slot_of) | self.B_live
+        else:
+            todo = self._changed
+        for b in todo:
+            live = b in self.B_live
+            slot = self._slot_of.get(b)
+            if slot is not None and (not live or full):
+                self._on[slot, self._slot_cols[slot]] = False
+                if not live:
+                    del self._slot_of[b]
+                    self._free_slots.append(slot)
+                    continue
+            if not live:
+                continue
+            if slot is None:
+                if not self._free_slots:
+                    grow = max(16, len(self._on))
+                    self._free_slots = list(range(len(self._on) + grow - 1, len(self._on) - 1, -1))
+                    self._on = np.concatenate([self._on, np.zeros((grow, self.net.n_links), bool)])
+                    self._slot_b = np.concatenate([self._slot_b, np.full(grow, -1, np.int64)])
+                    self._slot_cols += [np.zeros(0, np.int64)] * grow
+                slot = self._slot_of[b] = self._free_slots.pop()
+            else:
+                self._on[slot, self._slot_cols[slot]] = False
+            self._slot_b[slot] = b
+            self._route_missing(self.B_conns[b])
+            cols = self._slot_cols[slot] = self._bundle_column(b)[0]
+            self._on[slot, cols] = True
+
+    def _solve_bundles(self):
+        """Only the bundles that share links, directly or through others, with one that changed are
+        solved again: max-min fairness decomposes over such components, and the rest keep their
+        rates (a tensor-parallel all-reduce on one server's NVLink is a component of its own)."""
+        self.counters["solves"] += 1
+        self.dirty = False
+        changed = self._changed
+        self._changed = set()
+        if not changed:
+            return
+        self._drop_done_cols()
+        for b in changed:
+            if b in self.B_live:
+                self._route_missing(self.B_conns[b])
+        # The links of what changed: live bundles' columns, and ended ones' as their slots held them.
+        seed = [self._bundle_column(b)[0] if b in self.B_live else self._slot_cols[self._slot_of[b]]
+                for b in changed if b in self.B_live or b in self._slot_of]
+        self._changed = changed
+        self._sync_slots()
+        self._changed = set()
+        links = np.concatenate(seed) if seed else np.zeros(0, np.int64)
+        if not len(self._on):
+            self.link_load[links] = 0
+            return
+        seen = np.zeros(len(self._on), bool)
+        frontier = links
+        while len(frontier):
+            hit = self._on[:, frontier].any(axis=1) & ~seen
+            if not hit.any():
+                break
+            seen |= hit
+            frontier = np.concatenate([self._bundle_column(int(b))[0] for b in self._slot_b[hit]])
+        comp = self._slot_b[seen]
+        self.counters["component_bundles"] += len(comp)
+        self.link_load[links] = 0
+        if not len(comp):
+            return
+        if len(comp) == 1:  # alone on its links: the tightest one sets its rate
+            ul, w = self._bundle_column(int(comp[0]))
+            r = min(float((self.net.capacity_Bps[ul] / np.maximum(w, 1e-300)).min()), float(self.B_cap[comp[0]]))
+            self.counters["maxmin_rounds"] += 1
+            self.B_rate[comp] = r
+            self.link_load[ul] = w * (r if math.isfinite(r) else 0.0)
+            return
+        cols = [self._bundle_column(int(b)) for b in comp]
+        lens = np.array([len(c[0]) for c in cols], np.int64)
+        lk = np.concatenate([c[0] for c in cols])
+        w = np.concatenate([c[1] for c in cols])
+        ent = np.repeat(np.arange(len(comp)), lens)
+        ul, inv = np.unique(lk, return_inverse=True)
+        rate, rounds = fill_rates(ent, inv, w, self.net.capacity_Bps[ul], self.B_cap[comp])
+        self.counters["maxmin_rounds"] += rounds
+        self.B_rate[comp] = rate
+        self.link_load[ul] = np.bincount(inv, weights=w * np.where(np.isfinite(rate), rate, 0.0)[ent],
+                                         minlength=len(ul))
+
+    def _drop_done_cols(self):
+        """Columns of bundles that ended before the last solve are not needed any more."""
+        keep = []
+        for b in self._done_cols:
+            if b in self._slot_of:
+                keep.append(b)
+            else:
+                self._cols.pop(b, None)
+        self._done_cols = keep
+
+    def _solve_rates(self):
         self.counters["solves"] += 1
         self.dirty = False
         q = np.fromiter(self.queued, np.int64, len(self.queued)) if self.queued else np.zeros(0, np.int64)
@@ -725,14 +1263,25 @@ class Simulation:
             cols_links.append(lk)
             cols_w.append(w)
             lens.append(len(lk))
+        capacity = self.net.capacity_Bps
+        path_lens = list(lens)
+        pace_rows, pace_cap = self._pacers(conns, blive)
+        if pace_rows is not None:
+            for k in range(len(cols_links)):
+                extra = pace_rows[k]
+                if len(extra[0]):
+                    cols_links[k] = np.concatenate([cols_links[k], extra[0]])
+                    cols_w[k] = np.concatenate([cols_w[k], extra[1]])
+                    lens[k] += len(extra[0])
+            capacity = np.concatenate([capacity, pace_cap])
         indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
         links = np.concatenate(cols_links) if cols_links else np.zeros(0, np.int64)
         wts = np.concatenate(cols_w) if cols_w else np.zeros(0)
         n_ent = len(conns) + len(blive)
-        at = sp.csr_matrix((wts, links, indptr), shape=(n_ent, self.net.n_links))
-        a_csc = at.T.tocsc()
-        capacity = self.net.capacity_Bps
-        unrouted = np.array(lens, np.int64) == 0
+        ent_of = np.repeat(np.arange(n_ent), np.diff(indptr))  # the same incidence as triples
+        small = len(links) <= SMALL_NNZ  # numpy bincounts beat scipy's overhead on small problems
+        a_csc = None if small else sp.csr_matrix((wts, links, indptr), shape=(n_ent, len(capacity))).T.tocsc()
+        unrouted = np.array(path_lens[:len(conns)], np.int64) == 0
         has_free = np.zeros(len(conns), bool)
         if len(q):
             np.logical_or.at(has_free, seg, free)
@@ -751,8 +1300,13 @@ class Simulation:
             want[:len(conns)] &= ~unrouted
             r = np.zeros(n_ent)
             if want.any():
-                sub = a_csc[:, np.flatnonzero(want)]
-                rr, rounds = max_min_rates(sub, capacity, cap=ent_cap[want], return_rounds=True)
+                if small:
+                    keep = want[ent_of]
+                    local = np.cumsum(want) - 1
+                    rr, rounds = fill_rates(local[ent_of[keep]], links[keep], wts[keep], capacity, ent_cap[want])
+                else:
+                    sub = a_csc[:, np.flatnonzero(want)]
+                    rr, rounds = max_min_rates(sub, capacity, cap=ent_cap[want], return_rounds=True)
                 self.counters["maxmin_rounds"] += rounds
                 r[want] = rr
             rc = r[:len(conns)]
@@ -765,7 +1319,41 @@ class Simulation:
         self.T_rate[q] = rates_q
         self.C_rate[conns] = rc if len(conns) else 0
         self.B_rate[blive] = r[len(conns):]
-        self.link_load = sp.csr_matrix(a_csc) @ np.where(np.isfinite(r), r, 0.0)
+        rf = np.where(np.isfinite(r), r, 0.0)
+        if small:
+            self.link_load = np.bincount(links, weights=wts * rf[ent_of], minlength=len(capacity))[:self.net.n_links]
+        else:
+            self.link_load = (sp.csr_matrix(a_csc) @ rf)[:self.net.n_links]
+
+    def _pacers(self, conns: np.ndarray, blive: np.ndarray):
+        """Rows of the paced senders (one virtual link per paced rank, at share x its NIC rate) that
+        each entity crosses, as (row ids, weights) per entity, and their capacities; (None, None)
+        when no pace is on now."""
+        on = {j: share for j, (share, t0, t1) in self.pace.items() if t0 <= self.now < t1}
+        if not on:
+            return None, None
+        row_of: dict[int, int] = {}
+        caps = []
+        for j, share in on.items():
+            for h in self.job_host[j].tolist():
+                if h not in row_of:
+                    row_of[h] = self.net.n_links + len(caps)
+                    caps.append(share * self.net.host_nic_Bps(h))
+        rows = []
+        for c in conns.tolist():
+            row = row_of.get(self.C_src[c]) if self.C_job[c] in on else None
+            rows.append((np.array([row] if row is not None else [], np.int64), np.ones(1 if row is not None else 0)))
+        for b in blive.tolist():
+            members = self.B_conns[b]
+            src = [row_of.get(self.C_src[c]) if self.C_job[c] in on else None for c in members.tolist()]
+            keep = np.array([x is not None for x in src], bool)
+            if not keep.any():
+                rows.append((np.zeros(0, np.int64), np.zeros(0)))
+                continue
+            ids = np.array([x for x in src if x is not None], np.int64)
+            uniq, inv = np.unique(ids, return_inverse=True)
+            rows.append((uniq, np.bincount(inv, weights=self.B_w[b][keep], minlength=len(uniq))))
+        return rows, np.array(caps)
 
     def _gates(self, q: np.ndarray) -> dict:
         """For each queued send: free (may send at any rate now) or held at its gate, the
@@ -780,7 +1368,7 @@ class Simulation:
         owner, g = owner[live], g[live]
         size_x = self.T_size[q]
         lag = np.minimum(self.p.slice_bytes, size_x)
-        a = self.p.latency_s
+        a = self._lat_of(g)
         size_g = np.maximum(self.T_size[g], 1e-300)
 
         def gate_rate(rates_q):
@@ -864,7 +1452,7 @@ class Simulation:
             if gi is not None and len(gi["owner"]):
                 t = min(t, self._gate_events(q, gi))
         if self.B_live:
-            b = np.fromiter(self.B_live, np.int64, len(self.B_live))
+            b = self._blive_arr()
             r = self.B_rate[b]
             pos = r > 0
             if pos.any():
@@ -919,40 +1507,80 @@ class Simulation:
             return
         q = getattr(self, "_q", np.zeros(0, np.int64))
         if len(q):
+            if self.p.record_transfers:
+                first = (self.T_sent[q] <= 0) & (self.T_rate[q] > 0)
+                self.T_first[q[first]] = self.now
             self.T_sent[q] = np.minimum(self.T_sent[q] + self.T_rate[q] * dt, self.T_size[q])
         if self.B_live:
-            b = np.fromiter(self.B_live, np.int64, len(self.B_live))
+            b = self._blive_arr()
             self.B_done[b] = np.minimum(self.B_done[b] + self.B_rate[b] * dt, self.B_work[b])
-            for bb in b.tolist():
-                self.C_bytes[self.B_conns[bb]] += self.B_rate[bb] * self.B_w[bb] * dt
-        if len(self.C_rate):
-            self.C_bytes[:len(self.C_rate)] += self.C_rate * dt
-        self.link_bytes += self.link_load * dt
-        if self.p.series_bin_s:
-            self._bin(self.now, self.now + dt)
 
-    # ---- link time series ------------------------------------------------------------------
+    def _blive_arr(self) -> np.ndarray:
+        """The live bundles as an array, kept until the set changes."""
+        if self._blive_n != self._blive_v:
+            self._blive_a = np.fromiter(self.B_live, np.int64, len(self.B_live))
+            self._blive_n = self._blive_v
+        return self._blive_a
+
+    # ---- counters and the link time series ---------------------------------------------------
+    def _flush(self):
+        """Bytes moved since the last flush at the rates of the last solve, which held since."""
+        dt = self.now - self._acct_t
+        if dt > 0:
+            # Whole vectors: finding the links that carry traffic costs as much as adding to all.
+            self.link_bytes += self.link_load * dt
+            if self.bin_s:
+                self._bin(self._acct_t, self.now)
+            cz = self._crate_nz
+            if len(cz):
+                self.C_bytes[cz] += self.C_rate[cz] * dt
+        self._acct_t = self.now
+
+    def conn_bytes(self) -> np.ndarray:
+        """Bytes each connection has carried so far (what a per-flow counter counts)."""
+        self._flush()
+        out = self.C_bytes.copy()
+        if len(out) < len(self.C_src):
+            out = np.concatenate([out, np.zeros(len(self.C_src) - len(out))])
+        for b in self.B_live:
+            np.add.at(out, self.B_conns[b], self.B_done[b] * self.B_w[b])
+        return out
+
     def _bin(self, t0: float, t1: float):
-        w = self.p.series_bin_s
-        nz = np.flatnonzero(self.link_load)
-        k0, k1 = int(t0 // w), int(t1 // w)
+        k0, k1 = int(t0 // self.bin_s), int(t1 // self.bin_s)
+        if k1 >= self.max_bins:
+            self._coarsen()
+            return self._bin(t0, t1)
+        load = self.link_load
         for k in range(k0, k1 + 1):
-            lo, hi = max(t0, k * w), min(t1, (k + 1) * w)
+            lo, hi = max(t0, k * self.bin_s), min(t1, (k + 1) * self.bin_s)
             if hi <= lo:
                 continue
             if self._bin_cur != k:
                 self._close_bins()
-                self._bin_cur, self._bin_acc = k, {}
-            if len(nz):
-                acc = self._bin_acc
-                for l, v in zip(nz.tolist(), (self.link_load[nz] * (hi - lo)).tolist()):
-                    acc[l] = acc.get(l, 0.0) + v
+                self._bin_cur, self._bin_acc = k, np.zeros(self.net.n_links)
+            self._bin_acc += load * (hi - lo)
 
     def _close_bins(self):
-        if self._bin_cur is not None and self._bin_acc:
-            ids = np.fromiter(self._bin_acc.keys(), np.int64)
-            self.series[self._bin_cur] = (ids, np.fromiter(self._bin_acc.values(), float))
+        if self._bin_cur is not None:
+            ids = np.flatnonzero(self._bin_acc)
+            if len(ids):
+                self.series[self._bin_cur] = (ids, self._bin_acc[ids])
         self._bin_cur, self._bin_acc = None, None
+
+    def _coarsen(self):
+        """Twice as wide bins, so that the series stays within max_bins (memory, links.csv rows)."""
+        self._close_bins()
+        merged: dict[int, list] = {}
+        for k, (ids, v) in self.series.items():
+            merged.setdefault(k // 2, []).append((ids, v))
+        self.series = {}
+        for k, parts in merged.items():
+            ids = np.concatenate([p[0] for p in parts])
+            v = np.concatenate([p[1] for p in parts])
+            u, inv = np.unique(ids, return_inverse=True)
+            self.series[k] = (u, np.bincount(inv, weights=v))
+        self.bin_s *= 2
 
     def _stall_reason(self) -> str:
         unrouted = sum(1 for c, p in enumerate(self.C_path) if p is not None and len(p) == 0

@@ -42,6 +42,21 @@ class Net:
         self.host_nvl = np.asarray(host_nvl, dtype=np.int64)        # NVLink switch (node index) or -1
         self.kind, self.params = kind, dict(params or {})
         self.version = 0  # bumped on every link state change, so routers can drop caches
+        # What the controller sees, when the Net comes from a Fabric: each directed link's port
+        # number at its source node, each node's datapath id, each host's rank in the fabric
+        # (-1 where unknown). ShortestRouter picks next hops with them as the controller does.
+        self.link_port = np.full(len(self.link_src), -1, np.int64)
+        self.node_dpid = np.full(len(names), -1, np.int64)
+        self.host_rank = np.arange(len(self.hosts), dtype=np.int64)
+        # NIC rate of each host (the link of its first fabric port; NVLink excluded), bytes/s
+        pos = np.full(len(names), -1, np.int64)
+        pos[self.hosts] = np.arange(len(self.hosts))
+        src_pos = pos[self.link_src]
+        eth0 = np.where(src_pos >= 0, self.host_switch[np.maximum(src_pos, 0)], -1)
+        host_links = np.flatnonzero((self.link_kind == LINK_KINDS.index("host")) & (self.link_dst == eth0))
+        nic = np.zeros(len(names))
+        nic[self.link_src[host_links]] = self.link_gbps[host_links] * (1e9 / 8)
+        self.host_nic = nic[self.hosts]
         self._index: dict[str, int] | None = None
         self._link_of: dict[tuple[int, int], int] | None = None
         self._host_of_node: dict[int, int] | None = None
@@ -57,8 +72,13 @@ class Net:
 
     @property
     def capacity_Bps(self) -> np.ndarray:
-        """Per directed link, bytes/s; 0 while the link is down."""
-        return np.where(self.link_up, self.link_gbps * (1e9 / 8), 0.0)
+        """Per directed link, bytes/s; 0 while the link is down (read-only: kept until links change)."""
+        cached = getattr(self, "_cap", None)
+        if cached is None or cached[0] != self.version:
+            cap = np.where(self.link_up, self.link_gbps * (1e9 / 8), 0.0)
+            cap.setflags(write=False)
+            self._cap = cached = (self.version, cap)
+        return cached[1]
 
     def index(self, name: str) -> int:
         if self._index is None:
@@ -78,6 +98,10 @@ class Net:
         ia = a if isinstance(a, (int, np.integer)) else self.index(a)
         ib = b if isinstance(b, (int, np.integer)) else self.index(b)
         return self._link_of[int(ia), int(ib)]
+
+    def host_nic_Bps(self, h: int) -> float:
+        """NIC rate of host position h, bytes/s."""
+        return float(self.host_nic[h])
 
     def link_name(self, i: int) -> tuple[str, str]:
         return self.names[self.link_src[i]], self.names[self.link_dst[i]]
@@ -113,27 +137,35 @@ class Net:
         idx = {n: i for i, n in enumerate(names)}
         kind = np.array([HOST_NODE] * len(hosts) + [SWITCH_NODE if g.nodes[s].get("openflow", True) else NVLINK_NODE
                                                     for s in fabric.switches], dtype=np.int8)
-        src, dst, gbps, lk = [], [], [], []
+        src, dst, gbps, lk, ports = [], [], [], [], []
         kcode = {k: i for i, k in enumerate(LINK_KINDS)}
         for a, b, d in fabric.links():
+            pmap = d.get("ports") or {}
             for u, v in ((a, b), (b, a)):
                 src.append(idx[u])
                 dst.append(idx[v])
                 gbps.append(d["link_gbps"])
                 lk.append(kcode[d["kind"]])
+                ports.append(pmap.get(u, -1))
         host_switch = np.full(len(hosts), -1, dtype=np.int64)
         host_nvl = np.full(len(hosts), -1, dtype=np.int64)
         for i, h in enumerate(hosts):
+            first = None  # a dual-homed host's flows leave by eth0, as the controller routes them
             for nbr in g.neighbors(h):
-                k = g.edges[h, nbr]["kind"]
-                if k == "host":
-                    host_switch[i] = idx[nbr]
-                elif k == "nvlink":
+                e = g.edges[h, nbr]
+                if e["kind"] == "host" and (first is None or e["ports"][h] < first):
+                    first, host_switch[i] = e["ports"][h], idx[nbr]
+                elif e["kind"] == "nvlink":
                     host_nvl[i] = idx[nbr]
         ips = np.array([_ip_int(g.nodes[h]["ip"]) for h in hosts], dtype=np.uint32)
         assert all(g.nodes[h]["role"] == HOST for h in hosts)
-        return cls(names, kind, np.array(src), np.array(dst), np.array(gbps), np.array(lk),
-                   np.arange(len(hosts)), ips, host_switch, host_nvl, fabric.kind, fabric.params)
+        net = cls(names, kind, np.array(src), np.array(dst), np.array(gbps), np.array(lk),
+                  np.arange(len(hosts)), ips, host_switch, host_nvl, fabric.kind, fabric.params)
+        net.link_port = np.array(ports, np.int64)
+        net.node_dpid = np.array([g.nodes[n].get("dpid", -1) if g.nodes[n].get("dpid") is not None else -1
+                                  for n in names], np.int64)
+        net.host_rank = np.array([g.nodes[h].get("rank", i) for i, h in enumerate(hosts)], np.int64)
+        return net
 
     @classmethod
     def fat_tree(cls, k: int, link_gbps: float = 400.0, oversubscription: float = 1.0) -> "Net":

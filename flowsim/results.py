@@ -30,15 +30,16 @@ class Result:
         self.router = sim.router.describe()
         self.counters = dict(sim.counters)
         self.jobs = [j.name for j in sim.jobs]
-        rec = np.array(sim.records, dtype=float).reshape(-1, 6)
+        rec = np.array(sim.records, dtype=float).reshape(-1, 7)
         self.op_job, self.op_rank, self.op_index = rec[:, 0].astype(int), rec[:, 1].astype(int), rec[:, 2].astype(int)
         self.op_start, self.op_end, self.op_ready = rec[:, 3], rec[:, 4], rec[:, 5]
+        self.op_actor = rec[:, 6].astype(int)  # the actor (rank, or rank class) that ran it
         self._sim = sim
         self.link_bytes = sim.link_bytes.copy()
         self.link_names = [sim.net.link_name(i) for i in range(sim.net.n_links)]
         self.link_gbps = sim.net.link_gbps.copy()
         self.series = dict(sim.series)
-        self.series_bin_s = sim.p.series_bin_s
+        self.series_bin_s = sim.bin_s
 
     @property
     def complete(self) -> bool:
@@ -53,18 +54,19 @@ class Result:
             out["statements"] = out["statements"] + [
                 "bundle: each collective instance is one entity, its connections tied to one rate and starting "
                 "when its last member starts (a ring's steady state; an approximation for other algorithms)"]
-        if p.latency_s > 0:
+        if p.latency_s > 0 or p.hop_latency_s > 0:
             out["statements"] = out["statements"] + [
-                "latency_s delays each transfer's delivery; a following send sees its gate's progress minus "
-                "latency_s at the gate's current rate"]
+                "latency delays each transfer's delivery (latency_s, plus hop_latency_s per fabric or host link of "
+                "its path); a following send sees its gate's progress minus that latency at the gate's current rate"]
+        out["hop_latency_s"] = p.hop_latency_s
         return out
 
     def op_events(self):
         """One dict per finished op and rank, shaped like the agents' events."""
         sim = self._sim
-        for j, r, i, s, e, rd in zip(self.op_job, self.op_rank, self.op_index, self.op_start, self.op_end,
-                                     self.op_ready):
-            op = sim.streams[sim.rank_base[j] + r][i]
+        for j, r, i, s, e, rd, a in zip(self.op_job, self.op_rank, self.op_index, self.op_start, self.op_end,
+                                        self.op_ready, self.op_actor):
+            op = sim.streams[a][i]
             ev = {"kind": op.kind, "job": self.jobs[j], "rank": int(r), "op_id": op.id, "start": float(s),
                   "end": float(e), "ready": float(rd)}
             for k in ("op", "algorithm", "size_bytes", "iteration", "label", "group", "peer"):
@@ -78,11 +80,13 @@ class Result:
         out = []
         sim = self._sim
         for inst in sim.inst_list:
-            if inst.key[0] != "coll" or inst.members_done < len(inst.group):
+            if inst.key[0] not in ("coll", "class-coll") or inst.members_done < len(inst.members):
                 continue
             op = inst.op
+            n = inst.groups.shape[1] if inst.groups is not None else len(inst.group)
             out.append({"job": self.jobs[inst.job], "group": op.group, "op_id": op.id, "op": op.op,
-                        "algorithm": op.algorithm or "ring", "size_bytes": op.size_bytes, "ranks": len(inst.group),
+                        "algorithm": op.algorithm or "ring", "size_bytes": op.size_bytes, "ranks": n,
+                        "instances": len(inst.groups) if inst.groups is not None else 1,
                         "iteration": op.iteration, "start_s": inst.start_s, "end_s": inst.end_s,
                         "cct_s": inst.end_s - inst.start_s})
         return out
@@ -92,10 +96,10 @@ class Result:
         j = self.jobs.index(job)
         sim = self._sim
         spans: dict[int, list[float]] = {}
-        for jj, r, i, s, e in zip(self.op_job, self.op_rank, self.op_index, self.op_start, self.op_end):
+        for jj, i, s, e, a in zip(self.op_job, self.op_index, self.op_start, self.op_end, self.op_actor):
             if jj != j:
                 continue
-            it = sim.streams[sim.rank_base[j] + r][i].iteration
+            it = sim.streams[a][i].iteration
             if it is None:
                 continue
             sp_ = spans.setdefault(it, [np.inf, -np.inf])

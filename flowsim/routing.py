@@ -18,6 +18,7 @@ after a fault with the same observation.
 """
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +28,7 @@ from scipy.sparse import csgraph
 from flowsim.network import LINK_KINDS, SWITCH_NODE, Net
 
 FABRIC_LINK = LINK_KINDS.index("fabric")
+ROUTE_CHUNK = 1 << 16  # flows routed at once
 _M1, _M2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
 
 
@@ -68,7 +70,9 @@ class SwitchPaths:
                              & (self.local[net.link_dst] >= 0))
         self.fab_links = fab
         u, v = self.local[net.link_src[fab]], self.local[net.link_dst[fab]]
-        order = np.lexsort((v, u))
+        # Next hops in the order of their port numbers (when the Net knows them), as the
+        # controller sorts a switch's ports toward a destination.
+        order = np.lexsort((v, net.link_port[fab], u))
         u, v, lid = u[order], v[order], fab[order]
         deg = np.bincount(u, minlength=len(self.sw))
         self.maxdeg = int(deg.max()) if len(deg) else 0
@@ -113,6 +117,11 @@ class Router:
 
     def __init__(self):
         self._paths: SwitchPaths | None = None
+        self.sim = None
+
+    def attach(self, sim) -> None:
+        """The simulation this router serves (its clock ``sim.now``, ``sim.five_tuple(c)``)."""
+        self.sim = sim
 
     def describe(self) -> dict:
         return {"name": self.name}
@@ -126,10 +135,20 @@ class Router:
             self._paths = SwitchPaths(net)
         return self._paths
 
-    def route(self, net: Net, src: np.ndarray, dst: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def route(self, net: Net, src: np.ndarray, dst: np.ndarray, key: np.ndarray,
+              conns: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Paths of flows src[i] -> dst[i] (host positions) as CSR (indptr, link ids).
-        An unreachable flow (or one to itself) gets an empty path."""
+        An unreachable flow (or one to itself) gets an empty path. conns: the simulation's
+        connection ids of the flows, for routers that place them one by one."""
         src, dst, key = np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(key, np.uint64)
+        if len(src) > ROUTE_CHUNK:  # each hop holds a flows x max-degree array: bound it
+            parts = [self._route(net, src[i:i + ROUTE_CHUNK], dst[i:i + ROUTE_CHUNK], key[i:i + ROUTE_CHUNK])
+                     for i in range(0, len(src), ROUTE_CHUNK)]
+            lens = np.concatenate([np.diff(ip) for ip, _ in parts])
+            return np.concatenate([[0], np.cumsum(lens)]).astype(np.int64), np.concatenate([lk for _, lk in parts])
+        return self._route(net, src, dst, key)
+
+    def _route(self, net: Net, src: np.ndarray, dst: np.ndarray, key: np.ndarray):
         n = len(src)
         cols: list[np.ndarray] = []  # one column per hop position; -1 where a flow has no hop there
         ok = src != dst
@@ -204,6 +223,14 @@ class Router:
         return hops
 
     # -- hooks for policies ------------------------------------------------------
+    def timers(self) -> list[float]:
+        """Times at which the policy wants ``wake`` called (a controller coming back, say)."""
+        return []
+
+    def wake(self, now_s: float, obs: "Observation") -> dict[int, np.ndarray]:
+        """New paths at one of ``timers()``; none by default."""
+        return {}
+
     def poll(self, now_s: float, obs: "Observation") -> dict[int, np.ndarray]:
         """New paths (connection id -> link ids) for the flows the policy moves; none by default."""
         return {}
@@ -263,12 +290,31 @@ class EcmpRouter(Router):
 
 
 class ShortestRouter(Router):
-    """One path per (switch, destination host), as the controller's ``shortest`` policy."""
+    """One path per (switch, destination host), as the controller's ``shortest`` policy: of the
+    switch's ports toward the destination, in port order, the one at crc32("dpid:rank") modulo
+    their count (controller.routing.switch_routes). A Net without datapath ids (Net.fat_tree)
+    hashes the node index and host position instead."""
 
     name = "shortest"
 
+    def __init__(self):
+        super().__init__()
+        self._crc: dict[tuple[int, int], int] = {}
+
     def hop_choice(self, key, dst_host, switch):
-        return fmix64((np.asarray(switch, np.uint64) << np.uint64(32)) ^ np.asarray(dst_host, np.uint64))
+        net = self._paths.net
+        dpid = net.node_dpid[np.asarray(switch, np.int64)]
+        rank = net.host_rank[np.asarray(dst_host, np.int64)]
+        if (dpid < 0).any():
+            return fmix64((np.asarray(switch, np.uint64) << np.uint64(32)) ^ np.asarray(dst_host, np.uint64))
+        out = np.empty(len(dpid), np.uint64)
+        crc = self._crc
+        for k, pair in enumerate(zip(dpid.tolist(), rank.tolist())):
+            v = crc.get(pair)
+            if v is None:
+                v = crc[pair] = zlib.crc32(f"{pair[0]}:{pair[1]}".encode())
+            out[k] = v
+        return out
 
 
 def _links(net: Net, a: np.ndarray, b: np.ndarray) -> np.ndarray:

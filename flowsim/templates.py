@@ -100,6 +100,14 @@ def bundle_shape(op: str, algorithm: str, nranks: int, size_bytes: int, root: in
         b = {"all_reduce": rs + ag, "reduce_scatter": rs, "all_gather": ag}[op]
         steps = 2 * (n - 1) if op == "all_reduce" else n - 1
         return BundleShape(i, (i + 1) % n, b, steps, float(size_bytes) / n)
+    if algorithm == "direct" and op == "all_to_all" and n > 1:
+        # Closed form too (n^2 transfers): rank s sends block d of its buffer to rank d.
+        c = np.array(split_even(size_bytes, n), float)
+        src = np.repeat(np.arange(n), n - 1)
+        dst = (src + np.tile(np.arange(1, n), n)) % n
+        order = np.lexsort((dst, src))
+        src, dst = src[order], dst[order]
+        return BundleShape(src, dst, c[dst], 1, float(np.median(c)))
     t = template(op, algorithm, nranks, size_bytes, root, gpus_per_server)
     if not t.n:
         return BundleShape(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), 0, 0.0)

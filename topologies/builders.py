@@ -206,6 +206,30 @@ def leaf_spine(leaves: int, spines: int, hosts_per_leaf: int,
     return fab
 
 
+def add_servers(fab: Fabric, gpus_per_server: int, nvlink_gbps: float = DEFAULT_NVLINK_GBPS,
+                key: str = "topology") -> Fabric:
+    """Servers of gpus_per_server GPUs on a fabric whose hosts are GPUs: hosts in rank order, every
+    server's GPUs under one first switch (a ToR per server, as a fat-tree of DGX-like servers is
+    cabled), sharing an NVLink switch (no OpenFlow) as rail-optimized servers do."""
+    _need_int("gpus_per_server", gpus_per_server, low=1)
+    if nvlink_gbps <= 0:
+        raise InputError(f"{key}.nvlink_gbps", "a positive number", nvlink_gbps)
+    hosts = fab.hosts
+    if len(hosts) % gpus_per_server:
+        raise InputError(f"{key}.gpus_per_server", f"a divisor of the {len(hosts)} hosts", gpus_per_server)
+    for s in range(len(hosts) // gpus_per_server):
+        members = hosts[s * gpus_per_server:(s + 1) * gpus_per_server]
+        if len({fab.attachment(h)[0] for h in members}) != 1:
+            raise InputError(f"{key}.gpus_per_server", "a divisor of the hosts under each first-tier switch "
+                             "(a server's GPUs share their switch)", gpus_per_server)
+        fab.add_switch(f"nvl{s}", "nvlink", openflow=False, server=s)
+        for g, h in enumerate(members):
+            fab.node(h).update(server=s, gpu=g)
+            fab.add_link(h, f"nvl{s}", nvlink_gbps, "nvlink")
+    fab.params.update(gpus_per_server=gpus_per_server, nvlink_gbps=float(nvlink_gbps))
+    return fab
+
+
 # NVIDIA DGX SuperPOD scalable unit (SU): 32 DGX nodes of 8 GPUs, one 400 Gb/s NIC per GPU,
 # GPU g of every node on the SU's rail leaf g; leaves have 64 ports, 32 down and 32 up.
 # Spine and core counts per SU count are the reference architecture's "Larger DGX SuperPOD
@@ -351,6 +375,9 @@ BUILDERS = {
     "hpn": (hpn, set(), {"segments", "hosts_per_segment", "gpus_per_host", "aggs_per_plane", "host_link_gbps",
                          "spine_link_gbps", "nvlink_gbps", "link_gbps"}),
 }
+# Kinds whose hosts may be grouped into NVLink servers after building (add_servers).
+SERVER_PARAMS = {"gpus_per_server", "nvlink_gbps"}
+WITH_SERVERS = ("single-switch", "fat-tree", "leaf-spine")
 
 
 def build(kind: str, params: dict, *, file: str | None = None, key: str = "topology") -> Fabric:
@@ -358,6 +385,12 @@ def build(kind: str, params: dict, *, file: str | None = None, key: str = "topol
     if kind not in BUILDERS:
         raise InputError(f"{key}.kind", "one of " + ", ".join(BUILDERS), kind, file)
     fn, required, optional = BUILDERS[kind]
+    servers = {}
+    if kind in WITH_SERVERS:
+        optional = optional | SERVER_PARAMS
+        servers = {p: params[p] for p in SERVER_PARAMS if p in params}
+        if servers and "gpus_per_server" not in servers:
+            raise InputError(f"{key}.gpus_per_server", "a value (nvlink_gbps needs servers)", None, file)
     for p in params:
         if p not in required | optional:
             raise InputError(f"{key}.{p}", f"a {kind} parameter ({', '.join(sorted(required | optional))})",
@@ -371,7 +404,8 @@ def build(kind: str, params: dict, *, file: str | None = None, key: str = "topol
         if p.endswith("_gbps") and v <= 0:
             raise InputError(f"{key}.{p}", "a positive rate in Gb/s", v, file)
     try:
-        return fn(**params)
+        fab = fn(**{p: v for p, v in params.items() if p not in servers})
+        return add_servers(fab, **servers, key=key) if servers else fab
     except InputError as e:
         if file and not e.file:
             raise InputError(e.key, e.expected, e.found, file) from None

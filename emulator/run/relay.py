@@ -18,7 +18,6 @@ Offsets come back in the controller's seconds, which in dtnet are emulated
 from __future__ import annotations
 
 import json
-import statistics
 import time
 import urllib.error
 import urllib.request
@@ -28,6 +27,7 @@ from badinput import InputError
 from badinput.schema import from_dict
 from controller.cosched import Answer
 from emulator.agent.protocol import Announce, PhaseAnswer, line
+from experiment.outputs.announcements import summarize  # noqa: F401  (the engine-neutral summary)
 
 PATH = "/dtnet/v1/announce"
 ANNOUNCE_TIMEOUT_S = 1.0
@@ -136,27 +136,3 @@ class Relay:
                 "pace_from_s": a.pace_from_s / self.dilation if paced else 0.0,
                 "pace_until_s": a.pace_until_s / self.dilation if paced else 0.0,
                 "flows": len(flows) if isinstance(flows, list) else 0}
-
-
-def summarize(events: list[dict], dilation: float) -> list[dict]:
-    """Per job: announcements, answers, fallbacks, offsets (real-cluster seconds)."""
-    out = []
-    for job in sorted({e["job"] for e in events if e.get("kind") == "announce"}):
-        ann = [e for e in events if e.get("kind") == "announce" and e["job"] == job]
-        answered = [e for e in ann if e["status"] == "answered"]
-        applied = [e for e in events if e.get("kind") == "offset" and e["job"] == job]
-        offsets = [e["offset_s"] for e in answered]
-        reasons: dict[str, int] = {}
-        for e in ann:
-            if e["status"] == "fallback":
-                reasons[e["reason"]] = reasons.get(e["reason"], 0) + 1
-        out.append({
-            "job": job, "announced": len(ann), "answered": len(answered), "fallbacks": len(ann) - len(answered),
-            "fallback_reasons": reasons, "shifted": sum(1 for s in offsets if s > 0),
-            "offset_s_mean": statistics.fmean(offsets) if offsets else 0.0, "offset_s_max": max(offsets, default=0.0),
-            "paced": sum(1 for e in answered if e.get("pace_share")),
-            "round_trip_s_mean": statistics.fmean([(e["end"] - e["start"]) / dilation for e in ann]) if ann else 0.0,
-            # How long ranks held a phase back, offset and round trip together.
-            "held_s_mean": statistics.fmean([(e["end"] - e["start"]) / dilation for e in applied]) if applied else 0.0,
-        })
-    return out

@@ -31,15 +31,24 @@ def build(events: list[dict], jobs: list[tuple[str, list[str]]], dilation: float
     out: list[dict] = []
     sender: dict[tuple, tuple[int, int, float, float]] = {}  # (job, rank, op_id) -> pid, tid, ts, end
     receives: list[tuple[int, int, dict, float, float]] = []
+    by_rank: dict[tuple, list] = {}  # (job, rank) -> its op events and the transfers it received
+    for e in events:
+        if "start" not in e or "end" not in e or e.get("rank") is None:
+            continue
+        if e["kind"] in OP_KINDS:
+            by_rank.setdefault((e.get("job"), e["rank"]), []).append(e)
+        elif e["kind"] == "transfer":
+            by_rank.setdefault((e.get("job"), e.get("dst", e["rank"])), []).append(e)
     for pi, (job, hosts) in enumerate(jobs):
         pid = pi + 1
         out += [_meta("process_name", pid, 0, name=f"job {job}"), _meta("process_sort_index", pid, 0, sort_index=pid)]
-        mine = [e for e in events if e.get("job") == job and "start" in e and "end" in e]
         next_tid, sort_index = len(hosts) + 1, 0
         for rank, host in enumerate(hosts):
-            ops = [(us(e["start"]), us(e["end"]), e) for e in mine if e["rank"] == rank and e["kind"] in OP_KINDS]
-            xfers = [(us(e["start"]), us(e["end"]), e) for e in mine
-                     if e["kind"] == "transfer" and e.get("dst", e["rank"]) == rank]
+            mine = by_rank.get((job, rank), [])
+            if not mine and len(hosts) > 64:
+                continue  # a large job whose engine reports some ranks only (one per rank class)
+            ops = [(us(e["start"]), us(e["end"]), e) for e in mine if e["kind"] in OP_KINDS]
+            xfers = [(us(e["start"]), us(e["end"]), e) for e in mine if e["kind"] == "transfer"]
             tracks = []  # (tid, track name, [(ts, end, event)])
             for i, lane in enumerate(_lanes(ops) or [[]]):
                 tid = rank + 1 if i == 0 else None

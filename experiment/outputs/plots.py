@@ -165,6 +165,9 @@ def _group(node: dict):
     return None
 
 
+MAX_HEATMAP_LINKS = 160
+
+
 def heatmap_figure(rows: list[dict], title: str = "", fabric=None, phases: dict | None = None):
     """Utilization of every directed link that carried traffic (rows) over time (columns, one per
     sample of links.csv), grouped by tier and rail, NVLink apart; above them, when each job's
@@ -179,6 +182,10 @@ def heatmap_figure(rows: list[dict], title: str = "", fabric=None, phases: dict 
     if not times or not busy:
         return None
     import numpy as np
+
+    shown = len(busy)
+    if shown > MAX_HEATMAP_LINKS:  # a large fabric: its busiest links (a row each would be unreadable and slow)
+        busy = sorted(busy, key=lambda k: -sum(util[k].values()))[:MAX_HEATMAP_LINKS]
 
     tiers, nvlink = heatmap_rows(busy, fabric)
     panels = [("fabric links", tiers)] + ([("NVLink, inside servers", [("", nvlink)])] if nvlink else [])
@@ -215,10 +222,11 @@ def heatmap_figure(rows: list[dict], title: str = "", fabric=None, phases: dict 
             right.set_yticks(centers, labels, fontsize="x-small")
             right.tick_params(length=0)
     axes[-1].set_xlabel(f"time (ms, real cluster; one column per {step * 1e3:.3g} ms sample)")
-    idle = len(util) - len(busy)
+    idle = len(util) - shown
     first, _, rest = title.partition("\n")
-    fig.suptitle(first + (f" ({idle} idle links not shown)" if idle else "") + (f"\n{rest}" if rest else ""),
-                 fontsize="medium")
+    note = f" (the {len(busy)} busiest of {shown} busy links)" if shown > len(busy) else \
+        f" ({idle} idle links not shown)" if idle else ""
+    fig.suptitle(first + note + (f"\n{rest}" if rest else ""), fontsize="medium")
     fig.colorbar(mesh, ax=axes, label="utilization (of link rate)", shrink=0.6)
     return fig
 

@@ -91,9 +91,11 @@ def report(run_dir: str, out) -> int:
     rows = _load_links(run_dir)
     topo, sc = s.get("topology", {}), s["scale"]
     out.write(f"run {s['name']} ({run_dir}): {s['status']}" + (f": {s['error']}" if s.get("error") else "") + "\n")
+    where = (f"engine flow (real-cluster units)" if s.get("engine") == "flow" else
+             f"datapath {s.get('datapath', '?')}; scale link {sc['link']:g}, bytes {sc['bytes']:g} "
+             f"(time dilation {sc['dilation']:g}x)")
     out.write(f"  {topo.get('kind', '?')}, {topo.get('hosts', '?')} hosts, {topo.get('switches', '?')} switches; "
-              f"routing {s.get('routing', '?')}; datapath {s.get('datapath', '?')}; scale link {sc['link']:g}, "
-              f"bytes {sc['bytes']:g} (time dilation {sc['dilation']:g}x)\n")
+              f"routing {s.get('routing', '?')}; {where}\n")
     print_table(s, out)
     if rows is not None:
         print_links(rows, out)
@@ -145,13 +147,14 @@ def compare(run_dirs: list[str], out, plot: str | None = None) -> int:
     out.write("runs (ratios are against [1]):\n")
     for label, d, s in zip(labels, run_dirs, runs):
         topo = s.get("topology", {})
+        where = ("engine flow" if s.get("engine") == "flow" else
+                 f"engine emulate, scale link {s['scale']['link']:g} bytes {s['scale']['bytes']:g}")
         out.write(f"  {label} {d}: {s['name']}, {topo.get('kind', '?')} {topo.get('hosts', '?')} hosts, "
-                  f"routing {s.get('routing', '?')}, scale link {s['scale']['link']:g} bytes {s['scale']['bytes']:g}, "
-                  f"{s['status']}\n")
+                  f"routing {s.get('routing', '?')}, {where}, {s['status']}\n")
     table: list[tuple[str, list]] = [("traffic", []),
                                      ("  normalized throughput", [s["traffic"]["normalized_throughput"] for s in runs]),
                                      ("  aggregate Gb/s", [s["traffic"]["aggregate_gbps"] for s in runs]),
-                                     ("  fidelity", ["OK" if s["fidelity"]["ok"] else "NOT FAITHFUL" for s in runs])]
+                                     ("  fidelity", [_verdict(s) for s in runs])]
     for job in _ordered(j["name"] for s in runs for j in s["jobs"]):
         per = [next((j for j in s["jobs"] if j["name"] == job), None) for s in runs]
         table.append((f"job {job}", []))
@@ -181,6 +184,13 @@ def compare(run_dirs: list[str], out, plot: str | None = None) -> int:
             raise InputError("--plot", "a writable PNG path", e.strerror, plot) from None
         out.write(f"\nchart: {plot}\n")
     return 0
+
+
+def _verdict(s: dict) -> str:
+    """The fidelity row: the emulator's verdict, or that a model made the run."""
+    if s.get("engine") == "flow":
+        return "model (flow)"
+    return "OK" if s["fidelity"]["ok"] else "NOT FAITHFUL"
 
 
 class _Secs(float):

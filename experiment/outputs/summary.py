@@ -216,6 +216,7 @@ def build(exp, fabric, jobs, events: list[dict], *, status: str, error: str | No
     return {
         "version": SUMMARY_VERSION,
         "name": exp.name,
+        "engine": exp.engine,
         "status": status,
         "error": error,
         "topology": {**exp.topology, **fabric.counts()},
@@ -267,6 +268,9 @@ def print_table(summary: dict, out) -> None:
     t = summary["traffic"]
     out.write(f"\ntraffic: aggregate {t['aggregate_gbps']:.1f} Gb/s, normalized throughput "
               f"{t['normalized_throughput']:.3f} of the host links\n")
+    if summary.get("engine") == "flow":
+        print_model(summary, out)
+        return
     f = summary["fidelity"]
     verdict = "OK" if f["ok"] else "NOT FAITHFUL"
     out.write(f"fidelity: {verdict}")
@@ -276,6 +280,20 @@ def print_table(summary: dict, out) -> None:
     if not f["ok"] and f.get("suggested_scale"):
         out.write(f"  suggestion: --set scale.link={f['suggested_scale']['link']:.3g} "
                   f"--set scale.bytes={f['suggested_scale']['bytes']:.3g}, or --auto-scale\n")
+
+
+def print_model(summary: dict, out) -> None:
+    """What a flow-engine run assumed, where an emulator run states its fidelity."""
+    m = summary.get("model") or {}
+    routing = m.get("routing") or {}
+    seed = f" seed {routing['seed']}" if "seed" in routing else ""
+    out.write(f"model: flow engine, {m.get('model', 'fluid max-min')}, {m.get('collective_model', '?')} collectives, "
+              f"routing {routing.get('name', summary.get('routing', '?'))}{seed}, slice "
+              f"{fmt_bytes(m.get('slice_bytes', 0))}, latency {m.get('latency_s', 0) * 1e6:g} us "
+              f"(assumptions: summary.json model.statements)\n")
+    bad = [c["name"] + ": " + c["detail"] for c in summary["fidelity"].get("checks", []) if not c["ok"]]
+    if bad:
+        out.write("  model checks failed: " + "; ".join(bad) + "\n")
 
 
 def print_calibration(cal: dict, out) -> None:

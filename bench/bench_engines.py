@@ -1,0 +1,318 @@
+"""The flow engine checked against the emulator: the same experiments on both, back to back.
+
+    sudo .venv/bin/python bench/bench_engines.py [--only SUBSTRING ...] [--out DIR] [--list]
+                                                 [--flow-only] [--seeds N]
+
+Each point is an experiment file of experiments/ with overrides. It runs on the emulator
+(`dtnet run`, holding /tmp/dtnet-mininet.lock, as every emulator run must) and then on the
+flow engine (in this process), and the bench prints per point the figure each engine gives,
+their ratio (flow / emulator) and whether the emulator marked its run faithful. The groups:
+
+- all-reduce with each algorithm at 256 MiB and 1 GiB on a single switch (8 GPUs), a k=4
+  fat-tree and a rail-optimized fabric (16 GPUs): collective time. `shortest` routing, which
+  both engines route identically (the controller's tables), so that the comparison is of the
+  model and not of hashing luck;
+- all-gather, reduce-scatter, all-to-all on the fat-tree: collective time;
+- Hedera's stride and staggered (random) patterns under ECMP and congestion-aware:
+  normalized throughput;
+- two and three jobs contending under ecmp, congestion-aware and coschedule: mean iteration
+  time, and whether both engines rank the policies alike;
+- the GPT 3D breakdown (tp 4, pp 2, dp 2): iteration time, compute, exposed communication, idle;
+- a link-down fault in the middle of a stride: completion time.
+
+Under ECMP the emulator's hash (OVS, the kernel's ephemeral ports) cannot be reproduced, so
+the flow engine runs N seeds (--seeds, default 8) and the bench gives the median, the spread
+and whether the emulator's figure lies inside it. Emulator results already complete in
+DIR/emulate/<point> for the same experiment are reused (delete DIR to measure afresh);
+--flow-only never starts the emulator. DIR/bench_engines.json keeps every figure.
+Goals (issue 15): median |ratio - 1| <= 5% and p90 <= 10% over the faithful points, the same
+policy ranking on every contended point, and the flow engine >= 10^4 x faster.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import subprocess
+import time
+import sys
+from contextlib import redirect_stdout
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+LOCK = "/tmp/dtnet-mininet.lock"
+DTNET = os.path.join(ROOT, ".venv", "bin", "dtnet")
+MIB, GIB = 1 << 20, 1 << 30
+
+
+def X(name):
+    return os.path.join(ROOT, "experiments", f"{name}.yaml")
+
+
+def cct(s):
+    return s["jobs"][0]["collectives"][0]["cct_s"]
+
+
+def iteration(s):
+    return s["aggregate"]["iteration_time_s_mean"]
+
+
+def throughput(s):
+    return s["traffic"]["normalized_throughput"]
+
+
+def makespan(s):
+    return s["aggregate"]["makespan_s"]
+
+
+def _points() -> list[dict]:
+    pts = []
+    fabrics = {
+        "single-switch": (X("ring-single-switch"), ("ring", "tree", "halving-doubling", "direct"), []),
+        "fat-tree": (X("collectives-fat-tree"), ("ring", "tree", "halving-doubling", "direct"), []),
+        "rail": (X("collectives-rail"), ("ring", "tree", "halving-doubling", "hierarchical"), []),
+    }
+    for fab, (path, algs, extra) in fabrics.items():
+        for alg in algs:
+            for size, sname in ((256 * MIB, "256MiB"), (GIB, "1GiB")):
+                sets = [f"jobs.0.workload.algorithm={alg}", f"jobs.0.workload.size_bytes={size}",
+                        "jobs.0.workload.iterations=3", "controller.routing=shortest", *extra]
+                if fab == "rail" and alg == "ring":
+                    sets.append("jobs.0.order=rail-aligned")
+                pts.append({"group": "all-reduce", "label": f"all_reduce {alg} {sname} {fab}", "file": path,
+                            "sets": sets, "figure": "cct", "name": "collective time"})
+    for op, alg, size in (("all_gather", "ring", 256 * MIB), ("reduce_scatter", "ring", 256 * MIB),
+                          ("all_to_all", "direct", 64 * MIB)):
+        pts.append({"group": "collectives", "label": f"{op} {alg} {size // MIB}MiB fat-tree",
+                    "file": X("collectives-fat-tree"), "figure": "cct", "name": "collective time",
+                    "sets": [f"jobs.0.workload.collective={op}", f"jobs.0.workload.algorithm={alg}",
+                             f"jobs.0.workload.size_bytes={size}", "jobs.0.workload.iterations=3",
+                             "controller.routing=shortest"]})
+    for pattern in ("stride", "staggered"):
+        for routing in ("ecmp", "congestion-aware"):
+            pts.append({"group": "hedera", "label": f"{pattern} {routing} fat-tree", "file": X(f"{pattern}-fat-tree"),
+                        "sets": [f"controller.routing={routing}"], "figure": "throughput",
+                        "name": "normalized throughput", "contend": f"hedera {pattern}", "policy": routing})
+    for name, what in (("demo", "two jobs rail"), ("three-jobs-contending", "three jobs leaf-spine")):
+        for routing in ("ecmp", "congestion-aware", "coschedule"):
+            pts.append({"group": "contending", "label": f"{what} {routing}", "file": X(name),
+                        "sets": [f"controller.routing={routing}"], "figure": "iteration",
+                        "name": "iteration time", "contend": what, "policy": routing})
+    pts.append({"group": "gpt", "label": "gpt-small 3d tp4 pp2 dp2", "file": X("gpt-3d-breakdown"), "sets": [],
+                "figure": "iteration", "name": "iteration time", "breakdown": True})
+    pts.append({"group": "fault", "label": "stride + 2 core links down", "file": X("link-down-fat-tree"),
+                "sets": [], "figure": "makespan", "name": "completion time"})
+    return pts
+
+
+FIGURES = {"cct": cct, "iteration": iteration, "throughput": throughput, "makespan": makespan}
+
+
+def slug(label: str) -> str:
+    return "".join(c if c.isalnum() or c in ".-" else "_" for c in label)
+
+
+def _complete(folder: str, sets: list[str], path: str) -> dict | None:
+    """The emulator's summary of this point, when a complete run of this very experiment is there."""
+    from experiment import model
+    try:
+        with open(os.path.join(folder, "summary.json")) as f:
+            s = json.load(f)
+        ran = model.load(os.path.join(folder, "config.yaml"))
+        want = model.load(path, ["sweep={}", *sets])
+    except (OSError, ValueError, Exception):  # noqa: BLE001: anything unreadable is simply not done
+        return None
+    if s.get("status") != "complete" or model.to_dict(ran)["jobs"] != model.to_dict(want)["jobs"] or \
+            ran.routing != want.routing or ran.topology != want.topology:
+        return None
+    return s
+
+
+def run_emulator(pt: dict, folder: str) -> tuple[dict | None, float | None]:
+    cached = _complete(folder, pt["sets"], pt["file"])
+    if cached is not None:
+        return cached, cached.get("bench_wall_s")
+    os.makedirs(folder, exist_ok=True)
+    timing = os.path.join(folder, "bench.wall")
+    # The run's own wall time, measured once the lock is ours (waiting for it is not the emulator's).
+    cmd = ["flock", LOCK, "/usr/bin/time", "-o", timing, "-f", "%e", DTNET, "run", pt["file"], "--out", folder,
+           "--set", "sweep={}"]
+    for s in pt["sets"]:
+        cmd += ["--set", s]
+    with open(os.path.join(folder, "bench.log"), "w") as log:
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+    try:
+        with open(timing) as f:
+            wall = float(f.read().split()[-1])
+    except (OSError, ValueError, IndexError):
+        wall = None
+    try:
+        with open(os.path.join(folder, "summary.json")) as f:
+            s = json.load(f)
+    except (OSError, ValueError):
+        return None, wall
+    s["bench_wall_s"] = wall
+    with open(os.path.join(folder, "summary.json"), "w") as f:
+        json.dump(s, f, indent=1)
+    return (s if rc in (0, 1) and s.get("status") == "complete" else None), wall
+
+
+def run_flow(pt: dict, folder: str, seed: int, extra: tuple = ()) -> tuple[dict, float]:
+    from experiment import model
+    from flowsim.runner import run_experiment
+    exp = model.load(pt["file"], ["sweep={}", *pt["sets"], "engine=flow", f"flow.ecmp_seed={seed}", *extra])
+    t0 = time.perf_counter()
+    with redirect_stdout(io.StringIO()):
+        s = run_experiment(exp, folder, log=lambda m: None)
+    return s, time.perf_counter() - t0
+
+
+def pct(values, q):
+    s = sorted(values)
+    if not s:
+        return float("nan")
+    k = (len(s) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def _fmt(v: float, name: str) -> str:
+    if name.endswith("throughput"):
+        return f"{v:.3f}"
+    return f"{v * 1e3:.2f} ms"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", action="append", default=[], help="run the points whose label contains this")
+    ap.add_argument("--out", default=os.path.join(ROOT, "results", "bench-engines"))
+    ap.add_argument("--list", action="store_true", help="list the points and exit")
+    ap.add_argument("--flow-only", action="store_true", help="never start the emulator (reuse its results)")
+    ap.add_argument("--seeds", type=int, default=8, help="ECMP seeds the flow engine runs per ECMP point")
+    args = ap.parse_args(argv)
+    pts = [p for p in _points() if not args.only or any(o in p["label"] for o in args.only)]
+    if args.list:
+        for p in pts:
+            print(f"{p['group']:<12} {p['label']}")
+        print(f"{len(pts)} points")
+        return 0
+    rows = []
+    print(f"{'point':<46}{'figure':<22}{'emulator':>11}{'flow':>11}{'ratio':>8}  {'faithful':<9}"
+          f"{'emu wall':>9}{'flow wall':>10}{'speedup':>9}  flow over seeds")
+    for p in pts:
+        emu_dir = os.path.join(args.out, "emulate", slug(p["label"]))
+        if args.flow_only:
+            emu, emu_wall = _complete(emu_dir, p["sets"], p["file"]), None
+            emu_wall = emu.get("bench_wall_s") if emu else None
+        else:
+            emu, emu_wall = run_emulator(p, emu_dir)
+        routing = next((s.split("=", 1)[1] for s in p["sets"] if s.startswith("controller.routing=")), None)
+        from experiment import model
+        routing = routing or model.load(p["file"]).routing
+        seeds = range(args.seeds) if routing in ("ecmp", "congestion-aware", "coschedule") else range(1)
+        flows = []
+        for seed in seeds:
+            s, wall = run_flow(p, os.path.join(args.out, "flow", slug(p["label"]), f"seed{seed}"), seed)
+            flows.append((s, wall))
+        f = FIGURES[p["figure"]]
+        fig = [f(s) for s, _ in flows if s["status"] == "complete"]
+        flow_fig = fig[0] if len(fig) == 1 else statistics.median(fig) if fig else float("nan")
+        flow_wall = statistics.median(w for _, w in flows)
+        flow_sim = statistics.median(s["model"]["run_s"] for s, _ in flows)
+        bundle, _ = run_flow(p, os.path.join(args.out, "flow", slug(p["label"]), "bundle"), 0,
+                             ("flow.collective_model=bundle",))
+        row = {**{k: p[k] for k in ("group", "label", "figure", "name")}, "contend": p.get("contend"),
+               "policy": p.get("policy"), "flow": flow_fig, "flow_seeds": fig, "flow_wall_s": flow_wall, "flow_sim_s": flow_sim,
+               "flow_model": flows[0][0]["model"]["collective_model"],
+               "bundle": f(bundle) if bundle["status"] == "complete" else None, "bundle_sim_s": bundle["model"]["run_s"],
+               "emulator": f(emu) if emu else None, "faithful": bool(emu and emu["fidelity"]["ok"]),
+               "emulator_wall_s": emu_wall, "emulator_replay_s": emu.get("duration_s_wall") if emu else None}
+        if p.get("breakdown"):
+            row["breakdown"] = {"flow": flows[0][0]["jobs"][0]["breakdown_s"],
+                                "emulator": emu["jobs"][0]["breakdown_s"] if emu else None}
+        row["ratio"] = flow_fig / row["emulator"] if row["emulator"] else None
+        row["inside_spread"] = (min(fig) * 0.98 <= row["emulator"] <= max(fig) * 1.02) if row["emulator"] and \
+            len(fig) > 1 else None
+        rows.append(row)
+        spread = f"{_fmt(min(fig), p['name'])} .. {_fmt(max(fig), p['name'])}" + (
+            " (emulator inside)" if row["inside_spread"] else " (emulator outside)" if row["inside_spread"] is False
+            else "") if len(fig) > 1 else ""
+        emu_s = _fmt(row["emulator"], p["name"]) if row["emulator"] is not None else "-"
+        ratio = f"{row['ratio']:.3f}" if row["ratio"] else "-"
+        speed = f"{emu_wall / flow_wall:.0f}x" if emu_wall else "-"
+        print(f"{p['label']:<46}{p['name']:<22}{emu_s:>11}{_fmt(flow_fig, p['name']):>11}{ratio:>8}  "
+              f"{('yes' if row['faithful'] else 'NO' if emu else '-'):<9}"
+              f"{(f'{emu_wall:.1f}s' if emu_wall else '-'):>9}{flow_wall:>9.3f}s{speed:>9}  {spread}", flush=True)
+        if p.get("breakdown") and emu:
+            for part in ("compute", "exposed_comm", "idle"):
+                a, b = row["breakdown"]["emulator"][part], row["breakdown"]["flow"][part]
+                print(f"  {'breakdown ' + part:<58}{a * 1e3:>9.2f} ms{b * 1e3:>8.2f} ms"
+                      f"{(b / a if a else float('nan')):>8.3f}")
+    _verdict(rows)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "bench_engines.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    print(f"\nfigures: {os.path.join(args.out, 'bench_engines.json')}")
+    return 0
+
+
+TIE = 0.02
+
+
+def _sign(x: float, y: float) -> int:
+    if abs(x - y) <= TIE * max(abs(x), abs(y)):
+        return 0
+    return 1 if x > y else -1
+
+
+def _ranked(rs: list[dict], key: str, higher_better: bool) -> str:
+    """Policies best first, '=' between two within TIE."""
+    order = sorted(rs, key=lambda r: r[key], reverse=higher_better)
+    out = order[0]["policy"]
+    for a, b in zip(order, order[1:]):
+        out += (" = " if _sign(a[key], b[key]) == 0 else " > ") + b["policy"]
+    return out
+
+
+def _verdict(rows: list[dict]) -> None:
+    timed = [r for r in rows if r["ratio"] and r["faithful"] and r["figure"] in ("cct", "iteration", "makespan")]
+    err = [abs(r["ratio"] - 1) for r in timed]
+    print(f"\nfaithful points with a time: {len(timed)} of {len(rows)}; |ratio - 1| median "
+          f"{pct(err, 0.5) * 100:.1f}% (goal <= 5%), p90 {pct(err, 0.9) * 100:.1f}% (goal <= 10%)")
+    for r in rows:
+        if r["ratio"] and (abs(r["ratio"] - 1) > 0.10 or not r["faithful"]):
+            print(f"  miss or unfaithful: {r['label']}: ratio {r['ratio']:.3f}"
+                  + ("" if r["faithful"] else " (emulator NOT faithful)"))
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["contend"] and r["ratio"]:
+            groups.setdefault(r["contend"], []).append(r)
+    for g, rs in groups.items():
+        higher_better = rs[0]["figure"] == "throughput"
+        # Two policies within TIE of each other are a tie, in either engine; the rankings agree when
+        # no pair is ordered one way by one engine and the other way by the other.
+        flips = [(a["policy"], b["policy"]) for i, a in enumerate(rs) for b in rs[i + 1:]
+                 if _sign(a["emulator"], b["emulator"]) * _sign(a["flow"], b["flow"]) < 0]
+        print(f"  ranking {g}: emulator {_ranked(rs, 'emulator', higher_better)}; flow {_ranked(rs, 'flow', higher_better)}: "
+              + ("same (ties within 2% aside)" if not flips else "DIFFERENT: " + ", ".join(f"{a} vs {b}" for a, b in flips)))
+    speed = [r["emulator_wall_s"] / r["flow_wall_s"] for r in rows if r["emulator_wall_s"]]
+    sim = [r["emulator_wall_s"] / r["flow_sim_s"] for r in rows if r["emulator_wall_s"] and r["flow_sim_s"]]
+    bsim = [r["emulator_wall_s"] / r["bundle_sim_s"] for r in rows if r["emulator_wall_s"] and r["bundle_sim_s"]]
+    if speed:
+        print(f"  flow engine vs emulator wall time, each whole run with its outputs: median "
+              f"{statistics.median(speed):.0f}x faster (min {min(speed):.0f}x, max {max(speed):.0f}x); the simulation "
+              f"alone: median {statistics.median(sim):.0f}x (min {min(sim):.0f}x, max {max(sim):.0f}x); with bundles: median "
+              f"{statistics.median(bsim):.0f}x (min {min(bsim):.0f}x, max {max(bsim):.0f}x); goal >= 10000x")
+    bund = [r for r in rows if r["bundle"] and r["flow_model"] == "detailed" and r["figure"] != "throughput"]
+    if bund:
+        print("  bundle / detailed figure: " + ", ".join(f"{r['label']} {r['bundle'] / r['flow']:.3f}" for r in bund
+                                                       if abs(r["bundle"] / r["flow"] - 1) > 0.01)
+              + f" (every other point within 1%)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

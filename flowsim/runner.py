@@ -1,0 +1,482 @@
+"""`dtnet run` with `engine: flow`: the experiment as fluid flows, into the same run folder.
+
+The experiment model, placement, traces, schedules, alpha-beta predictions, controller
+policies and outputs are the ones the emulator uses; only how bytes and time move differs
+(flowsim.engine). Everything is in real-cluster units: times are seconds since the replay
+start, so summary.json says dilation 1. A file written for the emulator runs unchanged: when
+it has a `scale:` section the flow engine mirrors what the emulator would do with it (the
+agents' slice is testbed.slice_bytes / scale.bytes real bytes, the controller's periods are
+its wall-clock periods over the dilation), and ignores it otherwise.
+
+What the model assumes is written into summary.json ("model"), in place of the emulator's
+fidelity checks; docs/flow-engine.md says where it differs from TCP on shaped links.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from badinput import InputError
+from experiment.engine import Interrupted, RunFailure
+from experiment.model import Experiment, Scale, write_resolved
+from experiment.outputs.announcements import summarize as announcement_summary
+from experiment.outputs.links import COLUMNS as LINK_COLUMNS
+from experiment.outputs.summary import SUMMARY_VERSION, aggregate, job_results, traffic_results
+from experiment.outputs.write import write_after_run, write_json
+from experiment.plan import emulated_bytes, gpus_per_server, job_traces, predict_cct_s
+from flowsim.control import ControllerRouter, needs_controller
+from flowsim.cosched import PhaseGates, announcements
+from flowsim.engine import Fault, JobSpec, Params, Simulation, Straggler
+from flowsim.network import Net
+from flowsim.routing import EcmpRouter, ShortestRouter
+from flowsim.templates import template
+from traffic.collectives import build_schedule
+
+ENGINE = "flow"
+# collective_model auto: every transfer of every collective while there are at most this many
+# (the detailed model costs about one solve per transfer boundary); bundles beyond.
+AUTO_DETAILED_TRANSFERS = 200_000
+AUTO_DETAILED_OPS = 200_000  # per-rank ops: the detailed model runs every rank
+TRANSFER_EVENTS_MAX = 20_000
+# predicted_cct_s comes from the schedule the agents would run (built whole): above this many
+# transfers (a ring of more than ~1,000 ranks) the prediction is left out.
+PREDICT_MAX_TRANSFERS = 2_000_000  # as the emulator's plans: more would drown events.jsonl
+LINKS_CSV_MAX_ROWS = 2_000_000
+EMULATOR_SAMPLE_S = 0.25  # the emulator reads its link counters every quarter wall second
+
+
+def check(exp: Experiment) -> str:
+    """Refuse what the flow engine cannot model (InputError, exit 2); one line on what it runs."""
+    if exp.capture.links:
+        raise InputError("capture.links", "no packet capture with engine: flow (it moves no packets; "
+                         "capture with engine: emulate)", [list(x) for x in exp.capture.links], exp.source)
+    return (f"engine flow: {exp.flow.collective_model} collectives, routing {exp.routing}"
+            + (f" (ECMP seed {exp.flow.ecmp_seed})" if exp.routing != "shortest" else "")
+            + f", slice {_fmt_bytes(slice_bytes(exp))}, latency {latency_s(exp) * 1e6:g} us"
+            + (f" + {exp.latency_us:g} us a link" if exp.latency_us else "")
+            + ("; scale: mirrored (slices and controller periods as the emulator's)" if exp.scale_given else ""))
+
+
+def slice_bytes(exp: Experiment) -> float:
+    """The pipelining slice in real bytes: flow.slice_bytes, else what the agents send."""
+    return float(exp.flow.slice_bytes or exp.testbed.slice_bytes / exp.scale.bytes)
+
+
+def latency_s(exp: Experiment) -> float:
+    """Delivery latency of every transfer: flow.latency_us; by default prediction.latency_us (the
+    alpha-beta model's per-step alpha), or 0 when topology.latency_us delays each link instead."""
+    if exp.flow.latency_us is not None:
+        return exp.flow.latency_us * 1e-6
+    return 0.0 if exp.latency_us > 0 else exp.prediction.latency_us * 1e-6
+
+
+def hop_latency_s(exp: Experiment) -> float:
+    """topology.latency_us: one-way delay of every fabric and host link (NVLink has none), as the
+    emulator's netem adds it."""
+    return exp.latency_us * 1e-6
+
+
+def time_scale(exp: Experiment) -> float:
+    """Real seconds per second of the controller's clock: the emulator's is the wall clock."""
+    return 1.0 / exp.scale.dilation if exp.scale_given else 1.0
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit, f in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= f:
+            return f"{n / f:.4g} {unit}"
+    return f"{n:.4g} B"
+
+
+# -- building the simulation ----------------------------------------------------------
+
+def collective_model(exp: Experiment, jobs) -> tuple[str, int]:
+    """(detailed or bundle, the transfers the detailed model would simulate): detailed expands every
+    rank and every transfer, so auto takes it only while that stays small."""
+    total, ops = 0, 0
+    for jp in jobs:
+        tr = jp.trace
+        ops += tr.op_count()
+        layout = getattr(tr, "layout", None)
+        for cls in tr.classes:
+            seen = {}
+            for op in cls.ops:
+                if op.kind != "collective":
+                    continue
+                if layout is not None and op.group in layout.families:
+                    if op.group not in seen:
+                        seen[op.group] = len(np.unique(layout.group_index(op.group, cls.ranks)))
+                    count, n = seen[op.group], layout.family_size(op.group)
+                else:
+                    count, n = 1, len(tr.groups[op.group])
+                if n > 1:
+                    total += count * _transfers(op, n)
+            if len(cls) > 1 and total > AUTO_DETAILED_TRANSFERS:
+                break
+    if exp.flow.collective_model != "auto":
+        return exp.flow.collective_model, total
+    small = total <= AUTO_DETAILED_TRANSFERS and ops <= AUTO_DETAILED_OPS
+    return ("detailed" if small else "bundle"), total
+
+
+def _transfers(op, n: int) -> int:
+    """Transfers one instance of a collective schedules (an upper bound past 64 ranks, where
+    building the schedule to count them would cost more than the choice is worth)."""
+    if n > 64:
+        return n * n
+    if op.algorithm == "hierarchical":
+        return 2 * n * n
+    return template(op.op, op.algorithm or "ring", n, op.size_bytes, op.root or 0, None).n
+
+
+def _router(exp: Experiment, fabric, outages):
+    if exp.routing == "shortest":
+        return ShortestRouter()
+    if exp.routing == "ecmp":
+        return EcmpRouter(exp.flow.ecmp_seed)
+    return ControllerRouter(fabric, exp.routing, exp.policy_params, exp.flow.ecmp_seed, time_scale(exp), outages)
+
+
+def _faults(exp: Experiment, jobs):
+    faults, stragglers, outages = [], [], []
+    for f in exp.faults:
+        at = f.at_ms / 1000.0
+        if f.link is not None:
+            faults.append(Fault(at, f.link[0], f.link[1], up=f.state == "up"))
+        elif f.switch is not None:
+            faults.append(Fault(at, f.switch, None, up=f.state == "up"))
+        elif f.straggler is not None:
+            for jp in jobs:
+                if f.straggler in jp.hosts:
+                    stragglers.append(Straggler(jp.name, jp.hosts.index(f.straggler), at, f.factor))
+        else:
+            outages.append((at, at + f.down_ms / 1000.0))
+    return faults, stragglers, outages
+
+
+def predictions(exp: Experiment, fabric, jp, cache: dict | None = None) -> dict:
+    """(op, algorithm, size_bytes, ranks) -> alpha-beta time of each instance, real seconds: the
+    emulator's prediction (experiment.plan.predict_cct_s on the schedule the agents would run)."""
+    pexp = exp
+    if exp.flow.slice_bytes:
+        pexp = replace(exp, testbed=replace(exp.testbed, slice_bytes=max(1, round(exp.flow.slice_bytes
+                                                                                   * exp.scale.bytes))))
+    tr, out = jp.trace, {}
+    cache = {} if cache is None else cache
+    for cls in tr.classes:  # one rank per class: its instances stand for the class's (by symmetry)
+        if not len(cls):
+            continue
+        rep = int(cls.ranks[0])
+        seen = set()
+        for op in cls.ops:
+            if op.kind != "collective":
+                continue
+            name = tr.group_of(rep, op.group)
+            if (name, op.id) in seen:
+                continue
+            seen.add((name, op.id))
+            group = tr.members(name)
+            if _transfers(op, len(group)) > PREDICT_MAX_TRANSFERS:
+                continue  # its schedule alone would not fit in memory: no prediction (model statements say)
+            hosts = tuple(jp.hosts[g] for g in group)
+            gps = gpus_per_server(fabric, list(hosts))
+            key = (op.op, op.algorithm, len(group), emulated_bytes(op.size_bytes, exp.scale.bytes),
+                   op.root or 0, gps, _signature(fabric, hosts))
+            if key not in cache:
+                sched = build_schedule(op.op, op.algorithm, len(group), key[3], root=op.root or 0,
+                                       gpus_per_server=gps)
+                cache[key] = predict_cct_s(pexp, fabric, sched, list(hosts))
+            out.setdefault((op.op, op.algorithm, op.size_bytes, len(group)), []).append(cache[key])
+    return out
+
+
+def _signature(fabric, hosts: tuple) -> tuple:
+    """What predict_cct_s reads of a group's hosts: each NIC's rate and NVLink's, and which hosts
+    share a server (numbered in order of appearance), not which hosts they are."""
+    servers: dict = {}
+    out = []
+    for h in hosts:
+        nv = fabric.nvlink_switch(h)
+        sid = servers.setdefault(nv, len(servers)) if nv is not None else None
+        out.append((fabric.host_link_gbps(h), sid,
+                    fabric.graph.edges[h, nv]["link_gbps"] if nv is not None else None))
+    return tuple(out)
+
+
+# -- running ----------------------------------------------------------------------------
+
+def _lock(out_dir: str) -> int:
+    """Hold the run folder (the flock the emulator's runs take too): one live run per folder."""
+    fd = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise InputError("--out", "a folder no live dtnet run is writing (give this run another --out)",
+                         out_dir) from None
+    return fd
+
+
+def run_experiment(exp: Experiment, out_dir: str, log=print, prepare=None) -> dict:
+    """Run exp on the flow engine into out_dir; returns the summary it wrote."""
+    if prepare is not None:
+        raise InputError("--auto-scale", "engine: emulate (the flow engine has no scale to calibrate)",
+                         "engine: flow", exp.source)
+    os.makedirs(out_dir, exist_ok=True)
+    lock = _lock(out_dir)
+    try:
+        return _run(exp, out_dir, log)
+    finally:
+        os.close(lock)
+
+
+class _EventLog:
+    """events.jsonl, appended as the simulation goes (a run that dies keeps what it did)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.f = open(path, "w")
+        self.events: list[dict] = []
+        self.done = 0  # records written
+
+    def add(self, ev: dict) -> None:
+        self.events.append(ev)
+        self.f.write(json.dumps(ev, separators=(",", ":")) + "\n")
+
+    def flush_records(self, sim) -> None:
+        for ev in _op_events(sim, self.done):
+            self.add(ev)
+        self.done = len(sim.records)
+        self.f.flush()
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def _op_events(sim, start: int):
+    """The agents' op events for sim.records[start:], real seconds since the replay start."""
+    for j, r, i, s, e, rd, g in sim.records[start:]:
+        op = sim.streams[g][i]
+        tr = sim.jobs[j].trace
+        ev = {"kind": op.kind, "job": sim.jobs[j].name, "rank": int(r), "op_id": op.id, "start": float(s),
+              "end": float(e), "ready": float(rd)}
+        factor = sim.slowed.get((g, i))
+        if factor is not None:
+            ev["slowdown"] = factor
+        for k in ("op", "algorithm", "size_bytes", "iteration", "label"):
+            v = getattr(op, k, None)
+            if v is not None and v != "":
+                ev[k] = v
+        if op.group is not None:  # a rank class names its group by family: this rank's own
+            ev["group"] = tr.group_of(int(r), op.group) if sim.class_mode[j] else op.group
+        if op.peer is not None:
+            ev["peer"] = tr.peer_of(int(r), op.peer) if sim.class_mode[j] else op.peer
+        if op.kind == "collective":
+            ev["ranks"] = len(tr.members(ev["group"]))
+            ev.setdefault("algorithm", "ring")
+        if len(sim.actor_ranks[g]) > 1:
+            ev["class_ranks"] = len(sim.actor_ranks[g])  # the ranks this one stands for
+        yield ev
+
+
+def _transfer_events(sim):
+    """One event per transfer the detailed model moved: first byte to delivery (at the receiver)."""
+    for inst in sim.inst_list:
+        if inst.base < 0:
+            continue
+        n = 1 if inst.key[0] == "p2p" else inst.tmpl.n
+        for k in range(n):
+            t = inst.base + k
+            if sim.T_state[t] != 2 or sim.T_size[t] <= 0:
+                continue
+            if inst.key[0] == "p2p":
+                src, dst, step = inst.group[0], inst.group[1], 0
+            else:
+                src, dst, step = (inst.group[int(inst.tmpl.src[k])], inst.group[int(inst.tmpl.dst[k])],
+                                  int(inst.tmpl.step[k]))
+            yield {"kind": "transfer", "job": sim.jobs[inst.job].name, "rank": int(dst), "src": int(src),
+                   "dst": int(dst), "op_id": inst.op.id, "step": step, "size_bytes": int(round(sim.T_size[t])),
+                   "start": float(sim.T_first[t]), "end": float(sim.T_end[t])}
+
+
+def _fault_events(exp: Experiment, sim, router) -> list[dict]:
+    """The fault events of the experiment's faults: as applied, at their times."""
+    out, log = [], list(sim.fault_log)
+    for f in exp.faults:
+        at = f.at_ms / 1000.0
+        ev = {"kind": "fault", "job": None, "rank": None, "fault": f.describe().split(" ", 1)[0] + (
+            f" {f.state}" if f.state else ""), "at_ms": f.at_ms, "start": at, "end": at, "ok": True, "error": None}
+        if f.link is not None or f.switch is not None:
+            hit = next((x for x in log if abs(x["at_s"] - at) <= 1e-12 * max(1.0, at)
+                        and (x["fault"].a, x["fault"].b) == ((f.link[0], f.link[1]) if f.link else (f.switch, None))),
+                       None)
+            if hit is None:
+                ev.update(ok=False, error="the run ended before its time")
+            else:
+                log.remove(hit)
+                ev.update(links=hit["links"], flows_moved=hit["moved"])
+            if f.link is not None:
+                ev["link"] = f"{f.link[0]}-{f.link[1]}"
+                ev["fault"] = f"link {f.state}"
+            else:
+                ev["switch"] = f.switch
+                ev["fault"] = f"switch {f.state}"
+        elif f.straggler is not None:
+            ev.update(fault="straggler", host=f.straggler, factor=f.factor)
+        else:
+            ev.update(fault="controller restart", down_ms=f.down_ms,
+                      outage_s=f.down_ms / 1000.0 if needs_controller(exp.routing) else 0.0)
+            if not needs_controller(exp.routing):
+                ev["note"] = f"routing {exp.routing}: the switches keep forwarding on their tables; nothing changes"
+        if ev["start"] > sim.now and not (f.link or f.switch):
+            ev.update(ok=False, error="the run ended before its time")
+        out.append(ev)
+    return out
+
+
+def _run(exp: Experiment, out_dir: str, log) -> dict:
+    t_wall = time.monotonic()
+    verdict = check(exp)
+    fabric = exp.fabric()
+    jobs = job_traces(exp, fabric)  # bad workloads fail here, before anything is written
+    model, transfers = collective_model(exp, jobs)
+    write_resolved(exp, os.path.join(out_dir, "config.yaml"),
+                   notes=[f"run by the flow engine: {verdict}"])
+    for stale in ("links.csv", "trace.json", "controller-state.json"):
+        if os.path.exists(os.path.join(out_dir, stale)):
+            os.remove(os.path.join(out_dir, stale))
+    events = _EventLog(os.path.join(out_dir, "events.jsonl"))
+    faults, stragglers, outages = _faults(exp, jobs)
+    router = _router(exp, fabric, outages)
+    bin_s = (exp.flow.link_bin_ms / 1000.0 if exp.flow.link_bin_ms
+             else (EMULATOR_SAMPLE_S / exp.scale.dilation if exp.scale_given else 1e-3))
+    params = Params(slice_bytes=slice_bytes(exp), latency_s=latency_s(exp), hop_latency_s=hop_latency_s(exp),
+                    collective_model=model,
+                    series_bin_s=bin_s, record_transfers=model == "detailed" and transfers <= TRANSFER_EVENTS_MAX)
+    phases = None
+    if exp.coschedules:
+        phases = PhaseGates(announcements(fabric, jobs), router, on_event=events.add)
+    net = Net.from_fabric(fabric)
+    specs = [JobSpec(jp.name, jp.hosts, jp.trace, start_s=exp.jobs[jp.index].start_ms / 1000.0) for jp in jobs]
+    status, error, res, sim = "incomplete", None, None, None
+    log(f"[flow] {exp.name}: {sum(len(jp.hosts) for jp in jobs)} ranks, {model} collectives"
+        + (f" ({transfers} transfers)" if model == "detailed" else "") + f", routing {router.describe()['name']}")
+    try:
+        sim = Simulation(net, specs, router, params, faults=faults, stragglers=stragglers, phases=phases)
+        if isinstance(router, ControllerRouter) and not any(sim.class_mode):
+            sim.connect_all()  # the agents connect to every peer before the replay starts
+        t_sim = time.monotonic()
+        res = sim.run(progress=events.flush_records)
+        sim.run_s = time.monotonic() - t_sim
+        status = "complete" if res.complete else "incomplete"
+        error = res.stalled
+    except ValueError as e:  # a trace the model refuses (flowsim checks its own inputs)
+        error = f"the flow model refused the run: {e}"
+        raise RunFailure(error) from None
+    except Interrupted as e:
+        error = f"interrupted by {e} at t={sim.now:.6g} s of the model" if sim is not None else f"interrupted by {e}"
+        raise
+    finally:
+        if sim is not None:
+            events.flush_records(sim)
+            if res is not None and params.record_transfers:
+                for ev in _transfer_events(sim):
+                    events.add(ev)
+            for ev in _fault_events(exp, sim, router):
+                events.add(ev)
+        events.close()
+        if sim is not None:
+            summary = _summarize(exp, fabric, jobs, events.events, sim, res, router, status, error, model,
+                                 time.monotonic() - t_wall)
+            write_json(os.path.join(out_dir, "summary.json"), summary)
+            if res is not None:
+                _write_links(os.path.join(out_dir, "links.csv"), res, log)
+            if isinstance(router, ControllerRouter):
+                write_json(os.path.join(out_dir, "controller-state.json"), router.state(sim.now))
+            write_after_run(out_dir, exp_for_outputs(exp), jobs, summary, 0.0, log, engine="flow engine")
+    return summary
+
+
+def exp_for_outputs(exp: Experiment) -> Experiment:
+    """The experiment as the outputs code should read it: real units, no dilation."""
+    return replace(exp, scale=Scale(1.0, 1.0))
+
+
+def _write_links(path: str, res, log) -> None:
+    rows = 0
+    with open(path, "w") as f:
+        f.write(",".join(LINK_COLUMNS) + "\n")
+        for t, name, a, b, util, gbps in res.link_rows():
+            f.write(f"{float(t)!r},{name},{a},{b},{round(float(util), 6)!r},{round(float(gbps), 6)!r}\n")
+            rows += 1
+            if rows >= LINKS_CSV_MAX_ROWS:
+                log(f"[flow] links.csv stopped at {rows} rows (set flow.link_bin_ms coarser for all of them)")
+                break
+
+
+def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model, wall_s) -> dict:
+    cache: dict = {}  # jobs of one shape on alike hosts share their prediction
+    per_job = [job_results(jp.name, events, 1.0, predictions(exp, fabric, jp, cache)) for jp in jobs]
+    for jp, row in zip(jobs, per_job):
+        row["ranks_simulated"] = row["ranks"]  # one per rank class in class mode
+        row["ranks"] = jp.trace.nranks
+    host_total = sum(fabric.host_link_gbps(h) for jp in jobs for h in jp.hosts)
+    received = float(np.sum(sim.T_size[:sim.n_T][sim.T_state[:sim.n_T] == 2])) + float(
+        sum(float(np.sum(sim.B_w[b] * sim.B_done[b])) for b in range(len(sim.B_inst))))
+    counters = dict(sim.counters)
+    converged = counters["fixed_point_unconverged"] == 0
+    assumptions = res.assumptions() if res is not None else {}
+    big = sorted({c["ranks"] for j in per_job for c in j["collectives"] if "predicted_cct_s" not in c})
+    if big:
+        assumptions["statements"] = assumptions["statements"] + [
+            f"no alpha-beta prediction for the collectives of {', '.join(map(str, big))} ranks: their schedules "
+            f"have more than {PREDICT_MAX_TRANSFERS} transfers to build"]
+    if res is not None and any(sim.class_mode):
+        assumptions["statements"] = assumptions["statements"] + [
+            f"rank classes: {sim.n_ranks} simulated ranks stand for {sum(jp.trace.nranks for jp in jobs)}; every rank of "
+            "a class runs in lock-step with it; a class's collective covers all the groups of its family that hold "
+            "its ranks as one entity tied to one rate (the slowest group sets the pace), a class's send covers all "
+            "its ranks' sends; events, breakdowns and trace.json show one rank per class"]
+    checks = [{"name": "complete", "ok": status == "complete",
+               "detail": "every op of every rank finished" if status == "complete" else (error or "interrupted")},
+              {"name": "fixed_point", "ok": converged,
+               "detail": f"{counters['fixed_point_unconverged']} of {counters['solves']} solves left the gated "
+                         f"rates unconverged after {sim.p.max_fixed_point_iters} iterations"}]
+    ctl = router.status() if isinstance(router, ControllerRouter) else {"routing": exp.routing,
+                                                                         "counters": {"reroutes": counters["reroutes"]}}
+    return {
+        "version": SUMMARY_VERSION,
+        "name": exp.name,
+        "engine": ENGINE,
+        "status": status,
+        "error": error,
+        "topology": {**exp.topology, **fabric.counts()},
+        "scale": {"link": 1.0, "bytes": 1.0, "dilation": 1.0},
+        "routing": exp.routing,
+        "policy": {"name": exp.routing, "params": dict(exp.policy_params)},
+        "jobs": per_job,
+        "aggregate": aggregate(per_job, events, 1.0),
+        "prediction": {"model": "alpha-beta (traffic.collectives.model.predict_time_s): each rank's NIC at its "
+                                "host link rate, NVLink inside a server, pipelined by the agents' slices, "
+                                "no contention",
+                       "latency_s": exp.prediction.latency_us * 1e-6,
+                       "pipeline_slice_bytes": slice_bytes(exp)},
+        "traffic": traffic_results(events, received, 1.0, 1.0, host_total),
+        "model": {**assumptions, "collective_model": model,
+                  "mirrors_scale": {"link": exp.scale.link, "bytes": exp.scale.bytes,
+                                    "dilation": exp.scale.dilation} if exp.scale_given else None,
+                  "ignored": ["testbed (but slice_bytes)", "scale (but what it mirrors)"],
+                  "counters": counters, "run_s": getattr(sim, "run_s", None), "wall_s": wall_s},
+        "fidelity": {"ok": status == "complete" and converged, "engine": ENGINE, "checks": checks,
+                     "note": "a model, not an emulation: what it assumed is under model"},
+        "controller": ctl,
+        "faults": [e for e in events if e.get("kind") == "fault"],
+        "capture": [],
+        "announcements": announcement_summary(events, 1.0),
+        "duration_s_wall": wall_s,
+    }
