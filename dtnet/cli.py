@@ -39,6 +39,9 @@ def cmd_run(args) -> int:
 
     if exp.sweep:
         return _run_sweep(args, exp, out, on_signal)
+    if args.cluster or args.workers is not None:
+        raise InputError("--cluster" if args.cluster else "--workers", "an experiment with a sweep: section (one "
+                         "run runs here, without the flag)", "no sweep", args.experiment)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     print(f"dtnet: running {exp.name} -> {out}" + (f" (engine {exp.engine})" if exp.engine != "emulate" else ""))
@@ -87,13 +90,23 @@ def _run_sweep(args, exp, out, on_signal) -> int:
     from experiment import sweep
     from experiment.engine import Interrupted, run_any
 
+    if args.cluster and args.workers is not None:
+        raise InputError("--workers", "either --cluster ADDRESS (a running cluster) or --workers N (a local one)",
+                         "both")
     points = sweep.expand(exp)
     sweep.check(points)  # every point valid before the first one starts
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    print(f"dtnet: sweep {exp.name}: {len(points)} points -> {out}")
+    print(f"dtnet: sweep {exp.name}: {len(points)} points -> {out}", flush=True)
     try:
-        done = sweep.run(exp, out, run_any, points)  # each point on the engine it names
+        if args.cluster or args.workers is not None:
+            from dtnet.cluster.client import session
+
+            with session(args.cluster, args.workers, connect_timeout_s=args.connect_timeout_s,
+                         log=_flushed) as executor:
+                done = sweep.run(exp, out, None, points, log=_flushed, execute=executor)
+        else:
+            done = sweep.run(exp, out, run_any, points)  # each point on the engine it names
     except Interrupted as e:
         print(f"dtnet: sweep interrupted by {e}; {out}/{sweep.CSV_NAME} has the points done; "
               f"run the same command again to resume", file=sys.stderr)
@@ -216,6 +229,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "with headroom (if none was, at the lowest tried, flagged). Probes go to "
                         "DIR/calibration/<probe>/; summary.json 'calibration' records them. The verdict is this "
                         "machine's now: other load counts. Not with a sweep (exit 2). README: 'Choosing the scale'")
+    r.add_argument("--cluster", metavar="ADDRESS",
+                   help="run a sweep's points on the workers of the Dask scheduler at ADDRESS (tcp://HOST:PORT; "
+                        "`dtnet scheduler`, `dtnet worker`); each point's folder comes back into DIR/points/ as a "
+                        "local sweep writes it. pip install 'dtnet[cluster]'. docs/cluster-sweeps.md")
+    r.add_argument("--workers", type=int, metavar="N",
+                   help="run a sweep's points on a local cluster of N worker processes (127.0.0.1; each gets "
+                        "cores/N point slots; emulator points one at a time per worker)")
+    r.add_argument("--connect-timeout-s", type=float, default=5.0,
+                   help="with --cluster: how long the scheduler may take to answer (then exit 2)")
     r.set_defaults(func=cmd_run)
 
     c = sub.add_parser("check", help="validate an experiment file (every point of a sweep) without running it",
@@ -271,6 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     ts.add_argument("--full", action="store_true", help="with --json (and only with it): include every node and link")
     ts.set_defaults(func=cmd_topo_show)
 
+    from dtnet.cluster import commands as cluster_commands
+    cluster_commands.register(sub)
     try:
         from traffic import cli as traffic_cli
         traffic_cli.register(sub)

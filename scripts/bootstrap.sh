@@ -82,8 +82,9 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
     # build isolation, and needs an eventlet that still has ALREADY_HANDLED.
     "$PY" -m pip install -q "eventlet==0.33.3" "dnspython>=2"
     "$PY" -m pip install -q --no-build-isolation "ryu==4.34"
+    # [cluster]: Dask's distributed scheduler, for the cluster-sweep tests (optional for users).
     # legacy-editable: a .pth to the checkout, so new subpackages need no reinstall.
-    SETUPTOOLS_ENABLE_FEATURES=legacy-editable "$PY" -m pip install -q --no-build-isolation -e "$ROOT[test]"
+    SETUPTOOLS_ENABLE_FEATURES=legacy-editable "$PY" -m pip install -q --no-build-isolation -e "$ROOT[test,cluster]"
     echo "$want" > "$stamp"
 fi
 log "ready: $VENV"
