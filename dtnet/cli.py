@@ -93,6 +93,9 @@ def _run_sweep(args, exp, out, on_signal) -> int:
     if args.cluster and args.workers is not None:
         raise InputError("--workers", "either --cluster ADDRESS (a running cluster) or --workers N (a local one)",
                          "both")
+    if args.slots is not None and (args.workers is None or args.slots < 1):
+        raise InputError("--slots", "a number >= 1 beside --workers N (a running cluster's workers set their own)",
+                         args.slots if args.workers is not None else "no --workers")
     points = sweep.expand(exp)
     sweep.check(points)  # every point valid before the first one starts
     signal.signal(signal.SIGTERM, on_signal)
@@ -102,7 +105,7 @@ def _run_sweep(args, exp, out, on_signal) -> int:
         if args.cluster or args.workers is not None:
             from dtnet.cluster.client import session
 
-            with session(args.cluster, args.workers, connect_timeout_s=args.connect_timeout_s,
+            with session(args.cluster, args.workers, slots=args.slots, connect_timeout_s=args.connect_timeout_s,
                          log=_flushed) as executor:
                 done = sweep.run(exp, out, None, points, log=_flushed, execute=executor)
         else:
@@ -236,8 +239,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--workers", type=int, metavar="N",
                    help="run a sweep's points on a local cluster of N worker processes (127.0.0.1; each gets "
                         "cores/N point slots; emulator points one at a time per worker)")
-    r.add_argument("--connect-timeout-s", type=float, default=5.0,
-                   help="with --cluster: how long the scheduler may take to answer (then exit 2)")
+    r.add_argument("--slots", type=int, metavar="K",
+                   help="with --workers: points each local worker runs at once (default: cores / N, at least 1)")
+    r.add_argument("--connect-timeout-s", type=float, default=5.0, metavar="S",
+                   help="with --cluster: how long the scheduler may take to answer, and then a first worker to "
+                        "join (then exit 2)")
     r.set_defaults(func=cmd_run)
 
     c = sub.add_parser("check", help="validate an experiment file (every point of a sweep) without running it",

@@ -85,19 +85,20 @@ def session(address: str | None = None, workers: int | None = None, *, slots: in
             stack.enter_context(dask.config.set({"distributed.scheduler.allowed-failures": 0}))
             cluster = stack.enter_context(distributed.LocalCluster(
                 n_workers=workers, threads_per_worker=per, processes=True, host="127.0.0.1",
-                dashboard_address=None, silence_logs=logging.ERROR,
+                dashboard_address=None, silence_logs=logging.CRITICAL, preload=["dtnet.cluster.localworker"],
                 resources={"emulator": 1} if can_emulate() else None))
             client = stack.enter_context(distributed.Client(cluster, set_as_default=False))
             log(f"dtnet: local cluster of {workers} worker process(es) on 127.0.0.1, "
                 f"{per} point slot(s) each")
-        yield Executor(client, log=log)
+        yield Executor(client, log=log, worker_wait_s=connect_timeout_s)
 
 
 class Executor:
     """execute(pending, book) for experiment.sweep.run, on a Dask cluster."""
 
-    def __init__(self, client, log=print, retries: int = RETRIES, no_worker_s: float = NO_WORKER_S):
-        self.client, self.log, self.no_worker_s = client, log, no_worker_s
+    def __init__(self, client, log=print, retries: int = RETRIES, no_worker_s: float = NO_WORKER_S,
+                 worker_wait_s: float = CONNECT_TIMEOUT_S):
+        self.client, self.log, self.no_worker_s, self.worker_wait_s = client, log, no_worker_s, worker_wait_s
         self.retries = retries
         self.workers: dict = {}
 
@@ -105,11 +106,11 @@ class Executor:
     def _check_cluster(self, pending) -> None:
         c = self.client
         try:
-            c.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
+            c.wait_for_workers(1, timeout=self.worker_wait_s)
         except (TimeoutError, OSError):
             raise InputError("--cluster", f"a scheduler with workers (start one with `dtnet worker "
-                                          f"{c.scheduler.address}`)", f"no worker within {CONNECT_TIMEOUT_S:g} s") \
-                from None
+                                          f"{c.scheduler.address}`)", f"no worker within {self.worker_wait_s:g} s "
+                                          "(--connect-timeout-s)") from None
         self.workers = c.run(task.describe)
         for addr, w in sorted(self.workers.items()):
             self.log(f"dtnet: worker {w['name']} ({addr}, {w['host']}): {w['slots']} point slot(s), "

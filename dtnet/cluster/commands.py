@@ -76,8 +76,8 @@ def cmd_worker(args) -> int:
 
 def cmd_scheduler(args) -> int:
     need_dask("dtnet scheduler")
-    if not 0 < args.port < 65536:
-        raise InputError("--port", "a TCP port 1..65535", args.port)
+    if not 0 <= args.port < 65536:
+        raise InputError("--port", "a TCP port 0..65535", args.port)
     parse_address(args.host, "--host")
     env = {**os.environ, "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}
     print(f"dtnet scheduler: tcp://{args.host}:{args.port} (workers: dtnet worker tcp://{args.host}:{args.port}; "
@@ -97,23 +97,24 @@ def register(sub) -> None:
                                    "docs/cluster-sweeps.md")
     s.add_argument("--host", default="127.0.0.1",
                    help="address to listen on: this machine's address on the lab network for other machines")
-    s.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port")
+    s.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port (0: any free one)")
     s.set_defaults(func=cmd_scheduler)
 
     w = sub.add_parser("worker", help="run sweep points for a cluster's scheduler (root for emulator points)",
                        description="Starts a Dask worker for the scheduler at ADDRESS (dask worker, one process) "
-                                   "that runs sweep points: flow points one per slot, each in its own process; "
+                                   "that runs sweep points: a point per slot at once, each slot's points in its "
+                                   "own runner process; "
                                    "emulator points one at a time, when this machine can (root and Open "
                                    "vSwitch: it offers the resource emulator=1) and unless --no-emulator. It "
                                    "needs the same dtnet installed as the submitting machine. Exit 2 when "
                                    "ADDRESS does not answer. docs/cluster-sweeps.md")
     w.add_argument("address", metavar="ADDRESS", help="the scheduler, tcp://HOST:PORT (HOST:PORT, or HOST for 8786)")
-    w.add_argument("--slots", type=int, help="flow points at once (default: this machine's cores)")
+    w.add_argument("--slots", type=int, metavar="K", help="flow points at once (default: this machine's cores)")
     w.add_argument("--name", help="the worker's name in progress lines (default HOSTNAME-PID)")
     w.add_argument("--host", help="address to listen on (default: the one that reaches the scheduler)")
     w.add_argument("--no-emulator", action="store_true", help="run no emulator points here, even as root")
     w.add_argument("--local-directory", metavar="DIR",
                    help="scratch folder for running points (default: Dask's, under the temp folder)")
-    w.add_argument("--connect-timeout-s", type=float, default=CONNECT_TIMEOUT_S,
+    w.add_argument("--connect-timeout-s", type=float, default=CONNECT_TIMEOUT_S, metavar="S",
                    help="how long ADDRESS may take to answer")
     w.set_defaults(func=cmd_worker)

@@ -1,11 +1,11 @@
-"""The worker's side of a cluster sweep: one point, run in a child process, shipped back as bytes.
+"""The worker's side of a cluster sweep: one point, run in a runner process, shipped back as bytes.
 
 run_point() is what the client submits. It runs inside a Dask worker thread and does no
-simulation itself: it starts ``python -m dtnet.cluster.task DIR`` (a child process per point,
-so flow points use a core each instead of sharing one interpreter's lock, and a point can be
-stopped), waits for it while watching for a cancel, then packs the child's run folder. The
-child ends when the worker dies (parent-death signal, and it watches its parent), so a killed
-worker leaves no point running behind it.
+simulation itself: it hands the point to its slot's runner (``python -m dtnet.cluster.task
+--serve``, a long-lived child process per worker slot, so flow points use a core each instead
+of sharing one interpreter's lock, and a point can be stopped), waits for it while watching for
+a cancel, then packs the point's run folder. A runner ends when its worker dies (parent-death
+signal, and it watches its parent), so a killed worker leaves no point running behind it.
 
 On one worker, an emulator point runs alone: the ``emulator`` resource (1 per worker) keeps
 the scheduler from giving a worker two, and a per-worker lock keeps flow points from running

@@ -1,0 +1,116 @@
+"""A point's folder shipped back from a worker: the same files out as in, and nothing a tar
+could smuggle lands outside the point folder (checked before anything is written)."""
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+
+import pytest
+
+from badinput import InputError
+from dtnet.cluster import ship
+
+
+def _tree(root) -> dict:
+    out = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            p = os.path.join(d, f)
+            out[os.path.relpath(p, root)] = open(p, "rb").read()
+    return out
+
+
+def _tar(*members) -> bytes:
+    """members: (TarInfo, bytes or None)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for info, data in members:
+            if data is not None:
+                info.size = len(data)
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buf.getvalue()
+
+
+def _file(name, data=b"x"):
+    return tarfile.TarInfo(name), data
+
+
+def test_a_folder_comes_back_byte_for_byte(tmp_path):
+    src = tmp_path / "src"
+    (src / "plots").mkdir(parents=True)
+    (src / "summary.json").write_text('{"status": "complete"}')
+    (src / "plots" / "a.png").write_bytes(bytes(range(256)) * 100)
+    (src / "empty").mkdir()
+    dest = tmp_path / "sweep" / "points" / "p"
+    written = ship.unpack(ship.pack(str(src)), str(dest))
+    assert _tree(dest) == _tree(src) and written == sum(map(len, _tree(src).values()))
+    assert (dest / "empty").is_dir()
+    assert os.stat(dest / "summary.json").st_mtime == pytest.approx(os.stat(src / "summary.json").st_mtime, abs=1)
+
+
+def test_files_already_in_the_point_folder_and_not_shipped_stay(tmp_path):
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    src.mkdir()
+    dest.mkdir()
+    (src / "summary.json").write_text("new")
+    (dest / "summary.json").write_text("old")
+    (dest / "pcap").mkdir()
+    (dest / "pcap" / "a.pcap").write_text("kept")
+    ship.unpack(ship.pack(str(src)), str(dest))
+    assert (dest / "summary.json").read_text() == "new" and (dest / "pcap" / "a.pcap").read_text() == "kept"
+
+
+def test_symlinks_in_the_workers_folder_are_not_packed(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a").write_text("a")
+    os.symlink("/etc/passwd", src / "link")
+    with tarfile.open(fileobj=io.BytesIO(ship.pack(str(src)))) as tar:
+        assert tar.getnames() == ["a"]
+
+
+def _link(name, target, kind=tarfile.SYMTYPE):
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, target
+    return info, None
+
+
+def _special(name, kind):
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    return info, None
+
+
+@pytest.mark.parametrize("bad, what", [
+    (_file("../escaped"), "relative name"),
+    (_file("sub/../../escaped"), "relative name"),
+    (_file("/tmp/escaped"), "relative name"),
+    (_link("link", "/etc/passwd"), "regular file or a folder"),
+    (_link("hard", "/etc/passwd", tarfile.LNKTYPE), "regular file or a folder"),
+    (_special("dev", tarfile.CHRTYPE), "regular file or a folder"),
+    (_special("fifo", tarfile.FIFOTYPE), "regular file or a folder"),
+])
+def test_a_member_that_would_leave_the_folder_or_is_not_a_plain_file_is_refused_before_any_write(tmp_path, bad, what):
+    dest = tmp_path / "points" / "p"
+    data = _tar(_file("summary.json", b"{}"), bad)  # a good member first: it must not be written either
+    with pytest.raises(InputError) as e:
+        ship.unpack(data, str(dest))
+    assert what in str(e.value) and "\n" not in str(e.value)
+    assert not dest.exists() and not (tmp_path / "escaped").exists() and not os.path.exists("/tmp/escaped")
+
+
+def test_a_symlink_already_in_the_point_folder_cannot_redirect_a_write(tmp_path):
+    dest, outside = tmp_path / "p", tmp_path / "outside"
+    dest.mkdir()
+    outside.mkdir()
+    os.symlink(outside, dest / "plots")
+    with pytest.raises(InputError, match="inside the run folder"):
+        ship.unpack(_tar(_file("plots/a.png")), str(dest))
+    assert list(outside.iterdir()) == []
+
+
+def test_bytes_that_are_not_a_tar_are_one_line_errors(tmp_path):
+    with pytest.raises(InputError, match="a tar.gz of the point's run folder"):
+        ship.unpack(b"not a tar at all", str(tmp_path / "p"))
+    assert not (tmp_path / "p").exists()
