@@ -114,3 +114,26 @@ def test_bytes_that_are_not_a_tar_are_one_line_errors(tmp_path):
     with pytest.raises(InputError, match="a tar.gz of the point's run folder"):
         ship.unpack(b"not a tar at all", str(tmp_path / "p"))
     assert not (tmp_path / "p").exists()
+
+
+def test_a_workers_machine_lock_runs_flow_points_together_and_an_emulator_point_alone():
+    import threading
+
+    from dtnet.cluster.task import _MachineLock
+
+    lock, never = _MachineLock(), (lambda: False)
+    assert lock.acquire(False, never) and lock.acquire(False, never)  # two flow points at once
+    got = threading.Event()
+    emu = threading.Thread(target=lambda: lock.acquire(True, never) and got.set())
+    emu.start()
+    assert not got.wait(0.5)  # the emulator point waits for the flow points to end ...
+    asked = []
+    # ... and a new flow point waits behind it (no starving it), until a cancel ends its wait
+    assert not lock.acquire(False, lambda: asked.append(1) or len(asked) > 2) and len(asked) == 3
+    lock.release(False)
+    lock.release(False)
+    assert got.wait(5)
+    emu.join(5)
+    assert not lock.acquire(False, lambda: True)  # still held by the emulator point
+    lock.release(True)
+    assert lock.acquire(False, never)

@@ -334,3 +334,14 @@ def test_dtnet_scheduler_and_dtnet_worker_run_a_sweep_submitted_with_cluster(tmp
         for p in (worker, sched):
             if p is not None:
                 _stop(p)
+
+
+def test_run_sweep_from_python_on_a_local_cluster(tmp_path):
+    from dtnet.cluster import run_sweep
+
+    exp = model.load(write(tmp_path, {**EIGHT, "sweep": {"grid": {"flow.ecmp_seed": [0, 1]}}}))
+    lines: list = []
+    done = run_sweep(exp, str(tmp_path / "out"), workers=1, log=lines.append)
+    assert done["complete"] == 2 and done["failed"] == [], lines
+    assert lines[0].startswith("dtnet: local cluster of 1 worker process(es) on 127.0.0.1")
+    assert [r["status"] for r in done["rows"]] == ["complete", "complete"]
