@@ -115,6 +115,11 @@ class Executor:
         for addr, w in sorted(self.workers.items()):
             self.log(f"dtnet: worker {w['name']} ({addr}, {w['host']}): {w['slots']} point slot(s), "
                      + ("emulator points one at a time" if w["emulator"] else "no emulator points"))
+        here = task.code_fingerprint()
+        for addr, w in sorted(self.workers.items()):
+            if w["code"] != here:
+                raise InputError("--cluster", f"workers running the same dtnet code as here (sources {here})",
+                                 f"worker {w['name']} on {w['host']} with sources {w['code']}")
         if any(p.exp.engine == "emulate" for p in pending) and not any(w["emulator"] for w in self.workers.values()):
             raise InputError("--cluster", "a worker offering the emulator (`dtnet worker` as root, with Open "
                                           "vSwitch; it offers the resource emulator=1)",

@@ -108,11 +108,31 @@ def check_inputs(inputs) -> list[str]:
     return bad
 
 
+PACKAGES = ("badinput", "controller", "dtnet", "emulator", "experiment", "flowsim", "topologies", "traffic")
+
+
+def code_fingerprint() -> str:
+    """sha256 over dtnet's Python sources (relative path and content), to tell whether a worker
+    runs the same code as the submitting side, wherever each has it installed."""
+    import dtnet
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(dtnet.__file__)))
+    h = hashlib.sha256()
+    for pkg in PACKAGES:
+        for d, dirs, files in os.walk(os.path.join(root, pkg)):
+            dirs[:] = sorted(x for x in dirs if x != "__pycache__")
+            for name in sorted(f for f in files if f.endswith(".py")):
+                path = os.path.join(d, name)
+                h.update(os.path.relpath(path, root).encode() + b"\0")
+                h.update(file_digest(path).encode())
+    return h.hexdigest()[:12]
+
+
 def describe(dask_worker) -> dict:
     """This worker as the client shows it (Client.run): its name, host, slots and whether it
     offers the emulator."""
     w = dask_worker
-    return {"name": str(w.name), "host": socket.gethostname(), "slots": w.state.nthreads,
+    return {"name": str(w.name), "host": socket.gethostname(), "slots": w.state.nthreads, "code": code_fingerprint(),
             "emulator": w.state.total_resources.get("emulator", 0) >= 1}
 
 

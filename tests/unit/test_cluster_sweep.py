@@ -345,3 +345,29 @@ def test_run_sweep_from_python_on_a_local_cluster(tmp_path):
     assert done["complete"] == 2 and done["failed"] == [], lines
     assert lines[0].startswith("dtnet: local cluster of 1 worker process(es) on 127.0.0.1")
     assert [r["status"] for r in done["rows"]] == ["complete", "complete"]
+
+
+def test_a_worker_running_other_dtnet_code_is_refused_before_any_point(tmp_path, capsys):
+    import shutil
+
+    other = tmp_path / "other"
+    for pkg in task.PACKAGES:  # a copy of the sources with one line changed
+        shutil.copytree(os.path.join(ROOT, pkg), other / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(other / "flowsim" / "__init__.py", "a") as f:
+        f.write("# changed\n")
+    port = _free_port()
+    with distributed.LocalCluster(n_workers=0, host="127.0.0.1", scheduler_port=port, dashboard_address=None,
+                                  silence_logs=50):
+        w = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", f"tcp://127.0.0.1:{port}",
+                              "--nthreads", "1", "--no-dashboard"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, cwd=str(tmp_path),
+                             env={**os.environ, "PYTHONPATH": str(other)})
+        try:
+            path = write(tmp_path, EIGHT)
+            assert main(["run", path, "--out", str(tmp_path / "o"), "--cluster", f"127.0.0.1:{port}",
+                         "--connect-timeout-s", "60"]) == 2
+        finally:
+            _stop(w)
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "expected workers running the same dtnet code as here" in err, err
+    assert not os.listdir(tmp_path / "o" / "points")
