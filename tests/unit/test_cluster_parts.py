@@ -1,5 +1,6 @@
-"""A point's folder shipped back from a worker: the same files out as in, and nothing a tar
-could smuggle lands outside the point folder (checked before anything is written)."""
+"""The parts of a cluster sweep that need no cluster. A point's folder shipped back from a worker:
+the same files out as in, and nothing a tar could smuggle lands outside the point folder
+(checked before anything is written). A worker's machine lock. The input files a worker needs."""
 from __future__ import annotations
 
 import io
@@ -137,3 +138,23 @@ def test_a_workers_machine_lock_runs_flow_points_together_and_an_emulator_point_
     assert not lock.acquire(False, lambda: True)  # still held by the emulator point
     lock.release(True)
     assert lock.acquire(False, never)
+
+
+def test_the_trace_files_a_sweep_reads_are_named_with_their_digest_and_checked_on_a_worker(tmp_path):
+    from dtnet.cluster import task
+    from dtnet.cluster.client import _inputs
+    from experiment import model, sweep
+
+    trace = tmp_path / "t.json"
+    trace.write_text('{"ranks": 4}')
+    data = {"name": "x", "engine": "flow", "topology": {"kind": "single-switch", "hosts": 4, "link_gbps": 400},
+            "jobs": [{"name": "j0", "hosts": "all", "workload": {"trace": "t.json"}}],
+            "sweep": {"grid": {"flow.ecmp_seed": [0, 1]}}}
+    points = sweep.expand(model.parse(data, str(tmp_path / "s.yaml")))
+    inputs = _inputs(points)  # one file for both points, by absolute path
+    assert inputs == [(str(trace), task.file_digest(str(trace)))]
+    assert task.check_inputs(inputs) == []  # a worker that has it
+    trace.write_text('{"ranks": 8}')
+    assert task.check_inputs(inputs) == [f"{trace} (other content here)"]
+    trace.unlink()
+    assert task.check_inputs(inputs) == [f"{trace} (No such file or directory)"]
