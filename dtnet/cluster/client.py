@@ -313,7 +313,10 @@ def _label(where: dict) -> str:
 
 
 def _inputs(points) -> list:
-    """(path, sha256) of every file the points read (trace files), which every worker needs too."""
-    paths = sorted({j.workload["trace"] for p in points for j in p.exp.jobs
-                    if isinstance(j.workload, dict) and isinstance(j.workload.get("trace"), str)})
+    """(path, sha256) of every file the points read (trace files, a fabric file: topology.file),
+    which every worker needs too. Both are absolute once parsed."""
+    paths = {j.workload["trace"] for p in points for j in p.exp.jobs
+             if isinstance(j.workload, dict) and isinstance(j.workload.get("trace"), str)}
+    paths |= {p.exp.topology["file"] for p in points if isinstance(p.exp.topology.get("file"), str)}
+    paths = sorted(paths)
     return [(p, task.file_digest(p)) for p in paths if os.path.isfile(p)]

@@ -158,3 +158,11 @@ def test_the_trace_files_a_sweep_reads_are_named_with_their_digest_and_checked_o
     assert task.check_inputs(inputs) == [f"{trace} (other content here)"]
     trace.unlink()
     assert task.check_inputs(inputs) == [f"{trace} (No such file or directory)"]
+    # A fabric file (topology.file, absolute once parsed) is an input too.
+    import dataclasses
+
+    fabric = tmp_path / "fabric.yaml"
+    fabric.write_text("switches: []")
+    trace.write_text("{}")
+    with_file = [dataclasses.replace(p, exp=dataclasses.replace(p.exp, topology={"file": str(fabric)})) for p in points]
+    assert [path for path, _ in _inputs(with_file)] == sorted([str(fabric), str(trace)])
