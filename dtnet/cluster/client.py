@@ -128,7 +128,7 @@ class Executor:
         if inputs:
             for addr, bad in c.run(task.check_inputs, inputs).items():
                 if bad:
-                    raise InputError("jobs.workload.trace", "the sweep's input files at the same path and with "
+                    raise InputError("input files (traces, fabric files)", "each at the same path and with "
                                      "the same content on every worker (no file system is shared)",
                                      f"{self.workers[addr]['host']} lacks {bad[0]}")
         try:
@@ -152,8 +152,8 @@ class Executor:
         self.inputs = _inputs(pending)
         self.topic, self.book = topic, book
         self.futures: dict = {}      # key -> (point, future)
-        self.attempts: dict = {}     # slug -> [(key, worker it died on)]
-        self.free: dict = {}
+        self.attempts: dict = {}     # slug -> [worker it died on, ...]
+        self.free: dict = {}         # slug -> times sent again, lost before it started
         self.started: dict = {}      # key -> worker label
         self.idle_since = None
         try:
