@@ -63,6 +63,7 @@ def test_a_two_point_emulator_sweep_on_a_one_worker_cluster_matches_a_local_run(
         # The same emulation on the same machine, one point at a time: figures within 20%.
         for key in ("j0.iteration_time_s_mean", "busbw_gbps_mean"):
             ratio = float(cr[p][key]) / float(lr[p][key])
+            print(f"{p} {key}: local {float(lr[p][key]):.4g}, cluster {float(cr[p][key]):.4g}, ratio {ratio:.3f}")
             assert 0.8 < ratio < 1.25, (p, key, lr[p][key], cr[p][key])
         assert_nothing_left(b)
     assert (remote / "sweep.png").stat().st_size > 2000
