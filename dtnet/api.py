@@ -102,7 +102,8 @@ class Experiment:
 
     # -- running it -----------------------------------------------------------
     def run(self, out: str | None = None, *, engine: str | None = None, auto_scale: bool = False,
-            log=print) -> Run | SweepRun:
+            log=print, cluster: str | None = None, workers: int | None = None, slots: int | None = None,
+            connect_timeout_s: float = 5.0) -> Run | SweepRun:
         """Run it into out (default results/<name>/) on its engine (or `engine`), and read the
         results back: a Run, or a SweepRun when it has a sweep (every point checked first; a
         sweep resumes into a folder that holds some of its points complete).
@@ -111,9 +112,15 @@ class Experiment:
         machine emulates faithfully by short probe runs, then run at it (docs/fidelity.md:
         Choosing the scale). Raises InputError (bad input; nothing started), FolderBusy (another live
         run writes out), RunFailure (a run, or every probe, could not finish); Interrupted
-        passes through (the CLI turns SIGINT and SIGTERM into it)."""
+        passes through (the CLI turns SIGINT and SIGTERM into it).
+
+        A sweep's points may run on a Dask cluster (docs/cluster-sweeps.md): ``cluster`` the
+        scheduler's address (tcp://HOST:PORT), or ``workers`` N for a local one of N processes
+        with ``slots`` points each; ``connect_timeout_s`` bounds the wait for the scheduler
+        and a first worker."""
         if engine and engine != self.engine:  # as the file would say it, so config.yaml records it
-            return self.set("engine", engine).run(out, auto_scale=auto_scale, log=log)
+            return self.set("engine", engine).run(out, auto_scale=auto_scale, log=log, cluster=cluster,
+                                                  workers=workers, slots=slots, connect_timeout_s=connect_timeout_s)
         name = self.engine
         run = engines.get(name)
         if auto_scale and self.model.sweep:
@@ -127,6 +134,12 @@ class Experiment:
             os.makedirs(out, exist_ok=True)
         except OSError as e:
             raise InputError("--out", "a folder that can be created and written", f"{out} ({e.strerror})") from None
+        if cluster and workers is not None:
+            raise InputError("--workers", "either --cluster ADDRESS (a running cluster) or --workers N (a local one)",
+                             "both")
+        if slots is not None and (workers is None or slots < 1):
+            raise InputError("--slots", "a number >= 1 beside --workers N (a running cluster's workers set their "
+                             "own)", slots if workers is not None else "no --workers")
         if self.model.sweep:
             points = sweep.expand(self.model)
             sweep.check(points)  # every point valid before the first one starts
@@ -135,7 +148,13 @@ class Experiment:
 
             def run_point(pexp, folder):
                 return engines.get(pexp.engine)(pexp, folder)  # a sweep's points may name different engines
-            done = sweep.run(self.model, out, run_point, points, log=log)
+            if cluster or workers is not None:
+                from dtnet.cluster.client import session
+
+                with session(cluster, workers, slots=slots, connect_timeout_s=connect_timeout_s, log=log) as execute:
+                    done = sweep.run(self.model, out, None, points, log=log, execute=execute)
+            else:
+                done = sweep.run(self.model, out, run_point, points, log=log)
             for p in points:
                 if p.slug not in done["failed"]:
                     runs[p.slug] = Run(sweep.point_dir(out, p))

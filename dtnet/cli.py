@@ -32,10 +32,14 @@ def cmd_run(args) -> int:
     def on_signal(signum, _frame):
         raise Interrupted(signal.Signals(signum).name)
 
+    if (args.cluster or args.workers is not None) and not exp.model.sweep:
+        raise InputError("--cluster" if args.cluster else "--workers", "an experiment with a sweep: section (one "
+                         "run runs here, without the flag)", "no sweep", args.experiment)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        result = exp.run(out, auto_scale=args.auto_scale, log=_flushed)
+        result = exp.run(out, auto_scale=args.auto_scale, log=_flushed, cluster=args.cluster, workers=args.workers,
+                         slots=args.slots, connect_timeout_s=args.connect_timeout_s)
     except FolderBusy as e:  # another live run writes this folder: refuse at once
         print(f"dtnet: {e}", file=sys.stderr)
         return EXIT_INPUT
@@ -156,6 +160,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "DIR/calibration/<probe>/; summary.json 'calibration' records them. The verdict is this "
                         "machine's now: other load counts. Not with a sweep (exit 2). "
                         "docs/fidelity.md: 'Choosing the scale'")
+    r.add_argument("--cluster", metavar="ADDRESS",
+                   help="run a sweep's points on the workers of the Dask scheduler at ADDRESS (tcp://HOST:PORT; "
+                        "`dtnet scheduler`, `dtnet worker`); each point's folder comes back into DIR/points/ as a "
+                        "local sweep writes it. pip install 'dtnet[cluster]'. docs/cluster-sweeps.md")
+    r.add_argument("--workers", type=int, metavar="N",
+                   help="run a sweep's points on a local cluster of N worker processes (127.0.0.1; each gets "
+                        "cores/N point slots; emulator points one at a time per worker)")
+    r.add_argument("--slots", type=int, metavar="K",
+                   help="with --workers: points each local worker runs at once (default: cores / N, at least 1)")
+    r.add_argument("--connect-timeout-s", type=float, default=5.0, metavar="S",
+                   help="with --cluster: how long the scheduler may take to answer, and then a first worker to "
+                        "join (then exit 2)")
     r.set_defaults(func=cmd_run)
 
     c = sub.add_parser("check", help="validate an experiment file (every point of a sweep) without running it",
@@ -225,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     pshow.add_argument("name", nargs="?")
     pshow.set_defaults(func=cmd_policy_show)
 
+    from dtnet.cluster import commands as cluster_commands
+    cluster_commands.register(sub)
     try:
         from traffic import cli as traffic_cli
         traffic_cli.register(sub)

@@ -213,54 +213,113 @@ def bar(done: int, total: int, width: int = 20) -> str:
     return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total}"
 
 
-def run(exp: Experiment, out_dir: str, run_point, points: list[Point] | None = None, log=print) -> dict:
-    """Run every point not done yet with run_point(point_exp, folder) -> summary.
+class Book:
+    """A sweep's bookkeeping, whoever runs its points: each point's status and summary,
+    sweep.csv rewritten after every point, and the progress lines. An executor reports to it
+    with started / finished / note, in any order over points (a cluster runs several at once)."""
+
+    def __init__(self, points: list[Point], out_dir: str, log=print):
+        self.points, self.out_dir, self.log = points, out_dir, log
+        self.csv_path = inside(out_dir, CSV_NAME)
+        self.status: dict[str, dict] = {}
+        self.summaries: dict[str, dict] = {}
+        self.skipped: list[str] = []
+        self._t0: dict[str, float] = {}
+        self._done = 0
+
+    def folder(self, point: Point) -> str:
+        return point_dir(self.out_dir, point)
+
+    def _line(self, point: Point, text: str) -> None:
+        self.log(f"[sweep] {bar(self._done, len(self.points))} {point.slug}: {text}")
+
+    def skip_if_done(self, point: Point) -> bool:
+        """True (and the point counted complete) when an earlier run completed it."""
+        folder = self.folder(point)
+        if not is_done(folder, point.exp):
+            return False
+        with open(inside(folder, "summary.json")) as f:
+            self.summaries[point.slug] = json.load(f)
+        self.status[point.slug] = {"status": "complete"}
+        self.skipped.append(point.slug)
+        self._done += 1
+        self._line(point, "skipped, complete in an earlier run")
+        return True
+
+    def started(self, point: Point, where: str | None = None) -> None:
+        self._t0[point.slug] = time.monotonic()
+        self.status[point.slug] = {"status": "running"}
+        self._line(point, f"running (point {point.index + 1} of {len(self.points)})"
+                   + (f" on {where}" if where else ""))
+
+    def note(self, point: Point, text: str) -> None:
+        self._line(point, text)
+
+    def finished(self, point: Point, summary: dict | None = None, error: str | None = None,
+                 where: str | None = None) -> None:
+        """The point ended: its summary (complete or not), or a failure's reason."""
+        self._done += 1
+        on = f" on {where}" if where else ""
+        if summary is None:
+            self.status[point.slug] = {"status": "failed", "error": error}
+            self._line(point, f"failed{on}: {error}")
+        else:
+            self.summaries[point.slug] = summary
+            self.status[point.slug] = {"status": summary["status"], "error": summary.get("error")}
+            took = time.monotonic() - self._t0.get(point.slug, time.monotonic())
+            self._line(point, f"{summary['status']} in {took:.1f} s{on}{_headline(summary)}")
+        self.write()
+
+    def interrupted(self, point: Point, where: str | None = None) -> None:
+        """The point was stopped by SIGINT/SIGTERM (what it wrote kept)."""
+        self.status[point.slug] = {"status": "interrupted"}
+        self._line(point, "interrupted" + (f" on {where}" if where else ""))
+
+    def write(self, final: bool = False) -> list[dict]:
+        if final:  # a point still running now was interrupted
+            for st in self.status.values():
+                if st["status"] == "running":
+                    st["status"] = "interrupted"
+        return write_csv(self.csv_path, self.points, self.status, self.summaries)
+
+
+def run(exp: Experiment, out_dir: str, run_point, points: list[Point] | None = None, log=print,
+        execute=None) -> dict:
+    """Run every point not done yet with run_point(point_exp, folder) -> summary, one after another.
 
     run_point raising RunFailure (the engine's failures, the testbed's among them) fails that point and the sweep goes on;
-    Interrupted (SIGINT/SIGTERM) stops it, after sweep.csv is written. Returns
-    {"points", "complete", "skipped", "failed", "rows"}.
+    Interrupted (SIGINT/SIGTERM) stops it, after sweep.csv is written. execute(pending, book),
+    when given, runs the pending points instead (dtnet.cluster: on a cluster's workers),
+    reporting each to the Book. Returns {"points", "complete", "skipped", "failed", "rows"}.
     """
     points = expand(exp) if points is None else points
     os.makedirs(inside(out_dir, POINTS_DIR), exist_ok=True)
     model.write_resolved(exp, inside(out_dir, "config.yaml"))
-    csv_path = inside(out_dir, CSV_NAME)
-    status: dict[str, dict] = {}
-    summaries: dict[str, dict] = {}
-    skipped = []
-    total = len(points)
+    book = Book(points, out_dir, log)
     try:
-        for n, p in enumerate(points, start=1):
-            folder = point_dir(out_dir, p)
-            if is_done(folder, p.exp):
-                with open(inside(folder, "summary.json")) as f:
-                    summaries[p.slug] = json.load(f)
-                status[p.slug] = {"status": "complete"}
-                skipped.append(p.slug)
-                log(f"[sweep] {bar(n, total)} {p.slug}: skipped, complete in an earlier run")
-                continue
-            log(f"[sweep] {bar(n - 1, total)} {p.slug}: running (point {n} of {total})")
-            t = time.monotonic()
-            status[p.slug] = {"status": "interrupted"}
-            try:
-                summary = run_point(p.exp, folder)
-            except RunFailure as e:
-                status[p.slug] = {"status": "failed", "error": str(e)}
-                log(f"[sweep] {bar(n, total)} {p.slug}: failed: {e}")
-            else:
-                summaries[p.slug] = summary
-                status[p.slug] = {"status": summary["status"], "error": summary.get("error")}
-                log(f"[sweep] {bar(n, total)} {p.slug}: {summary['status']} in {time.monotonic() - t:.1f} s"
-                    f"{_headline(summary)}")
-            write_csv(csv_path, points, status, summaries)
+        if execute is not None:
+            execute([p for p in points if not book.skip_if_done(p)], book)
+        else:
+            for p in points:
+                if book.skip_if_done(p):
+                    continue
+                book.started(p)
+                try:
+                    summary = run_point(p.exp, book.folder(p))
+                except RunFailure as e:
+                    book.finished(p, error=str(e))
+                else:
+                    book.finished(p, summary)
     except Interrupted:
         log(f"[sweep] interrupted; {CSV_NAME} has the points done")
         raise
     finally:
-        rows = write_csv(csv_path, points, status, summaries)
+        rows = book.write(final=True)
+    status = book.status
     complete = [p for p in points if status.get(p.slug, {}).get("status") == "complete"]
-    _plot(complete, [summaries[p.slug] for p in complete], inside(out_dir, PLOT_NAME), log)
-    return {"points": total, "complete": len(complete), "skipped": skipped,
-            "failed": [p.slug for p in points if status[p.slug]["status"] != "complete"], "rows": rows}
+    _plot(complete, [book.summaries[p.slug] for p in complete], inside(out_dir, PLOT_NAME), log)
+    return {"points": len(points), "complete": len(complete), "skipped": book.skipped,
+            "failed": [p.slug for p in points if status.get(p.slug, {}).get("status") != "complete"], "rows": rows}
 
 
 def _headline(summary: dict) -> str:

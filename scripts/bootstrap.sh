@@ -48,7 +48,8 @@ pip_installs() {
     run_pip install -q "${from[@]}" "${PIP_RYU_DEPS[@]}"
     run_pip install -q "${from[@]}" --no-build-isolation "${PIP_RYU[@]}"
     # legacy-editable: a .pth to the checkout, so new subpackages need no reinstall.
-    SETUPTOOLS_ENABLE_FEATURES=legacy-editable run_pip install -q "${from[@]}" --no-build-isolation -e "$ROOT[test]"
+    # [cluster]: Dask's distributed scheduler, for the cluster-sweep tests (optional for users).
+    SETUPTOOLS_ENABLE_FEATURES=legacy-editable run_pip install -q "${from[@]}" --no-build-isolation -e "$ROOT[test,cluster]"
 }
 run_pip() {
     if ((DRY)); then printf '%q ' pip "$@"; echo; else "$PY" -m pip "$@"; fi
@@ -70,7 +71,7 @@ case "${1:-}" in
         # dtnet's own dependencies (setup.cfg), without building dtnet itself.
         mapfile -t deps < <("$PY" -c 'import configparser, sys
 c = configparser.ConfigParser(); c.read(sys.argv[1])
-print("\n".join((c["options"]["install_requires"] + " " + c["options.extras_require"]["test"]).split()))' \
+print("\n".join((c["options"]["install_requires"] + " " + c["options.extras_require"]["test"] + " " + c["options.extras_require"]["cluster"]).split()))' \
             "$ROOT/setup.cfg")
         "$PY" -m pip wheel -q --wheel-dir "$2" "${deps[@]}"
         log "wheelhouse ready: $(ls "$2" | wc -l) wheels"
