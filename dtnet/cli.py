@@ -24,6 +24,12 @@ def cmd_run(args) -> int:
         raise InputError("--auto-scale", "an experiment without a sweep: section (calibrate one point alone: "
                           "--auto-scale --set 'sweep={}' plus its overrides; then put the chosen scale in the file)",
                           f"sweep: with {len(exp.sweep)} points", args.experiment)
+    if args.auto_scale:
+        from experiment.program import is_program
+        progs = [j.name for j in exp.jobs if is_program(j.workload)]
+        if progs:
+            raise InputError("--auto-scale", "jobs whose traffic dtnet replays (a real program's bytes are its "
+                                             "own: give scale by hand)", f"program job {progs[0]}", args.experiment)
     out = args.out or os.path.join("results", exp.name)
     try:
         os.makedirs(out, exist_ok=True)

@@ -11,12 +11,13 @@ import copy
 import itertools
 import math
 import os
+import re
 from dataclasses import asdict, dataclass, field
 
 import yaml
 
 from badinput import InputError
-from experiment import placement
+from experiment import placement, program
 from topologies import build as build_fabric
 
 ROUTINGS = ("shortest", "ecmp", "congestion-aware", "coschedule")
@@ -25,6 +26,7 @@ DATAPATHS = ("auto", "kernel", "userspace", "afxdp")
 MAX_EMULATED_MBPS = 1000.0
 MIN_EMULATED_MBPS = 0.1
 MAX_INT = (1 << 63) - 1
+JOB_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$")
 
 
 @dataclass(frozen=True)
@@ -362,7 +364,9 @@ def parse(data, file: str | None = None) -> Experiment:
     names = set()
     for i, jr in enumerate(jobs_raw):
         js = _Section(jr, f"jobs[{i}]", file)
-        jname = js.get("name", str, f"j{i}")
+        # A job's name becomes folder names in the run folder (plans/<job>/, programs/<job>/).
+        jname = js.get("name", str, f"j{i}", check=lambda v: bool(JOB_NAME.match(v)),
+                       expected="a name of letters, digits, '.', '_' or '-' (at most 64, not starting with '.')")
         if jname in names:
             raise InputError(f"jobs[{i}].name", "a unique job name", jname, file)
         names.add(jname)
@@ -371,6 +375,8 @@ def parse(data, file: str | None = None) -> Experiment:
         if isinstance(workload.get("trace"), str):
             # Absolute, so that config.yaml in the run folder still finds the file.
             workload = {**workload, "trace": _beside(file, workload["trace"])}
+        if program.is_program(workload):
+            workload, _ = program.parse_program(workload, f"jobs[{i}].workload", file)
         start_ms = float(js.get("start_ms", NUM, 0.0, check=lambda v: v >= 0, expected="milliseconds >= 0"))
         order = js.get("order", str, "as-listed", check=lambda v: v in ORDERS,
                        expected="one of " + ", ".join(ORDERS))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from badinput import InputError
+from experiment import program
 from experiment.model import Experiment, jobs_hosts, resolve_path
 from topologies import Fabric
 from traffic.collectives import build_schedule, predict_time_s
@@ -40,6 +41,9 @@ class JobPlan:
     start_offset_s: float = 0.0  # emulated
     # (op, algorithm, size_bytes, ranks) -> the alpha-beta time of each instance, real seconds
     predicted_s: dict = field(default_factory=dict)
+    # A real program's job (workload: {command: ...}): per rank what to start
+    # (experiment.program.rank_plans); trace is None and ranks empty then.
+    program: list[dict] | None = None
 
 
 def emulated_bytes(size_bytes: int, scale_bytes: float) -> int:
@@ -55,6 +59,9 @@ def build_plans(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
     jobs = []
     for ji, (job, hosts) in enumerate(zip(exp.jobs, placed)):
         workload = dict(job.workload)
+        if program.is_program(workload):
+            jobs.append(_program_job(exp, fabric, ji, job, hosts, dilation))
+            continue
         if "trace" in workload and isinstance(workload["trace"], str):
             workload["trace"] = resolve_path(exp, workload["trace"])
         try:
@@ -81,6 +88,17 @@ def build_plans(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
             announcement_plan(fabric, jp, exp.scale.link)
         jobs.append(jp)
     return jobs
+
+
+def _program_job(exp: Experiment, fabric: Fabric, ji: int, job, hosts: list[str], dilation: float) -> JobPlan:
+    _, spec = program.parse_program(job.workload, f"jobs[{ji}].workload", exp.source)
+    for i, f in enumerate(exp.faults):
+        if f.straggler in hosts:  # a program computes at the machine's speed: dtnet cannot slow it
+            raise InputError(f"faults[{i}].straggler", "a host that replays a trace (a real program's compute "
+                                                       "is not dtnet's to slow down)", f.straggler, exp.source)
+    offset = job.start_ms / 1000.0 * dilation
+    return JobPlan(job.name, ji, hosts, None, start_offset_s=offset,
+                   program=program.rank_plans(spec, job.name, hosts, fabric, offset))
 
 
 def _gps(fabric: Fabric, hosts: list[str]):

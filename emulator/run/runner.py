@@ -15,6 +15,7 @@ import time
 
 from emulator.run import autoscale, fidelity, linksampler, relay
 from emulator.run.faults import FaultInjector
+from emulator.run.programs import Programs
 from emulator.run.watchdog import Watchdog
 from emulator.testbed import capture, runstate
 from emulator.testbed.datapath import OVS_SEND_BUFFER_BYTES, ovs_send_buffer
@@ -25,6 +26,9 @@ from experiment.model import Experiment, write_resolved
 from experiment.outputs.summary import SUMMARY_VERSION, aggregate, job_results, read_events, traffic_results
 from experiment.outputs.write import write_after_run, write_json
 from experiment.plan import build_plans
+
+
+PROGRAM_POLL_S = 0.2  # how often a real program's output and exit are looked at
 
 
 def run_experiment(exp: Experiment, out_dir: str, log=print, prepare=None) -> dict:
@@ -84,8 +88,10 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
     sel = selectors.DefaultSelector()
     cosched = relay.Relay(tb.rest_url if tb.rest_port else None, exp.scale.dilation) \
         if exp.routing == "coschedule" else None
+    agent_jobs = [jp for jp in jobs if jp.program is None]
+    program_jobs = [jp for jp in jobs if jp.program is not None]
     try:
-        for jp in jobs:
+        for jp in agent_jobs:
             for plan in jp.ranks:
                 path = os.path.join(out_dir, "plans", jp.name, f"rank{plan['rank']}.json")
                 os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -104,13 +110,20 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
                 sel.register(p.stdout, selectors.EVENT_READ, (jp.name, plan["rank"], p))
         n = len(agents)
         reader = LineReader()
-        log(f"[run] {n} agents started; waiting for their connections")
+        if n:
+            log(f"[run] {n} agents started; waiting for their connections")
         ready, done = set(), {}
         watch = Watchdog([(j, r) for j, r, _ in agents], exp.testbed.stall_timeout_s,
                          errors_in=os.path.join(out_dir, "plans"))
+        programs = None
         with open(events_path, "a") as events:
             def pump(timeout):
-                for key, _ in sel.select(timeout):
+                if sel.get_map():
+                    ready_keys = sel.select(timeout)
+                else:
+                    time.sleep(timeout)  # only programs: their output is read from files
+                    ready_keys = []
+                for key, _ in ready_keys:
                     job, rank, p = key.data
                     lines = reader.read(key.fileobj)
                     if lines is None:
@@ -125,6 +138,13 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
                     for line in lines:
                         handle(job, rank, line)
                 now = time.time()
+                if programs is not None:
+                    for ev in programs.poll(now):
+                        events.write(json.dumps(ev) + "\n")
+                    events.flush()
+                    failure = programs.verdict(now)
+                    if failure:
+                        raise RunFailure(failure)
                 watch.check(now)
                 failure = watch.verdict(now)
                 if failure:
@@ -167,26 +187,39 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
             ctx["monitor"] = mon
             ctx["links"] = linksampler.start(tb, out_dir, exp.scale.link, exp.scale.dilation, t0, log)  # links.csv
             ctx["t_start"] = t0
-            log(f"[run] replaying {sum(len(j.trace.ops[0]) for j in jobs)} ops per rank "
-                f"(dilation {exp.scale.dilation:g}x)")
+            if agent_jobs:
+                log(f"[run] replaying {sum(len(j.trace.ops[0]) for j in agent_jobs)} ops per rank "
+                    f"(dilation {exp.scale.dilation:g}x)")
+            if program_jobs:
+                programs = ctx["programs"] = Programs(tb, program_jobs, out_dir, exp.scale.bytes, t0, log)
+                log(f"[run] starting {len(programs.ranks)} program ranks: "
+                    + "; ".join(f"{jp.name}: {' '.join(jp.program[0]['argv'])}" for jp in program_jobs)
+                    + f" (output in {os.path.join(out_dir, 'programs')}/)")
             for _, _, p in agents:
                 p.stdin.write(f"go {t0!r}\n")
                 p.stdin.flush()
             watch.start(time.time())
             ctx["faults"] = FaultInjector(tb, exp.faults, t0, exp.scale.dilation, events_path, log).start()
             deadline = time.monotonic() + exp.testbed.timeout_s
-            while len(done) < n:
+            while len(done) < n or (programs is not None and programs.running()):
                 if time.monotonic() > deadline:
-                    raise RunFailure(f"run timed out after testbed.timeout_s={exp.testbed.timeout_s:.0f}s; "
-                                     f"{n - len(done)} agents unfinished")
-                pump(1.0)
+                    left = [f"{n - len(done)} agents unfinished"] if len(done) < n else []
+                    if programs is not None and programs.running():
+                        left.append("programs still running (ended now): " + ", ".join(programs.unfinished()))
+                    raise RunFailure(f"run timed out after testbed.timeout_s={exp.testbed.timeout_s:g}s; "
+                                     + "; ".join(left))
+                pump(1.0 if programs is None else PROGRAM_POLL_S)
             ctx["t_end"] = time.time()
             mon.stop()
             ctx["tcp"] = _tcp_counters(tb, jobs)
             ctx["totals"] = {"bytes_sent": sum(m["bytes_sent"] for m in done.values()),
                              "bytes_received": sum(m["bytes_received"] for m in done.values()),
                              "checksum_errors": sum(m["checksum_errors"] for m in done.values())}
+            if programs is not None:
+                ctx["program_rx_bytes"] = programs.received_bytes()
     finally:
+        if ctx.get("programs"):
+            ctx["programs"].stop()  # first: ranks still running get no chance to see the fabric go
         if ctx.get("capture"):
             ctx["capture"].stop()
         if ctx.get("faults"):
@@ -256,6 +289,19 @@ def _tcp_counters(tb: Testbed, jobs) -> dict:
     return total
 
 
+def _judged_window(jobs, events, t_start: float, t_end: float, ctx) -> tuple[float, float]:
+    """The seconds the fidelity checks judge. A real program spends its first seconds starting
+    Python, importing torch and meeting its peers: not the experiment. With program jobs the
+    window runs from the first measured event (a marker, or an agent's op) to the last."""
+    if not any(jp.program is not None for jp in jobs):
+        return t_start, t_end
+    spans = [(e["start"], e["end"]) for e in events if "start" in e and "end" in e
+             and e.get("kind") in ("compute", "collective", "send", "recv", "iteration")]
+    if not spans:
+        return t_start, t_end
+    return max(t_start, min(a for a, _ in spans)), min(t_end, max(b for _, b in spans))
+
+
 def _monitored_links(tb: Testbed) -> dict:
     """One root-namespace device per link: both directions read from it."""
     out = {}
@@ -273,8 +319,14 @@ def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
     host_total = sum(fabric.host_link_gbps(h) for j in jobs for h in j.hosts)
     totals = ctx["totals"]
     received = totals.get("bytes_received") or sum(e.get("size_bytes", 0) for e in events if e["kind"] == "transfer")
+    # A real program's bytes are what its hosts' links delivered (frames, headers included).
+    received += ctx.get("program_rx_bytes") or 0
     t_start, t_end = ctx["t_start"] or 0, ctx["t_end"] or time.time()
-    fid = fidelity.evaluate(ctx["monitor"], events, t_start, t_end)
+    programs = ctx["programs"].results() if ctx.get("programs") else {}
+    for j in per_job:
+        if j["name"] in programs:
+            j["program"] = programs[j["name"]]
+    fid = fidelity.evaluate(ctx["monitor"], events, *_judged_window(jobs, events, t_start, t_end, ctx))
     if ctx.get("ovs_send_buffer") is not None:
         fidelity.add_check(fid, fidelity.send_buffer_check(ctx["ovs_send_buffer"], OVS_SEND_BUFFER_BYTES))
     if not fid["ok"]:
@@ -300,6 +352,10 @@ def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
                        "pipeline_slice_bytes": exp.testbed.slice_bytes / exp.scale.bytes},
         "traffic": traffic_results(events, received, exp.scale.link, exp.scale.bytes, host_total),
         "tcp": ctx.get("tcp", {}),
+        **({"programs": {"ok": all(p["ok"] for p in programs.values()),
+                         "time": "compute at this machine's speed, network at the emulated rate; figures "
+                                 "divided by the dilation like every other (docs/real-programs.md)"}}
+           if programs else {}),
         "integrity": {"bytes_sent_emulated": totals.get("bytes_sent"),
                       "bytes_received_emulated": totals.get("bytes_received"),
                       "checksum_errors": totals.get("checksum_errors")},

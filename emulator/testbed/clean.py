@@ -30,6 +30,32 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _in_run(pid: int, run_dir: str) -> bool:
+    """The process was started by the run in run_dir (programs carry DTNET_RUN_DIR in their environment)."""
+    want = f"DTNET_RUN_DIR={os.path.abspath(run_dir)}/".encode()
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return any(v.startswith(want) for v in f.read().split(b"\0"))
+    except OSError:
+        return False
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        import psutil
+        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except Exception:  # noqa: BLE001: gone, or psutil missing: nothing to add
+        return []
+
+
+def _kill(pid: int, role: str, log) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        log(f"dtnet clean: killed {role} (pid {pid})")
+    except ProcessLookupError:
+        pass
+
+
 def clean_run(run_dir: str, log=print) -> int:
     """Remove one dead run's resources; returns how many were removed."""
     st = _load(os.path.join(run_dir, runstate.STATE_NAME))
@@ -51,6 +77,12 @@ def clean_run(run_dir: str, log=print) -> int:
         ours = ("emulator.agent" in cmd or "controller.run" in cmd or
                 (role.startswith("host/") and "mininet:" in cmd) or
                 (role.startswith("capture/") and cmd.startswith("tcpdump")))
+        if role.startswith("program/"):
+            # A real program may be any binary: it is ours when it runs in this run's folder.
+            ours = _in_run(pid, run_dir)
+            for child in _children(pid):
+                if _in_run(child, run_dir):
+                    _kill(child, f"{role} child", log)
         if cmd and ours:
             try:
                 os.kill(pid, signal.SIGKILL)
