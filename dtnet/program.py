@@ -23,7 +23,8 @@ import os
 import sys
 import time
 
-__all__ = ["iteration", "collective", "report_iteration", "report_collective", "profile_dir", "under_dtnet"]
+__all__ = ["iteration", "collective", "report_iteration", "report_collective", "next_id", "profile_dir",
+           "under_dtnet"]
 
 _seq: dict[str, int] = {}
 
@@ -39,15 +40,22 @@ def report_iteration(index: int, time_s: float, end: float | None = None) -> Non
            "end": time.time() if end is None else float(end)})
 
 
-def report_collective(op: str, size_bytes: int, start: float, end: float, *, iteration: int | None = None,
-                      group: str = "world", ranks: int | None = None, id: str | None = None) -> None:
-    """One collective of this rank from `start` to `end` (time.time()). Every rank of a group must
-    report the same collectives in the same order (or give the same `id`): dtnet matches them up
-    to time the whole collective, from the first rank's start to the last rank's end."""
+def next_id(group: str = "world") -> str:
+    """The id of this rank's next collective on `group`: ranks launch a group's collectives in the
+    same order, so the n-th launch is the same collective everywhere. Take it at launch when the
+    collective is asynchronous (ends may be seen in another order than the launches)."""
     n = _seq.get(group, 0)
     _seq[group] = n + 1
+    return f"{group}#{n}"
+
+
+def report_collective(op: str, size_bytes: int, start: float, end: float, *, iteration: int | None = None,
+                      group: str = "world", ranks: int | None = None, id: str | None = None) -> None:
+    """One collective of this rank from `start` to `end` (time.time()). dtnet matches the ranks'
+    reports up by id (default: next_id(group), so report blocking collectives in the order they
+    ran) to time the whole collective, from the first rank's start to the last rank's end."""
     msg = {"dtnet": "collective", "op": op, "size_bytes": int(size_bytes), "start": float(start),
-           "end": float(end), "group": group, "id": id or f"{group}#{n}"}
+           "end": float(end), "group": group, "id": id or next_id(group)}
     if iteration is not None:
         msg["iteration"] = int(iteration)
     if ranks is not None:
