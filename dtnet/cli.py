@@ -152,26 +152,9 @@ def cmd_pcap_stats(args) -> int:
 
 
 def cmd_topo_show(args) -> int:
-    from topologies import from_spec
+    from topologies.show import show
 
-    fab = from_spec(args.spec)
-    c = fab.counts()
-    if args.json:
-        data = {"kind": fab.kind, "params": fab.params, "link_gbps": fab.link_gbps, **c}
-        if args.full:
-            data["fabric"] = fab.to_dict()
-        print(json.dumps(data, indent=1))
-        return EXIT_OK
-    print(f"{fab.kind} {fab.params}: {c['hosts']} hosts, {c['switches']} switches, {c['links']} links "
-          f"({c['host_links']} host, {c['nvlink_links']} NVLink, {c['fabric_links']} switch-to-switch)")
-    by_layer: dict[str, list[str]] = {}
-    for s in fab.switches:
-        by_layer.setdefault(fab.node(s)["layer"], []).append(s)
-    for layer, names in by_layer.items():
-        shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
-        print(f"  {layer:<8} {len(names):>4}  {shown}")
-    rates = sorted({(d['kind'], d['link_gbps']) for _, _, d in fab.links()})
-    print("  link rates: " + ", ".join(f"{k} {g:g} Gb/s" for k, g in rates))
+    print(show(args.spec, as_json=args.json, full=args.full))
     return EXIT_OK
 
 
@@ -236,11 +219,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("topo", help="describe fabrics (no root needed)")
     tsub = t.add_subparsers(dest="topo_command", required=True)
-    ts = tsub.add_parser("show", help="counts and layers of a fabric spec",
+    ts = tsub.add_parser("show", help="counts and layers of a fabric spec or fabric file",
                          description="SPEC examples: single-switch:hosts=8, fat-tree:k=4, "
                                      "rail-optimized:servers=4,gpus_per_server=8,spines=4, "
-                                     "leaf-spine:leaves=4,spines=2,hosts_per_leaf=4")
-    ts.add_argument("spec")
+                                     "leaf-spine:leaves=4,spines=2,hosts_per_leaf=4,oversubscription=2, "
+                                     "superpod:sus=4 (DGX SuperPOD scalable units), hpn:segments=15 (Alibaba HPN "
+                                     "pod). Per-tier rates: host_link_gbps, spine_link_gbps, oversubscription. "
+                                     "Or a fabric file (FILE.yaml, FILE.graphml). Sizes beyond the documented "
+                                     "limits (262,144 hosts) are refused at once. See docs/fabrics.md.")
+    ts.add_argument("spec", metavar="SPEC|FILE")
     ts.add_argument("--json", action="store_true", help="print JSON with hosts, switches and links counts")
     ts.add_argument("--full", action="store_true", help="with --json: include every node and link")
     ts.set_defaults(func=cmd_topo_show)

@@ -19,6 +19,7 @@ import yaml
 from badinput import InputError
 from experiment import placement, program
 from topologies import build as build_fabric
+from topologies import load_fabric_file
 
 ROUTINGS = ("shortest", "ecmp", "congestion-aware", "coschedule")
 DATAPATHS = ("auto", "kernel", "userspace", "afxdp")
@@ -133,6 +134,8 @@ class Experiment:
 
     def fabric(self):
         topo = dict(self.topology)
+        if "file" in topo:  # a fabric file, its path made absolute by parse
+            return load_fabric_file(topo["file"])
         kind = topo.pop("kind")
         return build_fabric(kind, topo, file=self.source)
 
@@ -316,12 +319,26 @@ def parse(data, file: str | None = None) -> Experiment:
     description = top.get("description", str, "")
 
     topo = dict(top.get("topology", dict))
-    if not isinstance(topo.get("kind"), str):
-        raise InputError("topology.kind", "a fabric kind", topo.get("kind"), file)
-    topo.setdefault("link_gbps", 400)
-    fabric = build_fabric(topo["kind"], {k: v for k, v in topo.items() if k != "kind"}, file=file)
-    # Every builder default spelled out, so config.yaml states the fabric in full.
-    topo = {"kind": topo["kind"], **fabric.params, "link_gbps": topo["link_gbps"]}
+    if "file" in topo:  # your own fabric: docs/fabrics.md
+        extra = sorted(set(topo) - {"file"}, key=str)
+        if extra:
+            raise InputError(f"topology.{extra[0]}", "nothing beside topology.file (the file states the fabric)",
+                             "a key", file)
+        if not isinstance(topo["file"], str) or not topo["file"]:
+            raise InputError("topology.file", "the path of a fabric file (.yaml or .graphml)", topo["file"], file)
+        path = _beside(file, topo["file"])
+        if not os.path.isfile(path):
+            raise InputError("topology.file", "a fabric file (.yaml or .graphml; a relative path is relative to "
+                             "the experiment file)", f"{path} (no such file)", file)
+        fabric = load_fabric_file(path)  # its own errors name the fabric file
+        topo = {"file": path}
+    else:
+        if not isinstance(topo.get("kind"), str):
+            raise InputError("topology.kind", "a fabric kind, or topology.file", topo.get("kind"), file)
+        topo.setdefault("link_gbps", 400)
+        fabric = build_fabric(topo["kind"], {k: v for k, v in topo.items() if k != "kind"}, file=file)
+        # Every builder default spelled out, so config.yaml states the fabric in full.
+        topo = {"kind": topo["kind"], **fabric.params, "link_gbps": topo["link_gbps"]}
 
     sc = _Section(top.get("scale", dict), "scale", file)
     scale = Scale(

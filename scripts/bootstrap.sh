@@ -7,7 +7,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${DTNET_VENV:-$ROOT/.venv}"
-APT_PKGS=(mininet python3-networkx python3-yaml openvswitch-switch iperf3 ethtool iputils-ping tcpdump iproute2 python3-venv python3-dev gcc make)
+APT_PKGS=(mininet python3-networkx python3-yaml openvswitch-switch iperf3 ethtool iputils-ping tcpdump iproute2 python3-venv python3-dev gcc make python3-simgrid)
 
 log() { echo "[bootstrap] $*"; }
 

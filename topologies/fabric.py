@@ -18,12 +18,20 @@ from badinput import InputError
 HOST = "host"
 SWITCH = "switch"
 
-# Host interface 0 faces the fabric, interface 1 the server's NVLink domain.
+# Hosts are numbered in blocks of one /16 each (.0.0 and .255.255 skipped), the fabric
+# address in 10.(2b).x.y and the NVLink address in 10.(2b+1).x.y for block b. Fabrics
+# of up to 65,534 hosts therefore keep 10.0.0.0/16 and 10.1.0.0/16, the subnets the
+# emulator configures; larger ones exist only for the pure layers and the flow engine.
+HOSTS_PER_BLOCK = (1 << 16) - 2
+MAX_ADDRESSABLE_HOSTS = 128 * HOSTS_PER_BLOCK
+
+
 def _ip(net: int, index: int) -> str:
-    n = index + 1  # .0 is the network address
-    if n >= 1 << 16:
-        raise InputError("topology", "at most 65534 hosts", index + 1)
-    return f"10.{net}.{n >> 8}.{n & 0xFF}"
+    block, n = divmod(index, HOSTS_PER_BLOCK)
+    n += 1  # .0.0 is the network address
+    if block >= 128:
+        raise InputError("topology", f"at most {MAX_ADDRESSABLE_HOSTS} hosts", index + 1)
+    return f"10.{2 * block + net}.{n >> 8}.{n & 0xFF}"
 
 
 def _mac(prefix: int, index: int) -> str:
@@ -47,28 +55,45 @@ class Fabric:
         self.graph = nx.Graph()
         self._next_port: dict[str, int] = {}
         self._next_dpid = 1
+        # Kept as nodes and links are added, so building is linear in the fabric's size.
+        self._hosts: list[str] = []
+        self._switches: list[str] = []
+        self._links_by_kind: dict[str, int] = {}
+        self._cables = 0
 
     # -- construction -------------------------------------------------------
     def add_host(self, name: str, **attrs) -> None:
-        index = sum(1 for _, d in self.graph.nodes(data=True) if d["role"] == HOST)
+        if name in self.graph:
+            raise ValueError(f"duplicate node {name}")
+        index = len(self._hosts)
         self.graph.add_node(name, role=HOST, layer="host", rank=index,
                             ip=_ip(0, index), mac=_mac(0, index), **attrs)
+        self._hosts.append(name)
         self._next_port[name] = 0  # hosts count interfaces from eth0
 
     def add_switch(self, name: str, layer: str, *, openflow: bool = True, **attrs) -> None:
+        if name in self.graph:
+            raise ValueError(f"duplicate node {name}")
         dpid = self._next_dpid
         self._next_dpid += 1
         self.graph.add_node(name, role=SWITCH, layer=layer, dpid=dpid,
                             openflow=openflow, **attrs)
+        self._switches.append(name)
         self._next_port[name] = 1  # OpenFlow ports start at 1
 
-    def add_link(self, a: str, b: str, link_gbps: float, kind: str) -> None:
+    def add_link(self, a: str, b: str, link_gbps: float, kind: str, cables: int = 1) -> None:
+        """``cables`` parallel cables between a and b are one link of their summed rate:
+        the graph has one edge per node pair, and the published designs count cables."""
         if self.graph.has_edge(a, b):
             raise ValueError(f"duplicate link {a}-{b}")
         pa, pb = self._next_port[a], self._next_port[b]
         self._next_port[a] += 1
         self._next_port[b] += 1
-        self.graph.add_edge(a, b, link_gbps=float(link_gbps), kind=kind, ports={a: pa, b: pb})
+        attrs = {"link_gbps": float(link_gbps), "kind": kind, "ports": {a: pa, b: pb}}
+        if cables != 1:
+            attrs["cables"] = cables
+        self.graph.add_edge(a, b, **attrs)
+        self._count_link(kind, cables)
         if kind == "nvlink":
             for h, s in ((a, b), (b, a)):
                 if self.graph.nodes[h]["role"] == HOST:
@@ -76,17 +101,24 @@ class Fabric:
                     self.graph.nodes[h]["nvlink_ip"] = _ip(1, idx)
                     self.graph.nodes[h]["nvlink_mac"] = _mac(2, idx)
 
+    def _count_link(self, kind: str, cables: int) -> None:
+        self._links_by_kind[kind] = self._links_by_kind.get(kind, 0) + 1
+        self._cables += cables
+
     # -- queries ------------------------------------------------------------
     @property
     def hosts(self) -> list[str]:
-        """Host names in rank order."""
-        hs = [n for n, d in self.graph.nodes(data=True) if d["role"] == HOST]
-        return sorted(hs, key=lambda n: self.graph.nodes[n]["rank"])
+        """Host names in rank order (a copy)."""
+        return list(self._hosts)
 
     @property
     def switches(self) -> list[str]:
-        sw = [n for n, d in self.graph.nodes(data=True) if d["role"] == SWITCH]
-        return sorted(sw, key=lambda n: self.graph.nodes[n]["dpid"])
+        """Switch names in DPID order (a copy)."""
+        return list(self._switches)
+
+    @property
+    def host_count(self) -> int:
+        return len(self._hosts)
 
     @property
     def openflow_switches(self) -> list[str]:
@@ -105,12 +137,21 @@ class Fabric:
         return self.graph.edges[node, peer]["ports"][node]
 
     def attachment(self, host: str) -> tuple[str, int]:
-        """The (switch, port) where a host's fabric interface plugs in."""
+        """The (switch, port) where a host's first fabric interface (eth0) plugs in."""
+        att = self.attachments(host)
+        if not att:
+            raise KeyError(f"{host} has no fabric link")
+        return att[0]
+
+    def attachments(self, host: str) -> list[tuple[str, int]]:
+        """Every (switch, port) of a host's fabric links, by the host's interface number:
+        two for a dual-homed (dual-ToR) host."""
+        out = []
         for nbr in self.graph.neighbors(host):
             e = self.graph.edges[host, nbr]
             if e["kind"] == "host":
-                return nbr, e["ports"][nbr]
-        raise KeyError(f"{host} has no fabric link")
+                out.append((e["ports"][host], nbr, e["ports"][nbr]))
+        return [(sw, port) for _, sw, port in sorted(out)]
 
     def nvlink_switch(self, host: str) -> str | None:
         for nbr in self.graph.neighbors(host):
@@ -127,14 +168,28 @@ class Fabric:
         return self.graph.subgraph(self.openflow_switches).copy()
 
     def counts(self) -> dict:
+        """Kept while building: constant time, whatever the size. ``cables`` counts each of
+        a link's parallel cables (see add_link); it equals ``links`` unless some are bundled."""
         return {
-            "hosts": len(self.hosts),
-            "switches": len(self.switches),
+            "hosts": len(self._hosts),
+            "switches": len(self._switches),
             "links": self.graph.number_of_edges(),
-            "host_links": len(self.links("host")),
-            "nvlink_links": len(self.links("nvlink")),
-            "fabric_links": len(self.links("fabric")),
+            "host_links": self._links_by_kind.get("host", 0),
+            "nvlink_links": self._links_by_kind.get("nvlink", 0),
+            "fabric_links": self._links_by_kind.get("fabric", 0),
+            "cables": self._cables,
         }
+
+    def layers(self) -> dict[str, list[str]]:
+        """Switch layer -> switch names, in DPID order."""
+        out: dict[str, list[str]] = {}
+        for s in self._switches:
+            out.setdefault(self.graph.nodes[s]["layer"], []).append(s)
+        return out
+
+    def link_rates(self) -> list[tuple[str, float]]:
+        """The distinct (kind, Gb/s) pairs of the fabric's links."""
+        return sorted({(d["kind"], d["link_gbps"]) for _, _, d in self.graph.edges(data=True)})
 
     def host_link_gbps(self, host: str) -> float:
         sw, _ = self.attachment(host)
@@ -149,7 +204,8 @@ class Fabric:
             "link_gbps": self.link_gbps,
             "nodes": [{"name": n, **self.graph.nodes[n]} for n in self.hosts + self.switches],
             "links": [{"a": a, "b": b, "link_gbps": d["link_gbps"], "kind": d["kind"],
-                       "port_a": d["ports"][a], "port_b": d["ports"][b]}
+                       "port_a": d["ports"][a], "port_b": d["ports"][b],
+                       **({"cables": d["cables"]} if "cables" in d else {})}
                       for a, b, d in self.links()],
         }
 
@@ -159,9 +215,14 @@ class Fabric:
         for nd in data["nodes"]:
             attrs = {k: v for k, v in nd.items() if k != "name"}
             fab.graph.add_node(nd["name"], **attrs)
+            (fab._hosts if attrs["role"] == HOST else fab._switches).append(nd["name"])
+        fab._hosts.sort(key=lambda n: fab.graph.nodes[n]["rank"])
+        fab._switches.sort(key=lambda n: fab.graph.nodes[n]["dpid"])
         for ln in data["links"]:
+            extra = {"cables": ln["cables"]} if "cables" in ln else {}
             fab.graph.add_edge(ln["a"], ln["b"], link_gbps=ln["link_gbps"], kind=ln["kind"],
-                               ports={ln["a"]: ln["port_a"], ln["b"]: ln["port_b"]})
+                               ports={ln["a"]: ln["port_a"], ln["b"]: ln["port_b"]}, **extra)
+            fab._count_link(ln["kind"], ln.get("cables", 1))
         return fab
 
     def dump(self, path: str) -> None:

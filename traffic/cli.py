@@ -10,7 +10,7 @@ from traffic.collectives import ALGORITHMS
 from traffic.models import DTYPE_BYTES, GPUS, PRESETS
 from traffic.parallel import SCHEDULES
 
-IMPORTERS = ("chakra", "aicb", "kineto")
+IMPORTERS = ("chakra", "aicb", "kineto", "pytorch-et")
 
 
 def register(subparsers) -> None:
@@ -55,11 +55,18 @@ def register(subparsers) -> None:
     show.add_argument("--top", type=int, default=10, help="how many of the longest path ops to list")
     show.set_defaults(func=cmd_show)
 
-    imp = sub.add_parser("import", help="convert Chakra, SimAI/AICB or Kineto traces",
-                         description="Convert traces of other tools into a dtnet trace.")
+    imp = sub.add_parser("import", help="convert Chakra, SimAI/AICB, Kineto or PyTorch execution traces",
+                         description="Convert traces of other tools into a dtnet trace. Whatever the source did "
+                                     "not record and the import had to assume is printed as one 'assumed:' line "
+                                     "and kept in the trace's meta.assumed. See docs/importers.md.")
     imp.add_argument("format", choices=IMPORTERS)
-    imp.add_argument("paths", nargs="+", help="Chakra: one file per rank (rank order); AICB: one workload "
-                     "file; Kineto: one JSON per rank")
+    imp.add_argument("paths", nargs="+", help="Chakra: one file per rank (rank order; PyTorch execution traces "
+                     "are read as pytorch-et); AICB: one workload file; Kineto: one torch.profiler JSON per rank "
+                     "(.json or .json.gz); pytorch-et: one ExecutionTraceObserver JSON per rank")
+    imp.add_argument("--gpu-tflops", type=float, help="chakra: peak rate that times compute nodes which give "
+                     "num_ops but no duration (e.g. 989 for an H100's dense BF16)")
+    imp.add_argument("--kineto", nargs="+", metavar="FILE", help="pytorch-et: the same run's torch.profiler "
+                     "traces, one per rank, for compute durations (matched by record function id)")
     imp.add_argument("--out", required=True)
     imp.add_argument("--gpus-per-server", type=int, help="recorded in the trace's meta")
     imp.add_argument("--algorithm", default="ring", choices=ALGORITHMS,
@@ -108,11 +115,16 @@ def cmd_show(args) -> int:
 def cmd_import(args) -> int:
     from traffic import importers
     _positive("--gpus-per-server", args.gpus_per_server)
-    if args.comm_groups and args.format != "chakra":
-        raise InputError("--comm-groups", "only with chakra", args.format)
-    if args.comm_groups:
-        trace = importers.chakra.load(args.paths, comm_groups=_comm_groups(args.comm_groups, len(args.paths)),
-                                      algorithm=args.algorithm)
+    for flag, value, fmt in (("--comm-groups", args.comm_groups, "chakra"), ("--gpu-tflops", args.gpu_tflops, "chakra"),
+                             ("--kineto", args.kineto, "pytorch-et")):
+        if value is not None and args.format != fmt:
+            raise InputError(flag, f"only with {fmt}", args.format)
+    if args.format == "chakra":
+        groups = _comm_groups(args.comm_groups, len(args.paths)) if args.comm_groups else None
+        trace = importers.chakra.load(args.paths, comm_groups=groups, algorithm=args.algorithm,
+                                      gpu_tflops=args.gpu_tflops)
+    elif args.format == "pytorch-et":
+        trace = importers.pytorch_et.load(args.paths, kineto=args.kineto, algorithm=args.algorithm)
     else:
         trace = getattr(importers, args.format).load(args.paths, algorithm=args.algorithm)
     if args.gpus_per_server:
@@ -121,6 +133,8 @@ def cmd_import(args) -> int:
     _save(trace, args.out)
     n = sum(len(v) for v in trace.ops.values())
     print(f"wrote {args.out}: {trace.nranks} ranks, {n} ops from {len(args.paths)} {args.format} file(s)")
+    if trace.meta.get("assumed"):  # what the source did not say and the import supplied
+        print(f"assumed: {one_line(str(trace.meta['assumed']))}")
     return 0
 
 

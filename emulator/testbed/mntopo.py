@@ -1,8 +1,8 @@
 """Mininet adapter: a Topo built from a Fabric, and node classes the testbed uses.
 
 Also usable as ``mn --custom emulator/testbed/mntopo.py --topo fattree,4`` (and
-``railopt,4,8,4``, ``leafspine,4,2,4``, ``single,8``). Importing this file
-starts nothing.
+``railopt,4,8,4``, ``leafspine,4,2,4``, ``single,8``, ``hpn,1,2,2,2``, ``superpod,1``,
+``fabricfile,PATH``). Importing this file starts nothing.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ except ImportError:  # run by `mn --custom` from a checkout: find the repo root
 from mininet.node import Switch
 from mininet.topo import Topo
 
-from topologies import Fabric, fat_tree, leaf_spine, rail_optimized, single_switch
+from topologies import Fabric, fat_tree, hpn, leaf_spine, load_fabric_file, rail_optimized, single_switch, superpod
 
 
 class KernelBridge(Switch):
@@ -88,4 +88,7 @@ topos = {
     "railopt": lambda servers=2, gpus=4, spines=2: _topo(rail_optimized(int(servers), int(gpus), int(spines))),
     "leafspine": lambda leaves=4, spines=2, hosts=4: _topo(leaf_spine(int(leaves), int(spines), int(hosts))),
     "single": lambda hosts=8: _topo(single_switch(int(hosts))),
+    "hpn": lambda segments=1, hosts=2, gpus=2, aggs=2: _topo(hpn(int(segments), int(hosts), int(gpus), int(aggs))),
+    "superpod": lambda sus=1: _topo(superpod(int(sus))),
+    "fabricfile": lambda path: _topo(load_fabric_file(path)),
 }

@@ -19,7 +19,7 @@ from topologies import single_switch
 CORPUS = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "badinput"))
 with open(os.path.join(CORPUS, "expected.yaml")) as _f:
     MANIFEST = yaml.safe_load(_f)
-IMPORTERS = ("chakra", "aicb", "kineto")
+IMPORTERS = ("chakra", "aicb", "kineto", "pytorch-et")
 GOOD_ANNOUNCEMENT = json.dumps({"version": 1, "job": "good", "collective": "all_reduce", "period_s": 0.5,
                                 "flows": [{"src": "h0", "dst": "h1", "size_bytes": 1 << 20}]}).encode()
 
@@ -67,7 +67,7 @@ def test_corpus_is_complete_and_described():
     assert on_disk == set(MANIFEST) | helpers
     assert len(MANIFEST) >= 45
     for entry, spec in MANIFEST.items():
-        assert entry.split("/")[0] in ("experiments", "traces", "rest") + IMPORTERS, entry
+        assert entry.split("/")[0] in ("experiments", "traces", "rest", "fabrics") + IMPORTERS, entry
         assert spec.get("why") and spec.get("error"), entry
         assert not set(spec) - {"why", "error", "names", "inputs", "args", "pad_to"}, entry
 
@@ -107,6 +107,11 @@ def test_run_rejects_experiment_and_keeps_out(entry, tmp_path, capsys, no_testbe
 @pytest.mark.parametrize("entry", _entries("traces"))
 def test_trace_show_rejects_trace(entry, capsys):
     _assert_input_error(*_dtnet(["trace", "show", _path(entry, entry)], capsys), entry)
+
+
+@pytest.mark.parametrize("entry", _entries("fabrics"))
+def test_topo_show_rejects_fabric_file(entry, capsys):
+    _assert_input_error(*_dtnet(["topo", "show", _path(entry, entry)], capsys), entry)
 
 
 @pytest.mark.parametrize("entry", _entries(*IMPORTERS))

@@ -217,3 +217,53 @@ def test_json_snake_case_array_form(tmp_path):
                                        {"name": "comm_size", "uint64_val": "64"}]}]))
     t = chakra.load([str(p), str(p)])
     assert t.ops[1][1].op == "reduce_scatter" and t.ops[1][1].size_bytes == 64
+
+
+def _flops_rank():
+    """A CPU op (a launch, 40 us of host time) -> a GEMM given only as num_ops -> all-reduce."""
+    return [Node(id=1, name="aten::mm", type=COMP, duration_micros=40, attr=[Attr(name="is_cpu_op", bool_val=True)]),
+            Node(id=2, name="sm90_gemm", type=COMP, data_deps=[1],
+                 attr=[Attr(name="is_cpu_op", bool_val=False), Attr(name="num_ops", int64_val=2 * 10 ** 12)]),
+            _coll(3, 0, 4096, deps=[2], name="ar"),
+            Node(id=4, name="cpu_tail", type=COMP, duration_micros=90, data_deps=[3],
+                 attr=[Attr(name="is_cpu_op", bool_val=True)]),
+            Node(id=5, name="opt", type=COMP, duration_micros=70, data_deps=[4])]
+
+
+def _write_nodes(tmp_path, per_rank):
+    paths = []
+    for r, nodes in enumerate(per_rank):
+        p = tmp_path / f"f{r}.et"
+        p.write_bytes(_stream(nodes))
+        paths.append(str(p))
+    return paths
+
+
+def test_num_ops_are_timed_at_the_declared_peak_and_cpu_ops_stay_off_the_gpu(tmp_path):
+    paths = _write_nodes(tmp_path, [_flops_rank(), _flops_rank()])
+    t = chakra.load(paths, gpu_tflops=1000.0)
+    ops = t.ops[0]
+    assert [(o.kind, o.label) for o in ops] == [("compute", "sm90_gemm"), ("collective", "ar"), ("compute", "opt")]
+    assert ops[0].duration_s == pytest.approx(2e12 / 1000e12)  # 2 TFLOP at 1000 TFLOP/s = 2 ms
+    assert ops[0].deps == () and ops[2].deps == (ops[1].id,)  # the CPU ops passed their deps on
+    assert t.meta["gpu_tflops"] == 1000.0
+    assert "2 compute nodes (all ranks) had num_ops and no duration: timed at 1000 TFLOP/s" in t.meta["assumed"]
+    assert "4 CPU ops (is_cpu_op, all ranks) kept off the GPU's critical path" in t.meta["assumed"]
+    assert "0.26 ms of host time" in t.meta["assumed"]
+
+
+def test_num_ops_without_a_peak_rate_is_an_error(tmp_path):
+    paths = _write_nodes(tmp_path, [_flops_rank(), _flops_rank()])
+    with pytest.raises(InputError, match=r"node 2.duration_micros: expected a duration, or --gpu-tflops"):
+        chakra.load(paths)
+
+
+def test_the_cli_says_what_it_assumed(tmp_path, capsys):
+    from dtnet import cli
+    paths = _write_nodes(tmp_path, [_flops_rank(), _flops_rank()])
+    out = tmp_path / "t.json"
+    assert cli.main(["trace", "import", "chakra", *paths, "--gpu-tflops", "989", "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and lines[1].startswith("assumed: 2 compute nodes (all ranks) had num_ops") and "989 TFLOP/s" in lines[1]
+    assert cli.main(["trace", "import", "kineto", *paths, "--gpu-tflops", "989", "--out", str(out)]) == 2
+    assert "--gpu-tflops: expected only with chakra" in capsys.readouterr().err

@@ -109,3 +109,127 @@ def test_algorithm_is_recorded(tmp_path):
     assert {o.algorithm for o in kineto.load(paths, algorithm="tree").ops[0] if o.kind == "collective"} == {"tree"}
     with pytest.raises(InputError, match="algorithm: expected one of ring"):
         kineto.load(paths, algorithm="magic")
+
+
+# ---- streams, record_param_comms, no collectives --------------------------------------------
+
+def _k(ts, dur, stream, corr, name="sm90_gemm", **args):
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": stream,
+            "args": {"stream": stream, "correlation": corr, **args}}
+
+
+def _launch(ts, corr):
+    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts, "dur": 2, "pid": 1, "tid": 1,
+            "args": {"correlation": corr}}
+
+
+def _stream_rank():
+    """Backward on stream 7 (six 100 us kernels), the bucket's all-reduce on stream 20 from 250
+    to 650 us while kernels 3..6 go on, then the optimizer kernel, launched long before, at 700."""
+    ev = [_launch(5 + i, 100 + i) for i in range(8)]
+    ev += [_k(100 * i, 100, 7, 100 + i) for i in range(6)]       # 0..600
+    ev += [_k(250, 400, 20, 106, name="ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
+              **{"Collective name": "allreduce", "In msg nelems": 1 << 20, "Out msg nelems": 1 << 20,
+                 "dtype": "BFloat16", "Process Group Ranks": "[0, 1]", "Process Group Name": "0"})]
+    ev += [_k(700, 50, 7, 107)]
+    return ev
+
+
+def _reaches(ops, src, dst):
+    by_id = {o.id: o for o in ops}
+    todo, seen = [dst], set()
+    while todo:
+        o = todo.pop()
+        if o == src:
+            return True
+        if o not in seen:
+            seen.add(o)
+            todo.extend(by_id[o].deps)
+    return False
+
+
+def test_streams_are_concurrent_and_the_recorded_order_is_kept(tmp_path):
+    t = kineto.load(_write(tmp_path, [_stream_rank(), _stream_rank()]))
+    ops = t.ops[0]
+    ar = next(o for o in ops if o.kind == "collective")
+    comp = [o for o in ops if o.kind == "compute"]
+    # The all-reduce waited for the kernels that had ended when it started (0..200 us)...
+    before = [o for o in comp if _reaches(ops, o.id, ar.id)]
+    assert sum(o.duration_s for o in before) == pytest.approx(200e-6)
+    # ...overlaps the backward kernels that ran beside it (200..600 us)...
+    beside = [o for o in comp if not _reaches(ops, o.id, ar.id) and not _reaches(ops, ar.id, o.id)]
+    assert sum(o.duration_s for o in beside) == pytest.approx(400e-6)
+    # ...and the optimizer kernel, idle on its stream until the all-reduce ended, waits for it.
+    last = comp[-1]
+    assert last.duration_s == pytest.approx(50e-6) and ar.id in last.deps
+    assert t.meta["lanes"] == "cuda streams"
+
+
+def test_nccl_kernel_details_from_record_param_comms(tmp_path):
+    def rank_events():
+        rpc = {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": 40, "dur": 30, "pid": 1, "tid": 1,
+               "args": {"Collective name": "_allgather_base", "dtype": "Float", "In msg nelems": 64,
+                        "Out msg nelems": 256, "Group size": 4, "Process Group Name": "3",
+                        "Process Group Ranks": "[0, 1, 2, 3]"}}
+        return [_k(0, 10, 7, 1), _launch(1, 1), rpc, _launch(50, 2),
+                _k(60, 20, 20, 2, name="ncclDevKernel_AllGather_RING_LL")]
+    t = kineto.load(_write(tmp_path, [rank_events() for _ in range(4)]))
+    coll = [o for o in t.ops[2] if o.kind == "collective"]
+    assert [(o.op, o.size_bytes, o.group) for o in coll] == [("all_gather", 1024, "pg3")]
+    assert t.groups["pg3"] == [0, 1, 2, 3]
+
+
+def test_a_bare_nccl_kernel_is_an_error(tmp_path):
+    ev = [_k(0, 10, 7, 1), _k(20, 10, 20, 2, name="ncclDevKernel_AllReduce_Sum_f32")]
+    with pytest.raises(InputError, match=r"traceEvents\[1\]: expected an NCCL kernel with its collective in args"):
+        kineto.load(_write(tmp_path, [ev]))
+
+
+def test_a_trace_without_collectives_is_an_error(tmp_path):
+    ev = [_k(0, 10, 7, 1), _k(20, 10, 7, 2), {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 5}]
+    with pytest.raises(InputError, match="traceEvents: expected at least one collective"):
+        kineto.load(_write(tmp_path, [ev, ev]))
+
+
+def test_gpu_step_waits_for_the_last_steps_collectives(tmp_path):
+    """The all-reduce ends during the last backward kernel, so the next step's first kernel shows
+    no wait; the step boundary (ProfilerStep, by launch time) still orders them."""
+    def rank_events():
+        step = lambda n, ts, dur: {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}",  # noqa: E731
+                                   "ts": ts, "dur": dur, "pid": 1, "tid": 1}
+        ar = {"Collective name": "allreduce", "In msg nelems": 1024, "Out msg nelems": 1024, "dtype": "Float",
+              "Process Group Ranks": "[0, 1]", "Process Group Name": "0"}
+        return [step(0, 0, 100), step(1, 100, 100), _launch(1, 1), _launch(2, 2), _launch(3, 3), _launch(101, 4),
+                _k(10, 100, 7, 1), _k(20, 50, 20, 2, name="ncclDevKernel_AllReduce", **ar),
+                _k(110, 90, 7, 3), _k(200, 10, 7, 4)]
+    t = kineto.load(_write(tmp_path, [rank_events(), rank_events()]))
+    ops = t.ops[0]
+    ar = next(o for o in ops if o.kind == "collective")
+    first_of_1 = next(o for o in ops if o.iteration == 1)
+    assert ar.iteration == 0 and ar.id in first_of_1.deps
+
+
+def test_record_param_comms_without_details_is_named(tmp_path):
+    rpc = {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": 0, "dur": 10, "pid": 1, "tid": 1,
+           "args": {"Input Dims": [[1024], []], "Input type": ["float", "Scalar"]}}
+    ev = [rpc, _launch(2, 1), _k(20, 10, 20, 1, name="ncclKernel_AllReduce_RING_LL_Sum_float")]
+    with pytest.raises(InputError, match=r"traceEvents\[0\].args: expected record_param_comms with Collective name"):
+        kineto.load(_write(tmp_path, [ev]))
+
+
+def test_a_recorded_stream_wait_orders_two_streams(tmp_path):
+    """Stream 9 waits (cudaStreamWaitEvent) on an event recorded on stream 7 after kernel 2:
+    stream 9's next kernel depends on kernel 2, though it starts long after (no timing hint)."""
+    def rank_events():
+        ar = {"Collective name": "allreduce", "In msg nelems": 1024, "Out msg nelems": 1024, "dtype": "Float",
+              "Process Group Ranks": "[0, 1]", "Process Group Name": "0"}
+        wait = {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": 9, "ts": 5, "dur": 1,
+                "args": {"stream": 9, "wait_on_stream": 7, "correlation": 13, "wait_on_cuda_event_record_corr_id": 12}}
+        return [_launch(1, 10), _launch(2, 11), _launch(3, 12), _launch(4, 13), _launch(5, 14), _launch(6, 15), wait,
+                _k(0, 100, 7, 10), _k(100, 100, 7, 11), _k(200, 100, 7, 15),
+                _k(1000, 10, 9, 14), _k(1100, 20, 20, 16, name="ncclDevKernel_AllReduce", **ar)]
+    t = kineto.load(_write(tmp_path, [rank_events(), rank_events()]))
+    ops = t.ops[0]
+    side = next(o for o in ops if o.kind == "compute" and o.duration_s == pytest.approx(10e-6))
+    k2 = [o for o in ops if o.kind == "compute" and o is not side and _reaches(ops, o.id, side.id)]
+    assert sum(o.duration_s for o in k2) == pytest.approx(200e-6)  # kernels 1 and 2, not kernel 3

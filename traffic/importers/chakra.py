@@ -284,10 +284,34 @@ def read_nodes(path: str) -> list[dict]:
                          str(e), file=path) from None
 
 
-def load(paths: list[str], comm_groups: dict | None = None, algorithm: str = "ring") -> "Trace":  # noqa: F821
+def is_pytorch_et(path: str) -> bool:
+    """PyTorch's own execution trace JSON (ExecutionTraceObserver), which Chakra's converter
+    takes as input: an object with "schema" and "nodes" (plain or gzipped)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+        if head[:2] == b"\x1f\x8b":
+            with gzip.open(path, "rb") as g:
+                head = g.read(1 << 16)
+    except (OSError, EOFError):
+        return False
+    head = head.lstrip()
+    return head[:1] == b"{" and b'"schema"' in head and b'"nodes"' in head
+
+
+def load(paths: list[str], comm_groups: dict | None = None, algorithm: str = "ring",
+         gpu_tflops: float | None = None) -> "Trace":  # noqa: F821
     """File i is rank i. Groups come from `comm_groups` ({pg_name: [ranks]}, ASTRA-sim's comm group
-    file) or else from which files use each pg_name; a node without pg_name uses every rank."""
+    file) or else from which files use each pg_name; a node without pg_name uses every rank.
+    A compute node with num_ops and no duration is timed at `gpu_tflops` (an error without it);
+    nodes with is_cpu_op are host work: they pass their dependencies on and take no GPU time.
+    PyTorch execution traces (the converter's input) are read by traffic.importers.pytorch_et."""
     paths = [str(p) for p in paths]
+    if paths and all(is_pytorch_et(p) for p in paths):
+        from traffic.importers import pytorch_et
+        return pytorch_et.load(paths, algorithm=algorithm)
+    if gpu_tflops is not None and (not isinstance(gpu_tflops, (int, float)) or not 0 < gpu_tflops < 1e6):
+        raise InputError("--gpu-tflops", "a peak rate in TFLOP/s, > 0", gpu_tflops)
     per_rank = [read_nodes(p) for p in paths]
     n = len(paths)
     pg_members: dict[str, set] = {}
@@ -304,19 +328,53 @@ def load(paths: list[str], comm_groups: dict | None = None, algorithm: str = "ri
     for pg, ranks in sorted(pg_members.items()):
         if pg not in names:
             names[pg] = asm.group(sorted(ranks), f"pg{pg}")
+    stats = {"timed": 0, "cpu": 0, "cpu_us": 0}
     for rank, nodes in enumerate(per_rank):
-        _convert(asm, rank, nodes, names)
-    return asm.trace({"workload": "import", "format": "chakra", "files": paths})
+        _convert(asm, rank, nodes, names, gpu_tflops, stats)
+    meta = {"workload": "import", "format": "chakra", "files": paths}
+    assumed = []
+    if stats["timed"]:
+        meta["gpu_tflops"] = gpu_tflops
+        assumed.append(f"{stats['timed']} compute nodes (all ranks) had num_ops and no duration: timed at {gpu_tflops:g} "
+                       "TFLOP/s (--gpu-tflops), as if at peak")
+    if stats["cpu"]:
+        assumed.append(f"{stats['cpu']} CPU ops (is_cpu_op, all ranks) kept off the GPU's critical path: 0 s each, "
+                       f"{stats['cpu_us'] / 1e3:g} ms of host time not replayed")
+    if assumed:
+        meta["assumed"] = "; ".join(assumed)
+    return asm.trace(meta)
 
 
-def _convert(asm, rank, nodes, names):
+def _through_cpu_ops(deps, cpu_deps, where, path):
+    """Dependencies with every CPU op replaced by what it depended on (recursively)."""
+    out, todo, seen = [], list(deps), set()
+    while todo:
+        d = todo.pop()
+        if d in seen:
+            continue
+        seen.add(d)
+        if d in cpu_deps:
+            todo.extend(cpu_deps[d])
+        else:
+            out.append(d)
+    return sorted(out)
+
+
+def _convert(asm, rank, nodes, names, gpu_tflops=None, stats=None):
     path = asm.files[rank]
+    stats = stats if stats is not None else {"timed": 0, "cpu": 0, "cpu_us": 0}
+    cpu_deps = {nd["id"]: nd["data_deps"] + nd["ctrl_deps"] for nd in nodes
+                if NODE_TYPES.get(nd["type"]) == "COMP_NODE" and nd["attr"].get("is_cpu_op") is True}
     for i, node in enumerate(sorted(nodes, key=lambda nd: nd["id"])):
         where = f"node {node['id']}"
         kind = NODE_TYPES.get(node["type"])
-        deps = [d for d in node["data_deps"] + node["ctrl_deps"]]
+        deps = _through_cpu_ops(node["data_deps"] + node["ctrl_deps"], cpu_deps, where, path)
         attr = node["attr"]
         label = node["name"]
+        if node["id"] in cpu_deps:
+            stats["cpu"] += 1
+            stats["cpu_us"] += node["duration_micros"]
+            continue
         if kind == "COMM_COLL_NODE":
             ctype = attr.get("comm_type")
             name = COMM_TYPES.get(ctype) if isinstance(ctype, int) else None
@@ -339,7 +397,17 @@ def _convert(asm, rank, nodes, names):
         elif kind is None:
             raise InputError(f"{where}.type", "a Chakra NodeType (0..10)", node["type"], file=path)
         else:  # compute, memory and metadata nodes all take time on the rank
-            asm.compute(rank, node["id"], node["duration_micros"] / 1e6, deps, label, where)
+            duration_s = node["duration_micros"] / 1e6
+            num_ops = attr.get("num_ops")
+            if kind == "COMP_NODE" and not node["duration_micros"] and num_ops:
+                if not isinstance(num_ops, int) or isinstance(num_ops, bool) or num_ops < 0:
+                    raise InputError(f"{where}.num_ops", "an operation count >= 0", num_ops, file=path)
+                if gpu_tflops is None:
+                    raise InputError(f"{where}.duration_micros", "a duration, or --gpu-tflops to time its "
+                                     f"num_ops at a declared peak rate", f"none, num_ops={num_ops}", file=path)
+                duration_s = num_ops / (gpu_tflops * 1e12)
+                stats["timed"] += 1
+            asm.compute(rank, node["id"], duration_s, deps, label, where)
 
 
 def _size(attr, where, path):

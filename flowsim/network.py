@@ -1,0 +1,172 @@
+"""The fabric as arrays: directed links with capacities, hosts, NVLink domains.
+
+``Net.from_fabric`` reads a ``topologies.Fabric``; every cable becomes two directed links
+(full duplex), each with the cable's rate. ``Net.fat_tree`` builds the same k-ary fat-tree
+straight into arrays, for sizes the networkx builders do not reach yet (names and
+wiring as ``topologies.builders.fat_tree``, which a test checks).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from topologies.fabric import HOST, Fabric
+
+HOST_NODE, SWITCH_NODE, NVLINK_NODE = 0, 1, 2
+LINK_KINDS = ("host", "fabric", "nvlink")
+
+
+def _ip_int(ip: str) -> int:
+    a, b, c, d = (int(x) for x in ip.split("."))
+    return (a << 24) | (b << 16) | (c << 8) | d
+
+
+class Net:
+    """Directed links (src node, dst node, bytes/s, kind, up) and where each host plugs in.
+
+    Capacities are in bytes per second (``link_gbps`` x 1e9 / 8); names say the unit.
+    """
+
+    def __init__(self, names: list[str], node_kind: np.ndarray, link_src: np.ndarray, link_dst: np.ndarray,
+                 link_gbps: np.ndarray, link_kind: np.ndarray, hosts: np.ndarray, host_ip: np.ndarray,
+                 host_switch: np.ndarray, host_nvl: np.ndarray, kind: str = "custom", params: dict | None = None):
+        self.names = names
+        self.node_kind = np.asarray(node_kind, dtype=np.int8)
+        self.link_src = np.asarray(link_src, dtype=np.int64)
+        self.link_dst = np.asarray(link_dst, dtype=np.int64)
+        self.link_gbps = np.asarray(link_gbps, dtype=float)
+        self.link_kind = np.asarray(link_kind, dtype=np.int8)
+        self.link_up = np.ones(len(self.link_src), dtype=bool)
+        self.hosts = np.asarray(hosts, dtype=np.int64)          # node index of rank-order host i
+        self.host_ip = np.asarray(host_ip, dtype=np.uint32)
+        self.host_switch = np.asarray(host_switch, dtype=np.int64)  # fabric switch (node index) or -1
+        self.host_nvl = np.asarray(host_nvl, dtype=np.int64)        # NVLink switch (node index) or -1
+        self.kind, self.params = kind, dict(params or {})
+        self.version = 0  # bumped on every link state change, so routers can drop caches
+        self._index: dict[str, int] | None = None
+        self._link_of: dict[tuple[int, int], int] | None = None
+        self._host_of_node: dict[int, int] | None = None
+
+    # -- sizes and lookups ----------------------------------------------------
+    @property
+    def n_links(self) -> int:
+        return len(self.link_src)
+
+    @property
+    def n_hosts(self) -> int:
+        return len(self.hosts)
+
+    @property
+    def capacity_Bps(self) -> np.ndarray:
+        """Per directed link, bytes/s; 0 while the link is down."""
+        return np.where(self.link_up, self.link_gbps * (1e9 / 8), 0.0)
+
+    def index(self, name: str) -> int:
+        if self._index is None:
+            self._index = {n: i for i, n in enumerate(self.names)}
+        return self._index[name]
+
+    def host_index(self, name: str) -> int:
+        """Rank-order position of a host."""
+        if self._host_of_node is None:
+            self._host_of_node = {int(n): i for i, n in enumerate(self.hosts)}
+        return self._host_of_node[self.index(name)]
+
+    def link(self, a: str | int, b: str | int) -> int:
+        """The directed link a -> b."""
+        if self._link_of is None:
+            self._link_of = {(int(s), int(d)): i for i, (s, d) in enumerate(zip(self.link_src, self.link_dst))}
+        ia = a if isinstance(a, (int, np.integer)) else self.index(a)
+        ib = b if isinstance(b, (int, np.integer)) else self.index(b)
+        return self._link_of[int(ia), int(ib)]
+
+    def link_name(self, i: int) -> tuple[str, str]:
+        return self.names[self.link_src[i]], self.names[self.link_dst[i]]
+
+    def node_path(self, links) -> list[str]:
+        links = list(links)
+        if not links:
+            return []
+        return [self.names[self.link_src[links[0]]]] + [self.names[self.link_dst[i]] for i in links]
+
+    # -- faults ---------------------------------------------------------------
+    def set_cable(self, a: str, b: str, up: bool) -> list[int]:
+        """Both directions of the cable a-b up or down; returns their link ids."""
+        ids = [self.link(a, b), self.link(b, a)]
+        self.link_up[ids] = up
+        self.version += 1
+        return ids
+
+    def set_switch(self, name: str, up: bool) -> list[int]:
+        """Every link into or out of a switch up or down."""
+        i = self.index(name)
+        ids = np.flatnonzero((self.link_src == i) | (self.link_dst == i)).tolist()
+        self.link_up[ids] = up
+        self.version += 1
+        return ids
+
+    # -- builders -------------------------------------------------------------
+    @classmethod
+    def from_fabric(cls, fabric: Fabric) -> "Net":
+        g = fabric.graph
+        hosts = fabric.hosts
+        names = hosts + [n for n in fabric.switches]
+        idx = {n: i for i, n in enumerate(names)}
+        kind = np.array([HOST_NODE] * len(hosts) + [SWITCH_NODE if g.nodes[s].get("openflow", True) else NVLINK_NODE
+                                                    for s in fabric.switches], dtype=np.int8)
+        src, dst, gbps, lk = [], [], [], []
+        kcode = {k: i for i, k in enumerate(LINK_KINDS)}
+        for a, b, d in fabric.links():
+            for u, v in ((a, b), (b, a)):
+                src.append(idx[u])
+                dst.append(idx[v])
+                gbps.append(d["link_gbps"])
+                lk.append(kcode[d["kind"]])
+        host_switch = np.full(len(hosts), -1, dtype=np.int64)
+        host_nvl = np.full(len(hosts), -1, dtype=np.int64)
+        for i, h in enumerate(hosts):
+            for nbr in g.neighbors(h):
+                k = g.edges[h, nbr]["kind"]
+                if k == "host":
+                    host_switch[i] = idx[nbr]
+                elif k == "nvlink":
+                    host_nvl[i] = idx[nbr]
+        ips = np.array([_ip_int(g.nodes[h]["ip"]) for h in hosts], dtype=np.uint32)
+        assert all(g.nodes[h]["role"] == HOST for h in hosts)
+        return cls(names, kind, np.array(src), np.array(dst), np.array(gbps), np.array(lk),
+                   np.arange(len(hosts)), ips, host_switch, host_nvl, fabric.kind, fabric.params)
+
+    @classmethod
+    def fat_tree(cls, k: int, link_gbps: float = 400.0, oversubscription: float = 1.0) -> "Net":
+        """Al-Fares k-ary fat-tree, named and wired like topologies.builders.fat_tree, in arrays."""
+        if k < 2 or k % 2:
+            raise ValueError(f"fat-tree k: expected an even integer >= 2, found {k!r}")
+        half = k // 2
+        n_hosts, n_core, n_pod_sw = k * half * half, half * half, k * half
+        hosts = np.arange(n_hosts)
+        core0 = n_hosts
+        agg0 = core0 + n_core
+        edge0 = agg0 + n_pod_sw
+        names = [f"h{h}" for h in range(n_hosts)] + [f"core{i}" for i in range(n_core)]
+        names += [f"agg{p}_{i}" for p in range(k) for i in range(half)]
+        names += [f"edge{p}_{i}" for p in range(k) for i in range(half)]
+        kind = np.concatenate([np.zeros(n_hosts), np.ones(n_core + 2 * n_pod_sw)]).astype(np.int8)
+        host_edge = edge0 + hosts // half                     # edge switch p*half + i
+        pods = np.repeat(np.arange(k), half)                  # pod of each pod-switch slot
+        slot = np.tile(np.arange(half), k)
+        # edge (p, i) -- agg (p, j) for every j
+        ea_e = np.repeat(edge0 + np.arange(n_pod_sw), half)
+        ea_a = agg0 + np.repeat(pods, half) * half + np.tile(np.arange(half), n_pod_sw)
+        # agg (p, i) -- core i*half + j
+        ac_a = np.repeat(agg0 + np.arange(n_pod_sw), half)
+        ac_c = core0 + np.repeat(slot, half) * half + np.tile(np.arange(half), n_pod_sw)
+        up_gbps = link_gbps / oversubscription
+        a = np.concatenate([hosts, ea_e, ac_a])
+        b = np.concatenate([host_edge, ea_a, ac_c])
+        gb = np.concatenate([np.full(n_hosts, link_gbps), np.full(len(ea_e) + len(ac_a), up_gbps)])
+        lk = np.concatenate([np.zeros(n_hosts), np.ones(len(ea_e) + len(ac_a))]).astype(np.int8)
+        src = np.concatenate([a, b])
+        dst = np.concatenate([b, a])
+        ips = (10 << 24) | (((hosts + 1) >> 8) << 8) | ((hosts + 1) & 0xFF)
+        return cls(names, kind, src, dst, np.concatenate([gb, gb]), np.concatenate([lk, lk]), hosts,
+                   ips.astype(np.uint32), host_edge, np.full(n_hosts, -1), "fat-tree",
+                   {"k": k, "oversubscription": oversubscription})

@@ -1,0 +1,119 @@
+"""What a flow-level run produces, in the engine-neutral shapes the outputs layer writes.
+
+Per op and rank: start, end and ready times (the events the agents emit); per collective
+instance: its CCT (last member's end minus first member's start, as the emulator's results
+compute it); per directed link: bytes carried and, with ``series_bin_s``, bytes per time bin
+(what links.csv and the heatmaps are made of); counters; and the model's assumptions, so a
+reader of the outputs learns that a model made them and which one.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+ASSUMPTIONS = (
+    "fluid flows: bytes move at the rates of a max-min fair share of every directed link (progressive "
+    "filling), recomputed at every event; no packets, queues, slow start, retransmits or shaper bursts",
+    "one connection per ordered pair of ranks in a job (as the agents connect); a connection serves its "
+    "queued sends in order, the first one that may send takes it",
+    "a send streams behind the receives of its own chunks (schedule.send_dependencies), at most one slice "
+    "behind the matching share; receives it does not follow must be complete first",
+    "compute ops of a rank run one at a time in stream order; communication ops start when ready",
+)
+
+
+class Result:
+    def __init__(self, sim, stalled: str | None):
+        self.engine = "flow"
+        self.stalled = stalled
+        self.end_s = sim.now
+        self.params = sim.p
+        self.router = sim.router.describe()
+        self.counters = dict(sim.counters)
+        self.jobs = [j.name for j in sim.jobs]
+        rec = np.array(sim.records, dtype=float).reshape(-1, 6)
+        self.op_job, self.op_rank, self.op_index = rec[:, 0].astype(int), rec[:, 1].astype(int), rec[:, 2].astype(int)
+        self.op_start, self.op_end, self.op_ready = rec[:, 3], rec[:, 4], rec[:, 5]
+        self._sim = sim
+        self.link_bytes = sim.link_bytes.copy()
+        self.link_names = [sim.net.link_name(i) for i in range(sim.net.n_links)]
+        self.link_gbps = sim.net.link_gbps.copy()
+        self.series = dict(sim.series)
+        self.series_bin_s = sim.p.series_bin_s
+
+    @property
+    def complete(self) -> bool:
+        return self.stalled is None
+
+    def assumptions(self) -> dict:
+        p = self.params
+        out = {"engine": "flow", "model": "fluid max-min", "statements": list(ASSUMPTIONS),
+               "slice_bytes": p.slice_bytes, "latency_s": p.latency_s, "collective_model": p.collective_model,
+               "routing": self.router}
+        if p.collective_model == "bundle":
+            out["statements"] = out["statements"] + [
+                "bundle: each collective instance is one entity, its connections tied to one rate and starting "
+                "when its last member starts (a ring's steady state; an approximation for other algorithms)"]
+        if p.latency_s > 0:
+            out["statements"] = out["statements"] + [
+                "latency_s delays each transfer's delivery; a following send sees its gate's progress minus "
+                "latency_s at the gate's current rate"]
+        return out
+
+    def op_events(self):
+        """One dict per finished op and rank, shaped like the agents' events."""
+        sim = self._sim
+        for j, r, i, s, e, rd in zip(self.op_job, self.op_rank, self.op_index, self.op_start, self.op_end,
+                                     self.op_ready):
+            op = sim.streams[sim.rank_base[j] + r][i]
+            ev = {"kind": op.kind, "job": self.jobs[j], "rank": int(r), "op_id": op.id, "start": float(s),
+                  "end": float(e), "ready": float(rd)}
+            for k in ("op", "algorithm", "size_bytes", "iteration", "label", "group", "peer"):
+                v = getattr(op, k, None)
+                if v is not None and v != "":
+                    ev[k] = v
+            yield ev
+
+    def collectives(self) -> list[dict]:
+        """Every collective instance with its CCT (real seconds)."""
+        out = []
+        sim = self._sim
+        for inst in sim.inst_list:
+            if inst.key[0] != "coll" or inst.members_done < len(inst.group):
+                continue
+            op = inst.op
+            out.append({"job": self.jobs[inst.job], "group": op.group, "op_id": op.id, "op": op.op,
+                        "algorithm": op.algorithm or "ring", "size_bytes": op.size_bytes, "ranks": len(inst.group),
+                        "iteration": op.iteration, "start_s": inst.start_s, "end_s": inst.end_s,
+                        "cct_s": inst.end_s - inst.start_s})
+        return out
+
+    def iteration_times_s(self, job: str) -> list[float]:
+        """Per iteration: from its first op's start to its last op's end, over all ranks."""
+        j = self.jobs.index(job)
+        sim = self._sim
+        spans: dict[int, list[float]] = {}
+        for jj, r, i, s, e in zip(self.op_job, self.op_rank, self.op_index, self.op_start, self.op_end):
+            if jj != j:
+                continue
+            it = sim.streams[sim.rank_base[j] + r][i].iteration
+            if it is None:
+                continue
+            sp_ = spans.setdefault(it, [np.inf, -np.inf])
+            sp_[0], sp_[1] = min(sp_[0], s), max(sp_[1], e)
+        return [spans[k][1] - spans[k][0] for k in sorted(spans)]
+
+    def link_rows(self):
+        """links.csv rows (t_s at the end of each bin, link, src, dst, util, gbps) from the series."""
+        w = self.series_bin_s
+        if not w:
+            return
+        for k in sorted(self.series):
+            ids, nbytes = self.series[k]
+            for l, b in zip(ids.tolist(), nbytes.tolist()):
+                gbps = b * 8 / w / 1e9
+                a, bb = self.link_names[l]
+                yield (round((k + 1) * w, 9), f"{a}-{bb}", a, bb, gbps / self.link_gbps[l], gbps)
+
+    def summary(self) -> dict:
+        return {"engine": "flow", "complete": self.complete, "stalled": self.stalled, "end_s": self.end_s,
+                "assumptions": self.assumptions(), "counters": self.counters}

@@ -1,0 +1,307 @@
+"""Where each flow goes: the router object the simulation asks, and what it may observe.
+
+A router turns flows (source host, destination host, five-tuple) into paths of directed
+links, all at once and vectorized: hop by hop, every flow picks one of the next hops that
+lie on a shortest path to its destination switch (distances by one BFS per destination
+switch, in C, through scipy.sparse.csgraph). ``EcmpRouter`` picks by a seeded hash of the
+five-tuple salted per switch, as OVS select groups hash each flow independently at every
+switch; ``ShortestRouter`` picks by destination only, as the controller's ``shortest``
+policy installs one next hop per (switch, destination host).
+
+Hosts of one server talk over their NVLink switch, as the emulator's agents do (same-server
+peers connect to each other's NVLink address), never over the fabric.
+
+Policies that react to load implement ``poll`` (called every ``poll_s`` seconds of
+simulated time with an ``Observation``: per-link byte counters and model rates, per-flow
+bytes and rates) and return new paths for the flows they move; ``links_changed`` is called
+after a fault with the same observation.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse import csgraph
+
+from flowsim.network import LINK_KINDS, SWITCH_NODE, Net
+
+FABRIC_LINK = LINK_KINDS.index("fabric")
+_M1, _M2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
+
+
+def fmix64(x: np.ndarray) -> np.ndarray:
+    """Murmur3's 64-bit finalizer, vectorized: every input bit moves every output bit."""
+    x = np.asarray(x, dtype=np.uint64).copy()
+    with np.errstate(over="ignore"):
+        x ^= x >> np.uint64(33)
+        x *= _M1
+        x ^= x >> np.uint64(33)
+        x *= _M2
+        x ^= x >> np.uint64(33)
+    return x
+
+
+def five_tuple_hash(src_ip, dst_ip, sport, dport, proto=6, seed: int = 0) -> np.ndarray:
+    """One 64-bit hash per flow of (src ip, dst ip, proto, sport, dport) and the seed."""
+    src_ip, dst_ip = np.asarray(src_ip, np.uint64), np.asarray(dst_ip, np.uint64)
+    ports = (np.asarray(sport, np.uint64) << np.uint64(16)) | np.asarray(dport, np.uint64)
+    ports |= np.asarray(proto, np.uint64) << np.uint64(40)
+    s = fmix64(np.uint64(seed & 0xFFFFFFFFFFFFFFFF) ^ np.uint64(0x9E3779B97F4A7C15))
+    return fmix64(fmix64((src_ip << np.uint64(32)) | dst_ip) ^ fmix64(ports ^ s))
+
+
+class SwitchPaths:
+    """Shortest-path structure of the OpenFlow part of a Net, recomputed when links change."""
+
+    def __init__(self, net: Net):
+        self.net = net
+        self.version = -1
+        self._build()
+
+    def _build(self):
+        net = self.net
+        self.sw = np.flatnonzero(net.node_kind == SWITCH_NODE)
+        self.local = np.full(len(net.names), -1, dtype=np.int64)
+        self.local[self.sw] = np.arange(len(self.sw))
+        fab = np.flatnonzero((net.link_kind == FABRIC_LINK) & (self.local[net.link_src] >= 0)
+                             & (self.local[net.link_dst] >= 0))
+        self.fab_links = fab
+        u, v = self.local[net.link_src[fab]], self.local[net.link_dst[fab]]
+        order = np.lexsort((v, u))
+        u, v, lid = u[order], v[order], fab[order]
+        deg = np.bincount(u, minlength=len(self.sw))
+        self.maxdeg = int(deg.max()) if len(deg) else 0
+        start = np.concatenate([[0], np.cumsum(deg)[:-1]])
+        pos = np.arange(len(u)) - start[u]
+        self.nbr = np.full((len(self.sw), max(self.maxdeg, 1)), -1, dtype=np.int64)
+        self.nbr_link = np.full_like(self.nbr, -1)
+        self.nbr[u, pos] = v
+        self.nbr_link[u, pos] = lid
+        self._dist: dict[int, np.ndarray] = {}
+        self.version = net.version
+
+    def refresh(self):
+        if self.version != self.net.version:
+            self._dist = {}
+            self.version = self.net.version
+
+    def distances(self, dest_local: np.ndarray) -> tuple[np.ndarray, dict[int, int]]:
+        """(matrix switches x destinations, destination -> column) of hop counts over up links."""
+        self.refresh()
+        need = [int(d) for d in np.unique(dest_local) if int(d) not in self._dist]
+        if need:
+            up = self.fab_links[self.net.link_up[self.fab_links]]
+            g = sp.csr_matrix((np.ones(len(up)), (self.local[self.net.link_src[up]], self.local[self.net.link_dst[up]])),
+                              shape=(len(self.sw), len(self.sw)))
+            # Cables are symmetric, so the distance from d is the distance to d.
+            dm = csgraph.shortest_path(g, unweighted=True, directed=True, indices=need)
+            dm = np.where(np.isfinite(dm), dm, -1).astype(np.int32)
+            for i, d in enumerate(need):
+                self._dist[d] = dm[i]
+        dests = [int(d) for d in np.unique(dest_local)]
+        col = {d: i for i, d in enumerate(dests)}
+        mat = np.stack([self._dist[d] for d in dests], axis=1) if dests else np.zeros((len(self.sw), 0), np.int32)
+        return mat, col
+
+
+class Router:
+    """Base router: paths for flows, hop by hop over shortest paths. Subclasses choose the hop."""
+
+    name = "router"
+    poll_s: float | None = None
+
+    def __init__(self):
+        self._paths: SwitchPaths | None = None
+
+    def describe(self) -> dict:
+        return {"name": self.name}
+
+    def hop_choice(self, key: np.ndarray, dst_host: np.ndarray, switch: np.ndarray) -> np.ndarray:
+        """A 64-bit number per flow at this hop; the next hop is it modulo the choices."""
+        raise NotImplementedError
+
+    def structure(self, net: Net) -> SwitchPaths:
+        if self._paths is None or self._paths.net is not net:
+            self._paths = SwitchPaths(net)
+        return self._paths
+
+    def route(self, net: Net, src: np.ndarray, dst: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Paths of flows src[i] -> dst[i] (host positions) as CSR (indptr, link ids).
+        An unreachable flow (or one to itself) gets an empty path."""
+        src, dst, key = np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(key, np.uint64)
+        n = len(src)
+        cols: list[np.ndarray] = []  # one column per hop position; -1 where a flow has no hop there
+        ok = src != dst
+        hs, hd = net.hosts[src], net.hosts[dst]
+        nvl_s, nvl_d = net.host_nvl[src], net.host_nvl[dst]
+        local = ok & (nvl_s >= 0) & (nvl_s == nvl_d)
+        fabric = ok & ~local
+        if local.any():
+            for a, b in ((hs, nvl_s), (nvl_d, hd)):
+                c = np.full(n, -1, np.int64)
+                c[local] = _links(net, a[local], b[local])
+                cols.append(c)
+        if fabric.any():
+            cols += self._fabric_hops(net, src, dst, key, fabric)
+        mat = np.stack(cols, axis=1) if cols else np.zeros((n, 0), np.int64)
+        present = mat >= 0
+        # A flow is routed when every hop it needs exists and is up.
+        ok &= ~(local & (present.sum(axis=1) < 2))
+        ok &= ~(fabric & ~present.any(axis=1))
+        ok &= np.where(present, net.link_up[np.maximum(mat, 0)], True).all(axis=1)
+        mat[~ok] = -1
+        keep = mat >= 0
+        indptr = np.concatenate([[0], np.cumsum(keep.sum(axis=1))])
+        return indptr, mat[keep]
+
+    def _fabric_hops(self, net, src, dst, key, fabric) -> list[np.ndarray]:
+        """Columns host->switch, switch hops..., switch->host for the flows in `fabric`;
+        a flow that cannot get through has -1 everywhere."""
+        n = len(src)
+        sp_ = self.structure(net)
+        s_sw, d_sw = net.host_switch[src], net.host_switch[dst]
+        go = fabric & (s_sw >= 0) & (d_sw >= 0)
+        up, down = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+        up[go] = _links(net, net.hosts[src[go]], s_sw[go])
+        down[go] = _links(net, d_sw[go], net.hosts[dst[go]])
+        cur = np.full(n, -1, np.int64)
+        dl = np.full(n, -1, np.int64)
+        cur[go], dl[go] = sp_.local[s_sw[go]], sp_.local[d_sw[go]]
+        go &= (cur >= 0) & (dl >= 0)
+        mid: list[np.ndarray] = []
+        if go.any():
+            dist, col = sp_.distances(dl[go])
+            cidx = np.full(n, -1, np.int64)
+            lut = np.full(int(dl[go].max()) + 1, -1, np.int64)
+            for d, c in col.items():
+                lut[d] = c
+            cidx[go] = lut[dl[go]]
+            g = np.flatnonzero(go)
+            go[g[dist[cur[g], cidx[g]] < 0]] = False
+            walking = go & (cur != dl)
+            while walking.any():
+                w = np.flatnonzero(walking)
+                nb, nl = sp_.nbr[cur[w]], sp_.nbr_link[cur[w]]
+                here = dist[cur[w], cidx[w]]
+                nd = np.where(nb >= 0, dist[np.maximum(nb, 0), cidx[w][:, None]], -2)
+                valid = (nb >= 0) & net.link_up[np.maximum(nl, 0)] & (nd >= 0) & (nd == here[:, None] - 1)
+                count = valid.sum(axis=1)
+                stuck = count == 0
+                pick = self.hop_choice(key[w], dst[w], sp_.sw[cur[w]]) % np.maximum(count, 1).astype(np.uint64)
+                rank = np.cumsum(valid, axis=1) - 1
+                chosen = np.argmax(valid & (rank == pick.astype(np.int64)[:, None]), axis=1)
+                rows = np.arange(len(w))
+                step = np.full(n, -1, np.int64)
+                step[w] = np.where(stuck, -1, nl[rows, chosen])
+                cur[w] = np.where(stuck, cur[w], nb[rows, chosen])
+                go[w[stuck]] = False
+                mid.append(step)
+                walking = go & (cur != dl)
+        hops = [up] + mid + [down]
+        for h in hops:
+            h[~go] = -1
+        return hops
+
+    # -- hooks for policies ------------------------------------------------------
+    def poll(self, now_s: float, obs: "Observation") -> dict[int, np.ndarray]:
+        """New paths (connection id -> link ids) for the flows the policy moves; none by default."""
+        return {}
+
+    def links_changed(self, now_s: float, obs: "Observation") -> dict[int, np.ndarray]:
+        """After a fault: recompute every live connection's path, as the controller reinstalls
+        its routes (select groups rehash over the new bucket sets)."""
+        if not len(obs.conn_ids):
+            return {}
+        indptr, links = self.route(obs.net, obs.conn_src, obs.conn_dst, obs.conn_key)
+        return {int(c): links[indptr[i]:indptr[i + 1]] for i, c in enumerate(obs.conn_ids)}
+
+    def equal_cost_paths(self, net: Net, src: int, dst: int, limit: int = 256) -> list[np.ndarray]:
+        """Every shortest path (as link ids) between two hosts, up to `limit`, in a stable order."""
+        if net.host_nvl[src] >= 0 and net.host_nvl[src] == net.host_nvl[dst]:
+            ind, lk = self.route(net, [src], [dst], [0])
+            return [lk]
+        sp_ = self.structure(net)
+        s_sw, d_sw = int(net.host_switch[src]), int(net.host_switch[dst])
+        dl = int(sp_.local[d_sw])
+        dist, col = sp_.distances(np.array([dl]))
+        d = dist[:, col[dl]]
+        first, last = net.link(int(net.hosts[src]), s_sw), net.link(d_sw, int(net.hosts[dst]))
+        out: list[np.ndarray] = []
+
+        def walk(u, prefix):
+            if len(out) >= limit:
+                return
+            if u == dl:
+                out.append(np.array([first] + prefix + [last], dtype=np.int64))
+                return
+            for v, lid in zip(sp_.nbr[u], sp_.nbr_link[u]):
+                if v >= 0 and net.link_up[lid] and d[v] == d[u] - 1:
+                    walk(v, prefix + [int(lid)])
+
+        if d[sp_.local[s_sw]] >= 0:
+            walk(int(sp_.local[s_sw]), [])
+        return out
+
+
+class EcmpRouter(Router):
+    """ECMP: a seeded hash of the five-tuple, salted per switch, over the equal-cost next hops.
+    The seed stands for the hashing luck of one emulator run (its ephemeral ports)."""
+
+    name = "ecmp"
+
+    def __init__(self, seed: int = 0):
+        super().__init__()
+        self.seed = int(seed)
+
+    def describe(self) -> dict:
+        return {"name": self.name, "seed": self.seed, "hash": "murmur3 fmix64 of the five-tuple, salted per switch"}
+
+    def hop_choice(self, key, dst_host, switch):
+        salt = fmix64(np.asarray(switch, np.uint64) ^ np.uint64(self.seed * 0x100000001B3 & 0xFFFFFFFFFFFFFFFF))
+        return fmix64(key ^ salt)
+
+
+class ShortestRouter(Router):
+    """One path per (switch, destination host), as the controller's ``shortest`` policy."""
+
+    name = "shortest"
+
+    def hop_choice(self, key, dst_host, switch):
+        return fmix64((np.asarray(switch, np.uint64) << np.uint64(32)) ^ np.asarray(dst_host, np.uint64))
+
+
+def _links(net: Net, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Link ids of the directed links a[i] -> b[i] (vectorized lookup through a sorted key)."""
+    keys = net.link_src * len(net.names) + net.link_dst
+    order = np.argsort(keys, kind="stable")
+    want = np.asarray(a, np.int64) * len(net.names) + np.asarray(b, np.int64)
+    pos = np.searchsorted(keys[order], want)
+    pos = np.minimum(pos, len(order) - 1)
+    found = keys[order][pos] == want
+    return np.where(found, order[pos], -1)
+
+
+@dataclass
+class Observation:
+    """What a policy sees at a poll, in the model's own terms (real-cluster units).
+
+    link_bytes: cumulative bytes carried per directed link (what port counters count);
+    link_rate_Bps: the model's current rate per link; conn_*: the live connections (flows):
+    id, source and destination host positions, five-tuple hash key, cumulative bytes,
+    current rate, and path (link ids)."""
+
+    now_s: float
+    net: Net
+    link_bytes: np.ndarray
+    link_rate_Bps: np.ndarray
+    conn_ids: np.ndarray
+    conn_src: np.ndarray
+    conn_dst: np.ndarray
+    conn_key: np.ndarray
+    conn_bytes: np.ndarray
+    conn_rate_Bps: np.ndarray
+    conn_paths: list
+
+    def load_gbps(self, a: str, b: str) -> float:
+        return float(self.link_rate_Bps[self.net.link(a, b)] * 8 / 1e9)
