@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 import psutil
 
 from badinput import one_line
-from emulator.run.fidelity import read_counters
 from experiment.program import PYTHON_NAMES, marker_event, parse_marker
 
 STOP_WAIT_S = 3.0
@@ -61,9 +60,6 @@ class Programs:
             for plan in jp.program:
                 self.ranks.append(RankProcess(plan, len(jp.program), os.path.join(self.out_dir, plan["stdout"]),
                                               os.path.join(self.out_dir, plan["stderr"]), t0 + plan["start_offset_s"]))
-        self.host_ports = {rp.plan["host"]: tb.intf(tb.fabric.attachment(rp.plan["host"])[0], rp.plan["host"])
-                           for rp in self.ranks}
-        self.rx_start = self._rx_bytes()
 
     # -- starting ------------------------------------------------------------
     def _start(self, rp: RankProcess) -> None:
@@ -102,9 +98,15 @@ class Programs:
             events += self._read(rp, now)  # after poll(): an exited program's last lines are in the file
             if rc is not None:
                 rp.ended, rp.exit_status = now, rc
+                events.append(self._exit_event(rp))
                 if rc != 0 and not rp.stopped:
                     self._fail(now, f"program {rp.key} on {rp.plan['host']} {_how(rc)}{self._last_err(rp)}")
         return events
+
+    @staticmethod
+    def _exit_event(rp: RankProcess) -> dict:
+        return {"kind": "exit", "job": rp.plan["job"], "rank": rp.plan["rank"], "start": rp.started,
+                "end": rp.ended, "exit_status": rp.exit_status, "ended_by": "dtnet" if rp.stopped else "itself"}
 
     def _read(self, rp: RankProcess, now: float) -> list[dict]:
         try:
@@ -172,9 +174,10 @@ class Programs:
         return [rp.key for rp in self.ranks if rp.ended is None]
 
     # -- ending --------------------------------------------------------------
-    def stop(self) -> None:
+    def stop(self) -> list[dict]:
         """End every process still running, and anything it started, by PID: SIGTERM, a wait,
-        then SIGKILL. Also what an exited rank left behind (a child it did not wait for)."""
+        then SIGKILL. Also what an exited rank left behind (a child it did not wait for).
+        Returns the events of what it ended (their last markers, their exits)."""
         procs = []
         for rp in self.ranks:
             if rp.popen is None:
@@ -200,14 +203,17 @@ class Programs:
                 pass
         psutil.wait_procs(alive, timeout=STOP_WAIT_S)
         now = time.time()
+        events = []
         for rp in self.ranks:
             if rp.popen is not None and rp.ended is None:
                 try:
                     rp.exit_status = rp.popen.wait(STOP_WAIT_S)
                 except subprocess.TimeoutExpired:
                     rp.exit_status = None
-                self._read(rp, now)
+                events += self._read(rp, now)
                 rp.ended = now
+                events.append(self._exit_event(rp))
+        return events
 
     def _orphans(self) -> list:
         """Processes in a program's session whose parent exited (reparented to init): the
@@ -223,14 +229,8 @@ class Programs:
         return out
 
     # -- results -------------------------------------------------------------
-    def _rx_bytes(self) -> dict:
-        # The switch port's transmit counter: every frame the host was delivered.
-        devs = read_counters(list(self.host_ports.values()))
-        return {h: devs[d][0] for h, d in self.host_ports.items() if d in devs}
-
-    def received_bytes(self) -> int:
-        end = self._rx_bytes()
-        return sum(end[h] - self.rx_start.get(h, end[h]) for h in end)
+    def hosts(self) -> set[str]:
+        return {rp.plan["host"] for rp in self.ranks}
 
     def results(self) -> dict:
         """job -> the summary's `program` section (paths relative to the run folder)."""

@@ -192,6 +192,9 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
                     f"(dilation {exp.scale.dilation:g}x)")
             if program_jobs:
                 programs = ctx["programs"] = Programs(tb, program_jobs, out_dir, exp.scale.bytes, t0, log)
+                fabric_nics = {frozenset((h, tb.fabric.attachment(h)[0])) for h in programs.hosts()}
+                ctx["program_links"] = {f"{a}-{b}": d["link_gbps"] * 1000 * tb.scale_link
+                                        for a, b, d in tb.fabric.links() if frozenset((a, b)) in fabric_nics}
                 log(f"[run] starting {len(programs.ranks)} program ranks: "
                     + "; ".join(f"{jp.name}: {' '.join(jp.program[0]['argv'])}" for jp in program_jobs)
                     + f" (output in {os.path.join(out_dir, 'programs')}/)")
@@ -215,11 +218,12 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
             ctx["totals"] = {"bytes_sent": sum(m["bytes_sent"] for m in done.values()),
                              "bytes_received": sum(m["bytes_received"] for m in done.values()),
                              "checksum_errors": sum(m["checksum_errors"] for m in done.values())}
-            if programs is not None:
-                ctx["program_rx_bytes"] = programs.received_bytes()
     finally:
         if ctx.get("programs"):
-            ctx["programs"].stop()  # first: ranks still running get no chance to see the fabric go
+            # First: ranks still running get no chance to see the fabric go.
+            ended = ctx["programs"].stop()
+            with open(events_path, "a") as events:
+                events.writelines(json.dumps(ev) + "\n" for ev in ended)
         if ctx.get("capture"):
             ctx["capture"].stop()
         if ctx.get("faults"):
@@ -319,14 +323,17 @@ def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
     host_total = sum(fabric.host_link_gbps(h) for j in jobs for h in j.hosts)
     totals = ctx["totals"]
     received = totals.get("bytes_received") or sum(e.get("size_bytes", 0) for e in events if e["kind"] == "transfer")
-    # A real program's bytes are what its hosts' links delivered (frames, headers included).
-    received += ctx.get("program_rx_bytes") or 0
     t_start, t_end = ctx["t_start"] or 0, ctx["t_end"] or time.time()
+    window = _judged_window(jobs, events, t_start, t_end, ctx)
     programs = ctx["programs"].results() if ctx.get("programs") else {}
     for j in per_job:
         if j["name"] in programs:
             j["program"] = programs[j["name"]]
-    fid = fidelity.evaluate(ctx["monitor"], events, *_judged_window(jobs, events, t_start, t_end, ctx))
+    if programs:
+        # A real program's bytes: what its hosts' links delivered (frames, headers included) while
+        # it reported (the window traffic_results divides by), not its start-up or warm-up.
+        received += fidelity.delivered_bytes(ctx["monitor"], ctx["program_links"], *window)
+    fid = fidelity.evaluate(ctx["monitor"], events, *window)
     if ctx.get("ovs_send_buffer") is not None:
         fidelity.add_check(fid, fidelity.send_buffer_check(ctx["ovs_send_buffer"], OVS_SEND_BUFFER_BYTES))
     if not fid["ok"]:

@@ -78,6 +78,10 @@ def test_markers_become_events_and_output_is_kept(tmp_path):
         assert progs.verdict(time.time()) is None
     finally:
         progs.stop()
+    exits = [e for e in events if e["kind"] == "exit"]
+    assert sorted((e["rank"], e["exit_status"], e["ended_by"]) for e in exits) == [(0, 0, "itself"), (1, 0, "itself")]
+    assert all(e["end"] >= e["start"] for e in exits)
+    events = [e for e in events if e["kind"] != "exit"]
     kinds = sorted((e["rank"], e["kind"]) for e in events)
     assert kinds == sorted([(r, k) for r in (0, 1) for k in ("collective", "iteration") for _ in range(3)])
     coll = [e for e in events if e["kind"] == "collective"]
@@ -134,7 +138,19 @@ def test_stop_ends_every_process_a_rank_made(tmp_path):
         pids = [int(p) for p in os.listdir(marker)] + [rp.pid for rp in progs.ranks]
         assert all(psutil.pid_exists(p) for p in pids)
     finally:
-        progs.stop()
+        ended = progs.stop()
+    assert sorted(e["rank"] for e in ended if e["kind"] == "exit") == [0, 1]
     alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert not alive
     assert all(r["ended_by"] == "dtnet" for r in progs.results()["j"]["ranks"])
+
+
+def test_delivered_bytes_integrates_the_switch_side_tx_over_the_window():
+    from emulator.run.fidelity import Monitor, delivered_bytes
+
+    mon = Monitor({}, interval_s=0.25)
+    # 10 Mb/s link at half rate tx (to the host) for 8 samples = 2 s; rx ignored; another link not asked.
+    mon.link_samples = [(100.0 + 0.25 * i, {"h0-s0": (0.5, 0.9), "h1-s0": (1.0, 1.0)}) for i in range(1, 9)]
+    assert delivered_bytes(mon, {"h0-s0": 10.0}, 100.0, 102.0) == round(0.5 * 10e6 / 8 * 2)
+    assert delivered_bytes(mon, {"h0-s0": 10.0}, 100.0, 101.0) == round(0.5 * 10e6 / 8 * 1.0)
+    assert delivered_bytes(None, {"h0-s0": 10.0}, 0, 1) == 0
