@@ -215,9 +215,10 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
             ctx["t_end"] = time.time()
             mon.stop()
             ctx["tcp"] = _tcp_counters(tb, jobs)
-            ctx["totals"] = {"bytes_sent": sum(m["bytes_sent"] for m in done.values()),
-                             "bytes_received": sum(m["bytes_received"] for m in done.values()),
-                             "checksum_errors": sum(m["checksum_errors"] for m in done.values())}
+            if agents:  # a real program's bytes are not counted by dtnet: integrity stays null
+                ctx["totals"] = {"bytes_sent": sum(m["bytes_sent"] for m in done.values()),
+                                 "bytes_received": sum(m["bytes_received"] for m in done.values()),
+                                 "checksum_errors": sum(m["checksum_errors"] for m in done.values())}
     finally:
         if ctx.get("programs"):
             # First: ranks still running get no chance to see the fabric go.
@@ -293,7 +294,7 @@ def _tcp_counters(tb: Testbed, jobs) -> dict:
     return total
 
 
-def _judged_window(jobs, events, t_start: float, t_end: float, ctx) -> tuple[float, float]:
+def _judged_window(jobs, events, t_start: float, t_end: float) -> tuple[float, float]:
     """The seconds the fidelity checks judge. A real program spends its first seconds starting
     Python, importing torch and meeting its peers: not the experiment. With program jobs the
     window runs from the first measured event (a marker, or an agent's op) to the last."""
@@ -324,7 +325,7 @@ def _summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
     totals = ctx["totals"]
     received = totals.get("bytes_received") or sum(e.get("size_bytes", 0) for e in events if e["kind"] == "transfer")
     t_start, t_end = ctx["t_start"] or 0, ctx["t_end"] or time.time()
-    window = _judged_window(jobs, events, t_start, t_end, ctx)
+    window = _judged_window(jobs, events, t_start, t_end)
     programs = ctx["programs"].results() if ctx.get("programs") else {}
     for j in per_job:
         if j["name"] in programs:

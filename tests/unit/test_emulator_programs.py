@@ -154,3 +154,18 @@ def test_delivered_bytes_integrates_the_switch_side_tx_over_the_window():
     assert delivered_bytes(mon, {"h0-s0": 10.0}, 100.0, 102.0) == round(0.5 * 10e6 / 8 * 2)
     assert delivered_bytes(mon, {"h0-s0": 10.0}, 100.0, 101.0) == round(0.5 * 10e6 / 8 * 1.0)
     assert delivered_bytes(None, {"h0-s0": 10.0}, 0, 1) == 0
+
+
+def test_fidelity_judges_a_program_from_its_first_marker_to_its_last():
+    from emulator.run.runner import _judged_window
+
+    class J:
+        def __init__(self, program):
+            self.program = program
+
+    events = [{"kind": "exit", "start": 100.0, "end": 140.0},           # start-up and teardown: not judged
+              {"kind": "collective", "start": 110.0, "end": 111.0},
+              {"kind": "iteration", "start": 109.5, "end": 130.0}]
+    assert _judged_window([J([{}])], events, 100.5, 141.0) == (109.5, 130.0)
+    assert _judged_window([J(None)], events, 100.5, 141.0) == (100.5, 141.0)  # replays: as before
+    assert _judged_window([J([{}])], events[:1], 100.5, 141.0) == (100.5, 141.0)  # no markers: all of it
