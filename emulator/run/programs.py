@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from badinput import one_line
+from emulator.testbed.process import RUN_DIR_ENV, started_for_run
 from experiment.program import PYTHON_NAMES, marker_event, parse_marker
 
 STOP_WAIT_S = 3.0
@@ -70,7 +71,7 @@ class Programs:
         ifname = tb.intf(host, tb.fabric.attachment(host)[0])
         env = {**os.environ, **plan["env"],
                # gloo (and NCCL's socket transport) must use the host's fabric NIC.
-               "GLOO_SOCKET_IFNAME": ifname, "NCCL_SOCKET_IFNAME": ifname, "DTNET_RUN_DIR": cwd}
+               "GLOO_SOCKET_IFNAME": ifname, "NCCL_SOCKET_IFNAME": ifname, RUN_DIR_ENV: cwd}
         if plan.get("profile_dir"):
             env["DTNET_PROFILE_DIR"] = os.path.join(self.out_dir, plan["profile_dir"])
             os.makedirs(env["DTNET_PROFILE_DIR"], exist_ok=True)
@@ -182,14 +183,20 @@ class Programs:
         for rp in self.ranks:
             if rp.popen is None:
                 continue
-            if rp.ended is None:
-                rp.stopped = True
             try:
                 leader = psutil.Process(rp.pid)
-                procs += [leader] + leader.children(recursive=True)
+                kids = leader.children(recursive=True)
             except psutil.Error:
-                pass
+                continue
+            if rp.ended is None:  # not reaped yet, so its PID is still its own
+                rp.stopped = True
+                procs.append(leader)
+            procs += kids
         procs += self._orphans()
+        # Only what carries this run's folder in its environment: a PID of a rank that exited may
+        # already belong to someone else's process.
+        procs = [p for p in {p.pid: p for p in procs}.values()
+                 if p.pid in self._unreaped() or started_for_run(p.pid, self.out_dir)]
         for p in procs:
             try:
                 p.send_signal(signal.SIGTERM)
@@ -214,6 +221,9 @@ class Programs:
                 rp.ended = now
                 events.append(self._exit_event(rp))
         return events
+
+    def _unreaped(self) -> set[int]:
+        return {rp.pid for rp in self.ranks if rp.popen is not None and rp.ended is None}
 
     def _orphans(self) -> list:
         """Processes in a program's session whose parent exited (reparented to init): the

@@ -12,6 +12,7 @@ import signal
 import subprocess
 
 from emulator.testbed import runstate
+from emulator.testbed.process import started_for_run
 
 
 def _load(path):
@@ -28,16 +29,6 @@ def _cmdline(pid: int) -> str:
             return f.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
-
-
-def _in_run(pid: int, run_dir: str) -> bool:
-    """The process was started by the run in run_dir (programs carry DTNET_RUN_DIR in their environment)."""
-    want = f"DTNET_RUN_DIR={os.path.abspath(run_dir)}/".encode()
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return any(v.startswith(want) for v in f.read().split(b"\0"))
-    except OSError:
-        return False
 
 
 def _children(pid: int) -> list[int]:
@@ -79,9 +70,9 @@ def clean_run(run_dir: str, log=print) -> int:
                 (role.startswith("capture/") and cmd.startswith("tcpdump")))
         if role.startswith("program/"):
             # A real program may be any binary: it is ours when it runs in this run's folder.
-            ours = _in_run(pid, run_dir)
+            ours = started_for_run(pid, run_dir)
             for child in _children(pid):
-                if _in_run(child, run_dir):
+                if started_for_run(child, run_dir):
                     _kill(child, f"{role} child", log)
         if cmd and ours:
             try:
