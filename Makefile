@@ -4,22 +4,27 @@ DTNET = $(VENV)/bin/dtnet
 PY = $(VENV)/bin/python
 DEMO ?= experiments/demo.yaml
 
-.PHONY: setup demo test unit integration clean bench lab-box lab-check
+.PHONY: setup torch demo test unit integration clean bench lab-box lab-check
 
 setup:
 	bash scripts/bootstrap.sh
+
+# PyTorch 2.13.0 (CPU), for real programs on the hosts; see docs/real-programs.md.
+torch:
+	DTNET_TORCH=1 bash scripts/bootstrap.sh
 
 demo: setup
 	$(DTNET) run $(DEMO)
 
 # Unit and integration tiers in one run; exit 5 ("no tests ran") fails too.
-test: setup
+# torch: the real-program tests run a gloo job.
+test: torch
 	$(PY) -m pytest tests examples -v -p no:cacheprovider
 
 unit: setup
 	$(PY) -m pytest tests/unit examples -q -p no:cacheprovider
 
-integration: setup
+integration: torch
 	$(PY) -m pytest tests/integration -v -m mininet -p no:cacheprovider
 
 clean:

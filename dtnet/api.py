@@ -127,6 +127,12 @@ class Experiment:
             raise InputError("--auto-scale", "an experiment without a sweep: section (calibrate one point alone: "
                              "--auto-scale --set 'sweep={}' plus its overrides; then put the chosen scale in the "
                              "file)", f"sweep: with {len(self.model.sweep)} points", self.source)
+        if auto_scale:
+            from experiment.program import is_program
+            progs = [j.name for j in self.model.jobs if is_program(j.workload)]
+            if progs:
+                raise InputError("--auto-scale", "jobs whose traffic dtnet replays (a real program's bytes are its "
+                                 "own: give scale by hand)", f"program job {progs[0]}", self.source)
         if auto_scale and name != "emulate":
             raise InputError("--auto-scale", "the emulator engine (it calibrates the emulator)", name, self.source)
         out = out or os.path.join("results", self.name)

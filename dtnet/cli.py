@@ -139,7 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run an experiment file, or every point of a sweep (emulate: needs root)",
                        description="Run an experiment and write DIR: summary.json, events.jsonl, config.yaml "
                                    "(the resolved experiment), trace.json (Perfetto), links.csv, plots/, and "
-                                   "pcap/ when the file asks for a capture. A file with a sweep: section runs "
+                                   "pcap/ when the file asks for a capture, programs/<job>/ (each rank's stdout, stderr and working "
+                                   "folder) when a job runs a real program (workload: {command: [ARGV...]}, "
+                                   "docs/real-programs.md). A file with a sweep: section runs "
                                    "each point into DIR/points/<point>/ and writes DIR/sweep.csv and "
                                    "DIR/sweep.png; running it again into the same DIR skips the points "
                                    "already complete. With --auto-scale, short probe runs in "

@@ -18,7 +18,7 @@ import yaml
 from badinput import InputError
 from badinput.paths import check_name
 from controller.registry import BUILTINS, DEFAULT_POLICY, make_policy, policy_class
-from experiment import placement
+from experiment import placement, program
 from experiment.engine import DEFAULT_ENGINE
 from experiment.engine import ENGINES as ENGINE_TABLE
 from topologies import build as build_fabric
@@ -468,6 +468,7 @@ def parse(data, file: str | None = None) -> Experiment:
     names = set()
     for i, jr in enumerate(jobs_raw):
         js = _Section(jr, f"jobs[{i}]", file)
+        # A job's name becomes folder names in the run folder (plans/<job>/, programs/<job>/).
         jname = check_name(js.get("name", str, f"j{i}"), f"jobs[{i}].name", file)  # plans/<job>/ in the run folder
         if jname in names:
             raise InputError(f"jobs[{i}].name", "a unique job name", jname, file)
@@ -477,6 +478,8 @@ def parse(data, file: str | None = None) -> Experiment:
         if isinstance(workload.get("trace"), str):
             # Absolute, so that config.yaml in the run folder still finds the file.
             workload = {**workload, "trace": _beside(file, workload["trace"])}
+        if program.is_program(workload):
+            workload, _ = program.parse_program(workload, f"jobs[{i}].workload", file)
         job = Job(jname, hosts, workload, **read_settings(Job, js))
         if job.order == "rail-aligned" and fabric.kind != "rail-optimized":
             raise InputError(f"jobs[{i}].order", "as-listed on a fabric that is not rail-optimized",

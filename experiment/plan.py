@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from badinput import InputError
 from controller.cosched import VERSION as ANNOUNCEMENT_VERSION
+from experiment import program
 from experiment.model import Experiment, resolve_path
 from experiment.placement import jobs_hosts
 from experiment.rankplan import Op, Peer, PhaseBody, Phases, RankPlan, Recv, Send, Straggler
@@ -43,6 +44,9 @@ class JobPlan:
     start_offset_s: float = 0.0  # emulated
     # (op, algorithm, size_bytes, ranks) -> the alpha-beta time of each instance, real seconds
     predicted_s: dict = field(default_factory=dict)
+    # A real program's job (workload: {command: ...}): per rank what to start
+    # (experiment.program.rank_plans); trace is None and ranks empty then.
+    program: list[dict] | None = None
 
 
 def emulated_bytes(size_bytes: int, scale_bytes: float) -> int:
@@ -53,6 +57,9 @@ def build_plans(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
     dilation = exp.scale.dilation
     jobs = []
     for jp in job_traces(exp, fabric):
+        if jp.program is not None:  # a real program: its ranks start a command, they replay nothing
+            jobs.append(jp)
+            continue
         hosts = jp.hosts
         jp.ranks = _rank_plans(exp, fabric, jp, dilation)
         for f in exp.faults:
@@ -77,6 +84,9 @@ def job_traces(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
     jobs = []
     for ji, (job, hosts) in enumerate(zip(exp.jobs, placed)):
         workload = dict(job.workload)
+        if program.is_program(workload):
+            jobs.append(_program_job(exp, fabric, ji, job, hosts, dilation))
+            continue
         if "trace" in workload and isinstance(workload["trace"], str):
             workload["trace"] = resolve_path(exp, workload["trace"])
         gps = gpus_per_server(fabric, hosts)
@@ -97,6 +107,17 @@ def job_traces(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
                               len(hosts), exp.source)
         jobs.append(JobPlan(job.name, ji, hosts, trace, start_offset_s=job.start_ms / 1000.0 * dilation))
     return jobs
+
+
+def _program_job(exp: Experiment, fabric: Fabric, ji: int, job, hosts: list[str], dilation: float) -> JobPlan:
+    _, spec = program.parse_program(job.workload, f"jobs[{ji}].workload", exp.source)
+    for i, f in enumerate(exp.faults):
+        if f.straggler in hosts:  # a program computes at the machine's speed: dtnet cannot slow it
+            raise InputError(f"faults[{i}].straggler", "a host that replays a trace (a real program's compute "
+                                                       "is not dtnet's to slow down)", f.straggler, exp.source)
+    offset = job.start_ms / 1000.0 * dilation
+    return JobPlan(job.name, ji, hosts, None, start_offset_s=offset,
+                   program=program.rank_plans(spec, job.name, hosts, fabric, offset))
 
 
 def gpus_per_server(fabric: Fabric, hosts: list[str]):

@@ -22,6 +22,7 @@ from dataclasses import replace
 import numpy as np
 
 from badinput import InputError
+from experiment import program
 from experiment.engine import Interrupted, RunFailure
 from experiment.model import Experiment, Scale, write_resolved
 from experiment.outputs.announcements import summarize as announcement_summary
@@ -55,6 +56,11 @@ def check(exp: Experiment) -> str:
     if exp.capture.links:
         raise InputError("capture.links", "no packet capture with engine: flow (it moves no packets; "
                          "capture with engine: emulate)", [list(x) for x in exp.capture.links], exp.source)
+    for i, job in enumerate(exp.jobs):
+        if program.is_program(job.workload):
+            raise InputError(f"jobs[{i}].workload.command", "a workload dtnet replays with engine: flow (a real "
+                             "program runs only on the emulator's hosts)", " ".join(job.workload["command"])[:60],
+                             exp.source)
     return (f"engine flow: {exp.flow.collective_model} collectives, routing {exp.routing}"
             + (f" (ECMP seed {exp.flow.ecmp_seed})" if exp.routing != "shortest" else "")
             + f", slice {_fmt_bytes(slice_bytes(exp))}, latency {latency_s(exp) * 1e6:g} us"

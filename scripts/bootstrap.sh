@@ -140,4 +140,15 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
     pip_installs
     echo "$want" > "$stamp"
 fi
+# PyTorch, for real programs on the hosts (workload: {command: ...}), with DTNET_TORCH=1
+# (`make torch`, `make test`). Exactly 2.13.0: its CPU wheel lies on this machine's disk;
+# any other version, or an unpinned torch, downloads a CUDA build of several GB.
+# --no-deps: torch asks for setuptools>=77, which would replace the setuptools<68 Ryu's
+# build needs; import torch works without it (only torch.utils.cpp_extension uses it).
+TORCH_VERSION=2.13.0
+if [[ "${DTNET_TORCH:-0}" == 1 ]] && ! "$PY" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+    log "installing torch==$TORCH_VERSION (CPU build, from local disk)"
+    "$PY" -m pip install -q --no-deps "torch==$TORCH_VERSION"
+    "$PY" -m pip install -q filelock "typing-extensions>=4.10.0" "sympy>=1.13.3" jinja2 "fsspec>=0.8.5"
+fi
 log "ready: $VENV"

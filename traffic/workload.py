@@ -28,7 +28,7 @@ def build_workload(spec: dict, nranks: int, *, gpus_per_server: int | None = Non
         raise InputError("workload", "a mapping", type(spec).__name__, file=file)
     forms = [f for f in FORMS if f in spec]
     if len(forms) != 1:
-        raise InputError("workload", "exactly one of " + ", ".join(FORMS),
+        raise InputError("workload", "exactly one of " + ", ".join(FORMS) + ", or command (a real program)",
                          ", ".join(forms) if forms else "none of them", file=file)
     form = forms[0]
     if form == "collective":

@@ -189,6 +189,21 @@ def evaluate(mon: Monitor | None, events: list[dict], t_start: float, t_end: flo
                                             "the scale factors; figures are bandwidth-dominated"}
 
 
+def delivered_bytes(mon: Monitor | None, links: dict[str, float], t0: float, t1: float) -> int:
+    """Bytes the links carried in their tx direction between t0 and t1, from the monitor's
+    samples: links maps a monitored link's name to its rate (Mb/s). For a host link read at the
+    switch port, tx is what the host was delivered (frames, headers included)."""
+    if mon is None:
+        return 0
+    total = 0.0
+    for t, utils in mon.link_samples:
+        if t0 < t < t1 + mon.interval_s:  # a sample at t covers (t - interval, t]
+            for name, mbps in links.items():
+                if name in utils:
+                    total += utils[name][0] * mbps * 1e6 / 8 * mon.interval_s
+    return round(total)
+
+
 def min_judged_mbps(mtu_bytes: int) -> float:
     """The slowest link rate whose frames these checks can judge: one frame must serialize within
     the lateness bound, and the two frames HTB may pass ahead in a second must stay within the link

@@ -19,6 +19,7 @@ from badinput.schema import to_json
 from emulator.agent import protocol
 from emulator.run import autoscale, fidelity, linksampler, relay
 from emulator.run.faults import FaultInjector
+from emulator.run.programs import Programs
 from emulator.run.watchdog import Watchdog
 from emulator.testbed import capture, runstate
 from emulator.testbed.datapath import OVS_SEND_BUFFER_BYTES, netem_available, ovs_send_buffer
@@ -30,6 +31,9 @@ from experiment.outputs.summary import build as build_summary
 from experiment.outputs.summary import read_events
 from experiment.outputs.write import write_after_run, write_json
 from experiment.plan import build_plans
+
+
+PROGRAM_POLL_S = 0.2  # how often a real program's output and exit are looked at
 
 
 def run_experiment(exp: Experiment, out_dir: str, log=print, prepare=None) -> dict:
@@ -95,8 +99,10 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
     sel = selectors.DefaultSelector()
     cosched = relay.Relay(tb.rest_url if tb.rest_port else None, exp.scale.dilation) \
         if exp.coschedules else None
+    agent_jobs = [jp for jp in jobs if jp.program is None]
+    program_jobs = [jp for jp in jobs if jp.program is not None]
     try:
-        for jp in jobs:
+        for jp in agent_jobs:
             for plan in jp.ranks:
                 path, err_path = write_plan(out_dir, jp.name, plan)
                 err = open(err_path, "w")
@@ -112,13 +118,20 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
                 sel.register(p.stdout, selectors.EVENT_READ, (jp.name, plan.rank, p))
         n = len(agents)
         reader = LineReader()
-        log(f"[run] {n} agents started; waiting for their connections")
+        if n:
+            log(f"[run] {n} agents started; waiting for their connections")
         ready, done = set(), {}
         watch = Watchdog([(j, r) for j, r, _ in agents], exp.testbed.stall_timeout_s,
                          errors_in=inside(out_dir, "plans"))
+        programs = None
         with open(events_path, "a") as events:
             def pump(timeout):
-                for key, _ in sel.select(timeout):
+                if sel.get_map():
+                    ready_keys = sel.select(timeout)
+                else:
+                    time.sleep(timeout)  # only programs: their output is read from files
+                    ready_keys = []
+                for key, _ in ready_keys:
                     job, rank, p = key.data
                     lines = reader.read(key.fileobj)
                     if lines is None:
@@ -133,6 +146,13 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
                     for line in lines:
                         handle(job, rank, line)
                 now = time.time()
+                if programs is not None:
+                    for ev in programs.poll(now):
+                        events.write(json.dumps(ev) + "\n")
+                    events.flush()
+                    failure = programs.verdict(now)
+                    if failure:
+                        raise RunFailure(failure)
                 watch.check(now)
                 failure = watch.verdict(now)
                 if failure:
@@ -179,8 +199,17 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
             ctx["monitor"] = mon
             ctx["links"] = linksampler.start(tb, out_dir, exp.scale.link, exp.scale.dilation, t0, log)  # links.csv
             ctx["t_start"] = t0
-            log(f"[run] replaying {sum(len(j.trace.ops[0]) for j in jobs)} ops per rank "
-                f"(dilation {exp.scale.dilation:g}x)")
+            if agent_jobs:
+                log(f"[run] replaying {sum(len(j.trace.ops[0]) for j in agent_jobs)} ops per rank "
+                    f"(dilation {exp.scale.dilation:g}x)")
+            if program_jobs:
+                programs = ctx["programs"] = Programs(tb, program_jobs, out_dir, exp.scale.bytes, t0, log)
+                fabric_nics = {frozenset((h, tb.fabric.attachment(h)[0])) for h in programs.hosts()}
+                ctx["program_links"] = {f"{a}-{b}": d["link_gbps"] * 1000 * tb.scale_link
+                                        for a, b, d in tb.fabric.links() if frozenset((a, b)) in fabric_nics}
+                log(f"[run] starting {len(programs.ranks)} program ranks: "
+                    + "; ".join(f"{jp.name}: {' '.join(jp.program[0]['argv'])}" for jp in program_jobs)
+                    + f" (output in {inside(out_dir, 'programs')}/)")
             go = protocol.line(protocol.Go(t0))
             for _, _, p in agents:
                 p.stdin.write(go)
@@ -188,18 +217,27 @@ def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
             watch.start(time.time())
             ctx["faults"] = FaultInjector(tb, exp.faults, t0, exp.scale.dilation, events_path, log).start()
             deadline = time.monotonic() + exp.testbed.timeout_s
-            while len(done) < n:
+            while len(done) < n or (programs is not None and programs.running()):
                 if time.monotonic() > deadline:
-                    raise RunFailure(f"run timed out after testbed.timeout_s={exp.testbed.timeout_s:.0f}s; "
-                                     f"{n - len(done)} agents unfinished")
-                pump(1.0)
+                    left = [f"{n - len(done)} agents unfinished"] if len(done) < n else []
+                    if programs is not None and programs.running():
+                        left.append("programs still running (ended now): " + ", ".join(programs.unfinished()))
+                    raise RunFailure(f"run timed out after testbed.timeout_s={exp.testbed.timeout_s:g}s; "
+                                     + "; ".join(left))
+                pump(1.0 if programs is None else PROGRAM_POLL_S)
             ctx["t_end"] = time.time()
             mon.stop()
             ctx["tcp"] = _tcp_counters(tb, jobs)
-            ctx["totals"] = {"bytes_sent": sum(m.bytes_sent for m in done.values()),
-                             "bytes_received": sum(m.bytes_received for m in done.values()),
-                             "checksum_errors": sum(m.checksum_errors for m in done.values())}
+            if agents:  # a real program's bytes are not counted by dtnet: integrity stays null
+                ctx["totals"] = {"bytes_sent": sum(m.bytes_sent for m in done.values()),
+                                 "bytes_received": sum(m.bytes_received for m in done.values()),
+                                 "checksum_errors": sum(m.checksum_errors for m in done.values())}
     finally:
+        if ctx.get("programs"):
+            # First: ranks still running get no chance to see the fabric go.
+            ended = ctx["programs"].stop()
+            with open(events_path, "a") as events:
+                events.writelines(json.dumps(ev) + "\n" for ev in ended)
         if ctx.get("capture"):
             ctx["capture"].stop()
         if ctx.get("faults"):
@@ -280,6 +318,19 @@ def _tcp_counters(tb: Testbed, jobs) -> dict:
     return total
 
 
+def _judged_window(jobs, events, t_start: float, t_end: float) -> tuple[float, float]:
+    """The seconds the fidelity checks judge. A real program spends its first seconds starting
+    Python, importing torch and meeting its peers: not the experiment. With program jobs the
+    window runs from the first measured event (a marker, or an agent's op) to the last."""
+    if not any(jp.program is not None for jp in jobs):
+        return t_start, t_end
+    spans = [(e["start"], e["end"]) for e in events if "start" in e and "end" in e
+             and e.get("kind") in ("compute", "collective", "send", "recv", "iteration")]
+    if not spans:
+        return t_start, t_end
+    return max(t_start, min(a for a, _ in spans)), min(t_end, max(b for _, b in spans))
+
+
 def _monitored_links(tb: Testbed) -> dict:
     """One root-namespace device per link: both directions read from it."""
     out = {}
@@ -295,7 +346,14 @@ def summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
     events = read_events(events_path)
     totals = ctx["totals"]
     t_start, t_end = ctx["t_start"] or 0, ctx["t_end"] or time.time()
-    fid = fidelity.evaluate(ctx["monitor"], events, t_start, t_end)
+    window = _judged_window(jobs, events, t_start, t_end)
+    programs = ctx["programs"].results() if ctx.get("programs") else {}
+    received = totals.get("bytes_received") or sum(e.get("size_bytes", 0) for e in events if e["kind"] == "transfer")
+    if programs:
+        # A real program's bytes: what its hosts' links delivered (frames, headers included) while
+        # it reported (the window traffic_results divides by), not its start-up or warm-up.
+        received += fidelity.delivered_bytes(ctx["monitor"], ctx["program_links"], *window)
+    fid = fidelity.evaluate(ctx["monitor"], events, *window)
     if ctx.get("ovs_send_buffer") is not None:
         fidelity.add_check(fid, fidelity.send_buffer_check(ctx["ovs_send_buffer"], OVS_SEND_BUFFER_BYTES))
     if not fid["ok"]:
@@ -303,10 +361,14 @@ def summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
     if totals and totals["bytes_sent"] != totals["bytes_received"]:
         ctx["status"] = "incomplete"
         ctx["error"] = (f"bytes sent {totals['bytes_sent']} != bytes received {totals['bytes_received']}")
-    return build_summary(exp, fabric, jobs, events, status=ctx["status"], error=ctx["error"],
-                         bytes_received=totals.get("bytes_received"), engine={
+    summary = build_summary(exp, fabric, jobs, events, status=ctx["status"], error=ctx["error"],
+                            bytes_received=received, engine={
         "datapath": ctx["datapath"],
         "tcp": ctx.get("tcp", {}),
+        **({"programs": {"ok": all(p["ok"] for p in programs.values()),
+                         "time": "compute at this machine's speed, network at the emulated rate; figures "
+                                 "divided by the dilation like every other (docs/real-programs.md)"}}
+           if programs else {}),
         "integrity": {"bytes_sent_emulated": totals.get("bytes_sent"),
                       "bytes_received_emulated": totals.get("bytes_received"),
                       "checksum_errors": totals.get("checksum_errors")},
@@ -318,3 +380,7 @@ def summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
         "duration_s_wall": (t_end - t_start) if ctx["t_start"] else None,
         **({"calibration": ctx["calibration"]} if ctx.get("calibration") else {}),
     })
+    for j in summary["jobs"]:
+        if j["name"] in programs:
+            j["program"] = programs[j["name"]]
+    return summary

@@ -12,6 +12,7 @@ import signal
 
 from badinput.paths import inside
 from emulator.testbed import runstate
+from emulator.testbed.process import started_for_run
 
 
 def _load(path):
@@ -28,6 +29,22 @@ def _cmdline(pid: int) -> str:
             return f.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        import psutil
+        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except Exception:  # noqa: BLE001: gone, or psutil missing: nothing to add
+        return []
+
+
+def _kill(pid: int, role: str, log) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        log(f"dtnet clean: killed {role} (pid {pid})")
+    except ProcessLookupError:
+        pass
 
 
 def clean_run(run_dir: str, log=print) -> int:
@@ -55,6 +72,12 @@ def clean_run(run_dir: str, log=print) -> int:
         ours = ("emulator.agent" in cmd or "controller.run" in cmd or
                 (role.startswith("host/") and "mininet:" in cmd) or
                 (role.startswith("capture/") and cmd.startswith("tcpdump")))
+        if role.startswith("program/"):
+            # A real program may be any binary: it is ours when it runs in this run's folder.
+            ours = started_for_run(pid, run_dir)
+            for child in _children(pid):
+                if started_for_run(child, run_dir):
+                    _kill(child, f"{role} child", log)
         if cmd and ours:
             try:
                 os.kill(pid, signal.SIGKILL)

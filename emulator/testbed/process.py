@@ -1,6 +1,7 @@
 """Processes and conditions of the testbed: wait for a condition, stop a process by PID."""
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
@@ -40,3 +41,17 @@ def stop_process(proc: subprocess.Popen, timeout_s: float = 5.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(5)
+
+
+RUN_DIR_ENV = "DTNET_RUN_DIR"  # every real program's process, and what it starts, carries it
+
+
+def started_for_run(pid: int, run_dir: str) -> bool:
+    """The process runs a real program of the run in run_dir: its environment says so. A PID alone
+    may have been reused by anyone's process since it was recorded."""
+    want = f"{RUN_DIR_ENV}={os.path.abspath(run_dir)}/".encode()
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return any(v.startswith(want) for v in f.read().split(b"\0"))
+    except OSError:
+        return False

@@ -55,7 +55,8 @@ def job_results(job: str, events: list[dict], dilation: float, predicted_s: dict
     colls: dict[str, list[dict]] = {}
     iters: dict[int, list[float]] = {}
     for e in ev:
-        if e["kind"] in ("collective", "send", "recv", "compute") and e.get("iteration") is not None:
+        # "iteration": what a real program reported of its own iterations (experiment.program).
+        if e["kind"] in ("collective", "send", "recv", "compute", "iteration") and e.get("iteration") is not None:
             span = iters.setdefault(e["iteration"], [e["start"], e["end"]])
             span[0], span[1] = min(span[0], e["start"]), max(span[1], e["end"])
         if e["kind"] == "collective":
@@ -187,7 +188,7 @@ def aggregate(jobs: list[dict], events: list[dict], dilation: float) -> dict:
 
 def traffic_results(events: list[dict], bytes_received_emu: int, scale_link: float, scale_bytes: float,
                     host_link_gbps_total: float) -> dict:
-    ops = [e for e in events if "start" in e and e.get("kind") in ("collective", "send", "recv")]
+    ops = [e for e in events if "start" in e and e.get("kind") in ("collective", "send", "recv", "iteration")]
     if not ops:
         return {"aggregate_gbps": 0.0, "normalized_throughput": 0.0, "bytes_received": 0}
     t0 = min(e["start"] for e in ops)
@@ -241,6 +242,8 @@ def print_table(summary: dict, out) -> None:
         out.write(f"\njob {job['name']}: {job['ranks']} ranks, {job['iterations']} iterations, "
                   f"iteration time mean {fmt_seconds(it['mean'])} (p50 {fmt_seconds(it['p50'])}, "
                   f"p99 {fmt_seconds(it['p99'])})\n")
+        if job.get("program"):
+            _print_program(job["program"], out)
         b = job.get("breakdown_s")
         if b and b["compute"] > 0:  # only jobs that compute have a split worth printing
             out.write(f"  per iteration (mean over ranks): compute {fmt_seconds(b['compute'])}, exposed comm "
@@ -294,6 +297,21 @@ def print_model(summary: dict, out) -> None:
     bad = [c["name"] + ": " + c["detail"] for c in summary["fidelity"].get("checks", []) if not c["ok"]]
     if bad:
         out.write("  model checks failed: " + "; ".join(bad) + "\n")
+
+
+def _print_program(prog: dict, out) -> None:
+    """One line on a real program's ranks: how they ended, and what they reported."""
+    ranks = prog["ranks"]
+    codes = sorted({r["exit_status"] for r in ranks}, key=lambda c: (c is None, c or 0))
+    how = ", ".join(f"{sum(r['exit_status'] == c for r in ranks)} {'exit status ' + str(c) if c is not None else 'status unknown'}"
+                    for c in codes)
+    stopped = sum(r["ended_by"] == "dtnet" for r in ranks)
+    markers = sum(r["markers"] for r in ranks)
+    bad = sum(r["bad_markers"] for r in ranks)
+    out.write(f"  program: {' '.join(prog['command'])[:100]}\n  ranks: {how}"
+              + (f" ({stopped} ended by dtnet)" if stopped else "")
+              + f"; {markers} marker lines" + (f", {bad} malformed (first: {next(r['first_bad_marker'] for r in ranks if r['first_bad_marker'])})" if bad else "")
+              + "; compute at this machine's speed, network at the emulated rate\n")
 
 
 def print_calibration(cal: dict, out) -> None:

@@ -47,7 +47,7 @@ def test_broadcast_root_travels_with_the_op():
     ({"collective": "all_reduce", "size_bytes": 1, "iterations": 0}, "workload.iterations: expected an integer >= 1"),
     ({"collective": "all_reduce", "size_bytes": 1, "compute_ms": "5"}, "workload.compute_ms: expected a number"),
     ({"collective": "all_reduce", "size_bytes": 1, "algorithm": "butterfly"}, "workload.algorithm: expected one of"),
-    ({"size_bytes": 1}, "x.yaml: workload: expected exactly one of collective, model, trace, pattern, found none"),
+    ({"size_bytes": 1}, "x.yaml: workload: expected exactly one of collective, model, trace, pattern, or command (a real program), found none"),
     ({"collective": "all_reduce", "pattern": "stride"}, "workload: expected exactly one of"),
     ({"collective": "sendrecv", "size_bytes": 1, "iterations": True}, "workload.iterations"),
 ])
