@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
 # Proves the lab VM from nothing: builds the box if missing (scripts/lab-box.sh),
 # `vagrant up --provider libvirt` (qemu driver, isolated management network),
-# runs scripts/lab-inside.sh in the VM (unit tests and a ring all-reduce on the
-# kernel datapath by default), copies the results out, reports and destroys
-# the VM, with the time each stage took. Not part of `make test`.
+# runs scripts/lab-inside.sh in the VM (unit tests, the integration tests that
+# assert shaping, teardown and routing, and a ring all-reduce on the kernel
+# datapath by default), copies the results out, destroys the VM, runs the same
+# ring on this machine's datapath for comparison, and reports, with the time
+# each stage took. Not part of `make test`.
 #
-#   scripts/lab-check.sh                  stages: facts unit ring
-#   scripts/lab-check.sh --full           + integration latency
+#   scripts/lab-check.sh                  stages: facts unit integration ring
+#   scripts/lab-check.sh --full           + fidelity latency (reports)
 #   scripts/lab-check.sh --stages "facts integration"
 #   scripts/lab-check.sh --engine qemu    skip libvirt: boot the same box image
 #                                         with qemu alone, same provisioning
+#   scripts/lab-check.sh --no-host-ring   skip the ring on this machine
 #
 # When libvirt cannot run here, the check shows libvirt's error and falls
 # back to --engine qemu. Results: .lab/check/<time>/ (results/, stages.tsv,
-# timings.tsv, logs). The VM session holds /tmp/dtnet-mininet.lock.
-# Acceleration: software emulation (TCG) unless DTNET_LAB_ACCEL=kvm (this
-# machine's /dev/kvm does not boot Debian's kernel: docs/lab-vm.md).
+# timings.tsv, logs). The VM session and the host's ring hold
+# /tmp/dtnet-mininet.lock. Acceleration: software emulation (TCG) unless
+# DTNET_LAB_ACCEL=kvm (this machine's /dev/kvm does not boot Debian's kernel:
+# docs/lab-vm.md).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,20 +34,23 @@ RSYNC_EXCLUDE=(.git/ .venv/ .vagrant/ .lab/ results/ tmp/)
 GUEST_OUT=/var/tmp/dtnet-lab
 
 die2() { echo "lab-check.sh: $*" >&2; exit 2; }
-stages="facts unit ring"
+stages="facts unit integration ring"
 engine=auto
+host_ring=1
 while (($#)); do
     case "$1" in
-        --full) stages="facts unit integration ring latency" ;;
+        --full) stages="facts unit integration fidelity ring latency" ;;
+        --no-host-ring) host_ring=0 ;;
         --stages) [[ -n "${2:-}" ]] || die2 "--stages: expected a quoted list, found nothing"; stages="$2"; shift ;;
         --engine) case "${2:-}" in libvirt|qemu|auto) engine="$2" ;; *) die2 "--engine: expected libvirt, qemu or auto, found '${2:-}'" ;; esac; shift ;;
-        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
-        *) die2 "expected --full, --stages LIST or --engine NAME, found '$1'" ;;
+        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+        *) die2 "expected --full, --stages LIST, --engine NAME or --no-host-ring, found '$1'" ;;
     esac
     shift
 done
 for st in $stages; do
-    [[ "$st" =~ ^(facts|unit|integration|ring|latency)$ ]] || die2 "--stages: expected facts, unit, integration, ring or latency, found '$st'"
+    [[ "$st" =~ ^(facts|unit|integration|fidelity|ring|latency)$ ]] \
+        || die2 "--stages: expected facts, unit, integration, fidelity, ring or latency, found '$st'"
 done
 [[ $EUID -eq 0 ]] || die2 "must run as root (libvirt, qemu, apt)"
 [[ "$ACCEL" == tcg || "$ACCEL" == kvm ]] || die2 "DTNET_LAB_ACCEL: expected tcg or kvm, found '$ACCEL'"
@@ -211,6 +218,11 @@ exec 9>"$LOCK"
 t_lock=$SECONDS
 flock 9
 printf '%s\t%s\t%s\n' "lock-wait" "$((SECONDS - t_lock))" ok >> "$TIMINGS"
+# How much slower the guest runs a process than this machine: the same probe
+# runs in the VM's facts stage.
+if [[ -x "$ROOT/.venv/bin/python" ]]; then
+    log "python startup on this machine (dtnet's imports, best of 3): $(bash "$ROOT/scripts/lab-inside.sh" --probe-startup) s"
+fi
 rc=0
 used=""
 if [[ "$engine" != qemu ]]; then
@@ -227,6 +239,22 @@ else
     run_qemu || rc=$?
 fi
 cleanup
+# The same ring on this machine's own datapath, right after the VM's, under the
+# same lock: bench/bench_fidelity_scale.py at the links the VM's ring stage used.
+HOST_PY="$ROOT/.venv/bin/python"
+host_ring_run() {
+    "$HOST_PY" "$ROOT/bench/bench_fidelity_scale.py" "$ROOT/experiments/ring-fat-tree.yaml" \
+        --links "$(bash "$ROOT/scripts/lab-inside.sh" --print-ring-links)" --out "$RUN/host-ring" \
+        2>&1 | tee "$RUN/host-ring.log"
+    return "${PIPESTATUS[0]}"
+}
+if ((host_ring)) && [[ " $stages " == *" ring "* && -f "$RUN/results/ring/bench.tsv" ]]; then
+    if [[ -x "$HOST_PY" ]]; then
+        timed host-ring host_ring_run || rc=1
+    else
+        log "no $HOST_PY: run \`make setup\` for the ring on this machine; skipped"
+    fi
+fi
 flock -u 9
 
 # --- report -----------------------------------------------------------------
@@ -237,6 +265,22 @@ column -t -s $'\t' "$TIMINGS" | tee -a "$RUN/check.log"
 if [[ -f "$RUN/results/stages.tsv" ]]; then
     log "in the VM (s):"
     column -t -s $'\t' "$RUN/results/stages.tsv" | tee -a "$RUN/check.log"
+fi
+for st in integration fidelity; do
+    [[ -f "$RUN/results/$st.log" ]] && log "$st: $(grep -E '^=+ .*(passed|failed|error).* in ' "$RUN/results/$st.log" | tail -1)"
+done
+[[ -f "$RUN/results/fidelity.log" ]] && log "fidelity is a report (software emulation), not pass/fail"
+if [[ -f "$RUN/results/ring/bench.tsv" ]]; then
+    log "ring all-reduce on fat-tree:k=4, in the VM ($accel_name):"
+    column -t -s $'\t' "$RUN/results/ring/bench.tsv" | tee -a "$RUN/check.log"
+fi
+if [[ -f "$RUN/host-ring/bench.tsv" ]]; then
+    log "the same on this machine:"
+    column -t -s $'\t' "$RUN/host-ring/bench.tsv" | tee -a "$RUN/check.log"
+fi
+if [[ -f "$RUN/results/latency/bench.tsv" ]]; then
+    log "link latency in the VM: a 1 MiB ring's added time against the alpha-beta model's:"
+    column -t -s $'\t' "$RUN/results/latency/bench.tsv" | tee -a "$RUN/check.log"
 fi
 log "$([[ $rc == 0 ]] && echo PASSED || echo FAILED): $RUN"
 exit $rc

@@ -4,28 +4,74 @@
 # OUT/stages.tsv, and the script exits non-zero when any stage failed.
 #
 #   lab-inside.sh OUT STAGE...
+#   lab-inside.sh --print-ring-links      the ring stage's scale.link values
+#   lab-inside.sh --probe-startup         seconds to start dtnet's Python (best of 3)
 #
-# Stages: facts (kernel, modules, qdiscs), unit (tests/unit), integration
-# (shaping, spine, controller and faults tests on this kernel's datapath),
-# ring (experiments/ring-fat-tree.yaml --auto-scale), latency (tests/integration/test_latency.py
-# and experiments/lab-latency.yaml, a 1 MiB ring with and without netem latency).
+# Stages:
+#   facts        kernel, modules, what `datapath: auto` picks, netem, CPU speed
+#   unit         tests/unit
+#   integration  the integration tests that assert shaping, ordering, latency,
+#                teardown and routing (INTEGRATION_FILES, not marked fidelity),
+#                on this kernel's datapath: pass/fail
+#   fidelity     the same files' tests marked fidelity (busbw, throughput and
+#                timing thresholds): a report ("report" in stages.tsv), not
+#                pass/fail, since under software emulation the CPU cannot keep up
+#   ring         experiments/ring-fat-tree.yaml at RING_LINKS on the kernel
+#                datapath (bench/bench_fidelity_scale.py): every run completes
+#   latency      bench/bench_latency.py: a 1 MiB ring's added time at each
+#                topology.latency_us against the alpha-beta model's
 set -uo pipefail
 cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+# 10, 5 and 2.5 Mb/s host links at the file's 40x dilation; lab-check runs the
+# same on the host, side by side.
+RING_LINKS="2.5e-5,1.25e-5,6.25e-6"
+probe_startup() {
+    "$PY" - <<'PYEOF'
+import subprocess, sys, time
+def once():
+    t = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import dtnet.cli, emulator.testbed.lifecycle, emulator.run.runner"],
+                   check=True)
+    return time.monotonic() - t
+print(f"{min(once() for _ in range(3)):.2f}")
+PYEOF
+}
+case "${1:-}" in
+    --print-ring-links) echo "$RING_LINKS"; exit 0 ;;
+    --probe-startup) probe_startup; exit $? ;;
+esac
 OUT="${1:?usage: lab-inside.sh OUT STAGE...}"
 shift
 [[ "$OUT" == /* ]] || { echo "lab-inside.sh: OUT: expected an absolute folder, found '$OUT'" >&2; exit 2; }
-mkdir -p "$OUT"
-: > "$OUT/stages.tsv"
-PY=.venv/bin/python
-DTNET=.venv/bin/dtnet
 failed=0
+# Pass/fail for the integration stage, "report" for the fidelity stage.
+declare -A REPORT_ONLY=([fidelity]=1)
 
-# The run must have used the kernel datapath that `auto` is meant to pick here.
-datapath_is_kernel() {
-    "$PY" -c 'import json, sys
-dp = json.load(open(sys.argv[1]))["datapath"]
-print("summary.json datapath:", dp)
-sys.exit(dp != "kernel")' "$1"
+INTEGRATION_FILES=(tests/integration/test_shaping.py tests/integration/test_ordering.py
+    tests/integration/test_latency.py tests/integration/test_spine.py tests/integration/test_controller.py
+    tests/integration/test_faults.py tests/integration/test_rest.py)
+# Under software emulation (systemd-detect-virt: qemu) the guest runs every
+# process many times slower than this machine kind (docs/lab-vm.md: the
+# facts stage's startup probe, 0.5 s here and 6 s in the VM):
+# - the experiment runs go at 2.5 Mb/s, the same 40x time dilation
+#   (DTNET_TEST_SET, tests/integration/helpers.py); results are in
+#   real-cluster units, so the assertions are unchanged;
+# - the tests' wall-clock bounds (a run starting within 120 s, tearing down
+#   within 10 s, noticing a dead agent within 15 s) are stretched by
+#   TCG_TIME_FACTOR (DTNET_TEST_TIME_FACTOR); they still catch a hang.
+TCG_SETS="scale.link=6.25e-6 scale.bytes=2.5e-4"
+TCG_TIME_FACTOR=10
+software_emulation() { [[ "$(systemd-detect-virt 2>/dev/null)" == qemu ]]; }
+tcg_settings() {
+    if software_emulation; then
+        export DTNET_TEST_SET="$TCG_SETS" DTNET_TEST_TIME_FACTOR="$TCG_TIME_FACTOR"
+        echo "software emulation: DTNET_TEST_SET=$DTNET_TEST_SET DTNET_TEST_TIME_FACTOR=$DTNET_TEST_TIME_FACTOR"
+    fi
+}
+integration_pytest() {  # integration_pytest NAME MARKS
+    "$PY" -m pytest -v -rA --durations=0 -m "$2" -p no:cacheprovider --junitxml="$OUT/$1.xml" \
+        "${INTEGRATION_FILES[@]}"
 }
 
 stage_facts() {
@@ -39,40 +85,41 @@ stage_facts() {
     if tc qdisc add dev dtnetprobe0 root netem delay 1ms; then echo "netem: yes"; else echo "netem: no"; fi
     ip link del dtnetprobe0
     ovs-vsctl --version | head -1
+    echo "python startup (dtnet's imports, best of 3): $(probe_startup) s"
 }
 stage_unit() {
     "$PY" -m pytest tests/unit -q -p no:cacheprovider
 }
-# Under software emulation (systemd-detect-virt: qemu) the VM's CPU cannot
-# carry 10 Mb/s links faithfully: the tests' runs go at 2.5 Mb/s, the same
-# time dilation (DTNET_TEST_SET, tests/integration/helpers.py).
-TCG_SETS="scale.link=6.25e-6 scale.bytes=2.5e-4"
 stage_integration() {
-    if [[ "$(systemd-detect-virt 2>/dev/null)" == qemu ]]; then
-        export DTNET_TEST_SET="$TCG_SETS"
-        echo "software emulation: DTNET_TEST_SET=$DTNET_TEST_SET"
-    fi
-    "$PY" -m pytest -v -m mininet -p no:cacheprovider \
-        tests/integration/test_shaping.py tests/integration/test_spine.py \
-        tests/integration/test_controller.py tests/integration/test_faults.py
+    tcg_settings
+    integration_pytest integration "mininet and not fidelity"
 }
-# At the largest scale this VM emulates faithfully: --auto-scale probes the
-# file's scale first and halves it while the CPU cannot keep up.
+# A report: pytest's 1 (some tests failed) is what is being reported; any
+# other status (collection errors, no tests) fails the stage.
+stage_fidelity() {
+    tcg_settings
+    local rc=0
+    integration_pytest fidelity "mininet and fidelity" || rc=$?
+    ((rc == 0 || rc == 1))
+}
+# The run must have used the kernel datapath that `auto` is meant to pick here
+# (bench.tsv's datapath column) and completed.
 stage_ring() {
-    rm -rf "$OUT/ring-fat-tree"
-    "$DTNET" run experiments/ring-fat-tree.yaml --auto-scale --out "$OUT/ring-fat-tree" &&
-        datapath_is_kernel "$OUT/ring-fat-tree/summary.json"
+    rm -rf "$OUT/ring"
+    "$PY" bench/bench_fidelity_scale.py experiments/ring-fat-tree.yaml --links "$RING_LINKS" --out "$OUT/ring" &&
+        awk -F'\t' 'NR > 1 && $3 != "kernel" { bad = 1; print "not on the kernel datapath: " $0 } END { exit bad }' \
+            "$OUT/ring/bench.tsv"
 }
 stage_latency() {
-    rm -rf "$OUT/lab-latency"
-    "$PY" -m pytest -v -m mininet -p no:cacheprovider tests/integration/test_latency.py &&
-    "$DTNET" run experiments/lab-latency.yaml --out "$OUT/lab-latency" &&
-        cat "$OUT/lab-latency/sweep.csv"
+    rm -rf "$OUT/latency"
+    "$PY" bench/bench_latency.py experiments/lab-latency.yaml --out "$OUT/latency"
 }
 
 for st in "$@"; do
     declare -F "stage_$st" >/dev/null || { echo "lab-inside.sh: unknown stage '$st'" >&2; exit 2; }
 done
+mkdir -p "$OUT"
+: > "$OUT/stages.tsv"
 for st in "$@"; do
     echo "[lab-inside] stage $st"
     t0=$(date +%s)
@@ -80,6 +127,7 @@ for st in "$@"; do
     rc=$?
     t1=$(date +%s)
     status=ok
+    [[ -n "${REPORT_ONLY[$st]:-}" ]] && status=report
     ((rc == 0)) || { status="FAILED(rc=$rc)"; failed=1; }
     printf '%s\t%s\t%s\n' "$st" "$((t1 - t0))" "$status" >> "$OUT/stages.tsv"
     echo "[lab-inside] stage $st: $status in $((t1 - t0)) s"

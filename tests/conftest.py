@@ -15,6 +15,17 @@ def _integration_missing() -> str | None:
     return None
 
 
+def pytest_configure(config):
+    # tests/integration/helpers.py stretches wall-clock bounds by it (the lab VM).
+    raw = os.environ.get("DTNET_TEST_TIME_FACTOR", "1")
+    try:
+        ok = 1 <= float(raw) <= 100
+    except ValueError:
+        ok = False
+    if not ok:
+        raise pytest.UsageError(f"DTNET_TEST_TIME_FACTOR: expected a number in 1..100, found '{raw}'")
+
+
 def pytest_collection_modifyitems(config, items):
     reason = _integration_missing()
     if reason is None:

@@ -22,6 +22,7 @@ jobs:
 """
 
 
+@pytest.mark.fidelity  # wants a faithful probe
 def test_auto_scale_runs_at_a_faithful_probe_and_records_the_calibration(tmp_path):
     exp, out = tmp_path / "exp.yaml", tmp_path / "r"
     exp.write_text(EXPERIMENT)

@@ -18,6 +18,7 @@ def normalized(summary):
     return summary["traffic"]["normalized_throughput"]
 
 
+@pytest.mark.fidelity  # throughput ratios: hold only where the switches are not CPU-bound
 def test_congestion_aware_beats_ecmp_on_stride_and_nears_non_blocking(tmp_path):
     got = {}
     for name, exp, sets in (("ecmp", "stride-fat-tree.yaml", ()),
@@ -66,6 +67,7 @@ def test_link_down_mid_run_is_rerouted_and_every_transfer_completes(tmp_path):
     assert_nothing_left(out)
 
 
+@pytest.mark.fidelity  # collective and iteration time ratios
 def test_coscheduled_jobs_interleave_and_iterate_faster(tmp_path):
     """With coschedule the two jobs' all-reduces stop colliding on the spine,
     so each collective and each iteration is faster than under uncoordinated

@@ -10,6 +10,7 @@ from tests.integration.helpers import ROOT, assert_nothing_left, dtnet, run_expe
 pytestmark = pytest.mark.mininet
 
 
+@pytest.mark.fidelity  # cct against the alpha-beta model
 def test_dual_tor_fabric_file_runs_a_ring(tmp_path):
     out = tmp_path / "r"
     summary, _ = run_experiment("fabric-file-dual-tor.yaml", out)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.integration.helpers import ROOT, assert_nothing_left, dtnet, run_experiment, start_run, wait_for_event
+from tests.integration.helpers import ROOT, assert_nothing_left, dtnet, run_experiment, start_run, wait_for_event, wall_s
 
 pytestmark = pytest.mark.mininet
 LINK_GBPS = 400
@@ -36,6 +36,7 @@ def _check_ring(summary, ranks):
     return coll
 
 
+@pytest.mark.fidelity  # busbw threshold: holds only where the emulation keeps up
 def test_ring_single_switch(tmp_path):
     out = tmp_path / "r"
     summary, proc = run_experiment("ring-single-switch.yaml", out)
@@ -47,6 +48,7 @@ def test_ring_single_switch(tmp_path):
     assert_nothing_left(out)
 
 
+@pytest.mark.fidelity  # busbw threshold: holds only where the emulation keeps up
 def test_ring_fat_tree_with_ecmp(tmp_path):
     out = tmp_path / "r"
     summary, _ = run_experiment("ring-fat-tree.yaml", out)
@@ -56,6 +58,7 @@ def test_ring_fat_tree_with_ecmp(tmp_path):
     assert_nothing_left(out)
 
 
+@pytest.mark.fidelity  # busbw threshold: holds only where the emulation keeps up
 def test_ring_rail_optimized_32(tmp_path):
     out = tmp_path / "r"
     summary, _ = run_experiment("ring-rail-32.yaml", out)
@@ -72,8 +75,9 @@ def test_signal_mid_run_tears_down_and_keeps_events(tmp_path, sig):
     wait_for_event(out, "collective")  # so that there is something to keep
     t = time.monotonic()
     p.send_signal(sig)
-    rest = p.communicate(timeout=30)[0]
-    assert time.monotonic() - t < 10, "teardown took more than 10 s"
+    rest = p.communicate(timeout=wall_s(30))[0]
+    took = time.monotonic() - t
+    assert took < wall_s(10), f"teardown took {took:.1f} s, more than {wall_s(10):g} s"
     assert p.returncode == 130, rest
     summary = json.load(open(out / "summary.json"))
     assert summary["status"] == "incomplete"
@@ -87,7 +91,7 @@ def test_sigkill_then_dtnet_clean_removes_exactly_that_run(tmp_path):
     p, _ = start_run(out, "ring-single-switch.yaml")
     st = json.load(open(out / "state.json"))
     p.kill()
-    p.wait(10)
+    p.wait(wall_s(10))
     from emulator.testbed import runstate
     assert runstate.leftovers(st["tag"])["bridges"], "nothing to clean: the test proves nothing"
     r = dtnet("clean", str(out))
