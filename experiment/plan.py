@@ -309,7 +309,7 @@ def announcement_plan(fabric: Fabric, jp: JobPlan, scale_link: float) -> None:
     by_rank: dict[int, list] = {}
     for it in gated:
         r = announcer[it]
-        compute_s, overlap_s = _compute_around_comm(plans[r].ops, it)
+        compute_s, overlap_s = compute_around_comm(plans[r].ops, it)
         comm_s = max(b * 8 / (fabric.host_link_gbps(h) * 1e9 * scale_link) for (_, h), b in nic_bytes[it].items())
         (coll, *more) = sorted(ops[it])
         body = {"version": ANNOUNCEMENT_VERSION, "job": jp.name, "collective": "other" if more else coll,
@@ -325,7 +325,7 @@ def announcement_plan(fabric: Fabric, jp: JobPlan, scale_link: float) -> None:
                 for plan in plans]
 
 
-def _compute_around_comm(ops, iteration: int) -> tuple[float, float]:
+def compute_around_comm(ops, iteration: int) -> tuple[float, float]:
     """(compute of one rank in one iteration, the part listed after its first communication op)."""
     total = after = 0.0
     seen_comm = False

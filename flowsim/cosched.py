@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from experiment.plan import ANNOUNCED_OP, COMM_KINDS
+from experiment.plan import ANNOUNCED_OP, ANNOUNCEMENT_VERSION, COMM_KINDS, compute_around_comm
 from flowsim.templates import bundle_shape
 from traffic.layout import parse_peer
 
@@ -168,27 +168,13 @@ def announcements(fabric, jobs) -> dict:
         per = {}
         for it in sorted(i for i in flows if flows[i]):
             r = announcer[it]
-            compute_s, overlap_s = _compute_around_comm(tr.ops_of(r) if hasattr(tr, "ops_of") else tr.ops[r], it)
+            compute_s, overlap_s = compute_around_comm(tr.ops_of(r) if hasattr(tr, "ops_of") else tr.ops[r], it)
             comm_s = max(b * 8 / (fabric.host_link_gbps(h) * 1e9) for (_, h), b in nic[it].items())
             (coll, *more) = sorted(names[it])
-            per[it] = (r, {"version": 1, "job": jp.name, "collective": "other" if more else coll,
+            per[it] = (r, {"version": ANNOUNCEMENT_VERSION, "job": jp.name, "collective": "other" if more else coll,
                            "flows": [{"src": a, "dst": z, "size_bytes": b} for (a, z), b in sorted(flows[it].items())],
                            "period_s": compute_s + comm_s, "compute_s": compute_s, "overlap_s": overlap_s,
                            "gpus": len(hosts)})
         out[jp.index] = per
     return out
 
-
-def _compute_around_comm(ops, iteration: int) -> tuple[float, float]:
-    """(compute of one rank in one iteration, the part listed after its first communication op)."""
-    total = after = 0.0
-    seen_comm = False
-    for op in ops:
-        if op.iteration != iteration:
-            continue
-        if op.kind in COMM_KINDS:
-            seen_comm = True
-        elif op.kind == "compute":
-            total += op.duration_s
-            after += op.duration_s if seen_comm else 0.0
-    return total, after
