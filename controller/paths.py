@@ -70,6 +70,7 @@ class ShortestPaths:
         self.attach: dict[str, tuple[str, int]] = {}
         nodes = fabric.graph.nodes
         down = self.down
+        eth: dict[str, int] = {}  # host -> the host-side port of its attachment
         for a, b, d in fabric.graph.edges(data=True):
             if down and frozenset((a, b)) in down:
                 continue
@@ -81,8 +82,11 @@ class ShortestPaths:
                 self._peer[b, d["ports"][b]] = a
             elif d["kind"] == "host":
                 h, sw = (a, b) if nodes[a]["role"] == "host" else (b, a)
-                if sw in self.index:
+                # A dual-homed host is reached by its first interface (eth0), as
+                # Fabric.attachment says and as the host sends.
+                if sw in self.index and (h not in eth or d["ports"][h] < eth[h]):
                     self.attach[h] = (sw, d["ports"][sw])
+                    eth[h] = d["ports"][h]
         self._adj = adj
         self._adj_size = sum(len(x) for x in adj)
         self._nbr: list = [None] * len(adj)  # per switch, made when first asked: see _neighbours

@@ -47,7 +47,7 @@ def check_every_endpoint(base):
 
 
 def test_the_live_controller_answers_as_documented(tmp_path):
-    with Testbed(fat_tree(4), str(tmp_path), policy="coschedule", log=lambda *_: None) as tb:
+    with Testbed(fat_tree(4), str(tmp_path), policy="coschedule", scale_link=2.5e-5, log=lambda *_: None) as tb:
         state = check_every_endpoint(tb.rest_url)
         assert state["jobs"] and state["jobs"][0]["job"] == "j"
         # A TCP connection attempt from h0 to h4: placed flows and decisions get documented too.

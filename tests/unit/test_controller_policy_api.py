@@ -1,5 +1,6 @@
 """The policy plug-in API: declared params, the registry, decisions checked, and the
 question an engine asks at scale (which path does this flow take)."""
+import os
 import itertools
 import sys
 import textwrap
@@ -255,3 +256,14 @@ def test_a_failing_links_changed_still_lets_the_routes_go_out():
     st = sim.state()
     assert st["counters"]["policy_errors"] == 2 and [f["hook"] for f in st["policy_failures"]] == [
         "links_changed", "state"]
+
+
+def test_a_dual_homed_host_is_routed_to_by_its_first_interface():
+    """Hosts send by eth0 (Fabric.attachment); the destination routes must end there too."""
+    from topologies import load_fabric_file
+
+    fab = load_fabric_file(os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "fabrics",
+                                        "dual-tor-4gpu.yaml"))
+    paths = ShortestPaths(fab)
+    assert all(len(fab.attachments(h)) == 2 for h in fab.hosts)
+    assert {h: paths.attach[h] for h in fab.hosts} == {h: fab.attachment(h) for h in fab.hosts}
