@@ -64,8 +64,9 @@ def dtnet(*args, timeout=1800):
 def rescale(src: str, dst: str, scale_bytes: float, dilation: float) -> None:
     """Recorded units (program bytes, machine seconds) -> the trace's real-cluster units."""
     t = load(src)
-    t.ops = {r: [dataclasses.replace(o, size_bytes=round(o.size_bytes / scale_bytes) if o.size_bytes else 0,
-                                     duration_s=o.duration_s / dilation) for o in ops] for r, ops in t.ops.items()}
+    for cls in t.classes:  # each class's op stream, once (a per-rank import has a class per rank)
+        cls.ops = [dataclasses.replace(o, size_bytes=round(o.size_bytes / scale_bytes) if o.size_bytes else 0,
+                                       duration_s=o.duration_s / dilation) for o in cls.ops]
     t.meta["rescaled"] = f"sizes / scale.bytes ({scale_bytes:g}), durations / dilation ({dilation:g})"
     dump(t, dst)
 
