@@ -311,6 +311,9 @@ def set_path(data, keypath: str, value, file: str | None = None, label: str = "-
         node[_index(node, last, f"{label} {keypath}", file)] = value
     elif isinstance(node, dict):
         node[last] = value
+        if keypath in ("controller.policy", "controller.routing"):
+            # One name replaces the other: --set controller.policy=X on a file that says routing:.
+            node.pop("routing" if last == "policy" else "policy", None)
     else:
         raise InputError(f"{label} {keypath}", "a mapping", node, file)
 

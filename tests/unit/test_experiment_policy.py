@@ -132,3 +132,15 @@ def test_the_controller_configuration_file_round_trips_and_refuses_what_is_wrong
         with pytest.raises(InputError) as e:
             controller_config.load(str(tmp_path / "bad.json"))
         assert words in str(e.value) and str(e.value).startswith(str(tmp_path / "bad.json")), str(e.value)
+
+
+def test_setting_policy_replaces_routing_and_back():
+    """--set controller.policy on a file that says routing: (its old name), and the reverse."""
+    old = model.parse(model.apply_overrides({**BASE, "controller": {"routing": "ecmp"}},
+                                            ["controller.policy=congestion-aware"]))
+    assert old.routing == "congestion-aware"
+    new = model.parse(model.apply_overrides({**BASE, "controller": {"policy": "congestion-aware"}},
+                                            ["controller.routing=shortest"]))
+    assert new.routing == "shortest"
+    with pytest.raises(InputError, match="either policy or routing"):
+        model.parse({**BASE, "controller": {"policy": "ecmp", "routing": "shortest"}})
