@@ -260,6 +260,7 @@ class CoScheduler:
                       pace_until_s=round(pace[1], 6) if pace else None,
                       intensity=None if math.isinf(st.intensity) else st.intensity, comm_s=comm_s,
                       placements=tuple(AnsweredPath(s, d, tuple(p)) for (s, d), p in sorted(paths.items())))
+
     def _offset(self, ann, links, comm_s, others, now) -> float:
         """The delay in [0, period) that minimizes itself plus the predicted
         overlap on shared links over the horizon (the smallest on a tie).
