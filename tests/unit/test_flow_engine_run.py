@@ -110,6 +110,14 @@ def test_check_refuses_what_the_flow_engine_cannot_model(tmp_path, capsys):
     assert main(["run", path, "--out", str(out), "--auto-scale", "--engine", "flow"]) == 2
 
 
+def test_a_real_program_is_refused_on_the_flow_engine(capsys):
+    """A program's traffic is its own, not a trace the model can replay: one line, exit 2."""
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "gloo-allreduce.yaml")
+    assert main(["check", path, "--engine", "flow"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "jobs[0].workload.command" in err and "only on the emulator" in err
+
+
 def test_check_says_what_the_flow_engine_will_run(tmp_path, capsys):
     assert main(["check", write(tmp_path, ring())]) == 0
     line = capsys.readouterr().out.strip()
