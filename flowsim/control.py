@@ -22,7 +22,7 @@ import numpy as np
 
 from controller.core import FabricController
 from controller.policy import EcmpForwarding, FlowKey, ShortestForwarding
-from controller.registry import make_policy, policy_class
+from controller.registry import make_policy
 from flowsim.routing import EcmpRouter, Router, ShortestRouter
 
 TABLE_ONLY = ("shortest", "ecmp")  # built-ins that are their tables alone: no controller to drive
@@ -32,10 +32,6 @@ CLOCK_PARAMS = ("poll_s", "tau_s", "hold_s")  # periods in the controller's cloc
 def needs_controller(policy: str) -> bool:
     """Whether the flow engine runs the policy's own object (every policy but the two tables)."""
     return policy not in TABLE_ONLY
-
-
-def coschedules(policy: str) -> bool:
-    return policy_class(policy).coschedules
 
 
 def _ip(n: int) -> str:

@@ -27,7 +27,7 @@ from experiment.engine import Interrupted, RunFailure
 from experiment.model import Experiment, Scale, write_resolved
 from experiment.outputs.announcements import summarize as announcement_summary
 from experiment.outputs.links import COLUMNS as LINK_COLUMNS
-from experiment.outputs.summary import SUMMARY_VERSION, aggregate, job_results, traffic_results
+from experiment.outputs.summary import build as build_summary, job_results
 from experiment.outputs.write import write_after_run, write_json
 from experiment.plan import emulated_bytes, gpus_per_server, job_traces, predict_cct_s
 from flowsim.control import ControllerRouter, needs_controller
@@ -455,24 +455,9 @@ def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model
                          f"rates unconverged after {sim.p.max_fixed_point_iters} iterations"}]
     ctl = router.status() if isinstance(router, ControllerRouter) else {"routing": exp.routing,
                                                                          "counters": {"reroutes": counters["reroutes"]}}
-    return {
-        "version": SUMMARY_VERSION,
-        "name": exp.name,
-        "engine": ENGINE,
-        "status": status,
-        "error": error,
-        "topology": {**exp.topology, **fabric.counts()},
-        "scale": {"link": 1.0, "bytes": 1.0, "dilation": 1.0},
-        "routing": exp.routing,
-        "policy": {"name": exp.routing, "params": dict(exp.policy_params)},
-        "jobs": per_job,
-        "aggregate": aggregate(per_job, events, 1.0),
-        "prediction": {"model": "alpha-beta (traffic.collectives.model.predict_time_s): each rank's NIC at its "
-                                "host link rate, NVLink inside a server, pipelined by the agents' slices, "
-                                "no contention",
-                       "latency_s": exp.prediction.latency_us * 1e-6,
-                       "pipeline_slice_bytes": slice_bytes(exp)},
-        "traffic": traffic_results(events, received, 1.0, 1.0, host_total),
+    return build_summary(exp, fabric, jobs, events, status=status, error=error, bytes_received=received,
+                         per_job=per_job, real_units=True, slice_bytes=slice_bytes(exp), engine={
+        "engine": ENGINE,  # whatever engine the experiment names (a bench runs emulator files here too)
         "model": {**assumptions, "collective_model": model,
                   "mirrors_scale": {"link": exp.scale.link, "bytes": exp.scale.bytes,
                                     "dilation": exp.scale.dilation} if exp.scale_given else None,
@@ -485,4 +470,4 @@ def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model
         "capture": [],
         "announcements": announcement_summary(events, 1.0),
         "duration_s_wall": wall_s,
-    }
+    })

@@ -203,17 +203,23 @@ def traffic_results(events: list[dict], bytes_received_emu: int, scale_link: flo
 
 
 def build(exp, fabric, jobs, events: list[dict], *, status: str, error: str | None = None,
-          bytes_received: int | None = None, engine: dict | None = None) -> dict:
+          bytes_received: int | None = None, engine: dict | None = None, per_job: list | None = None,
+          real_units: bool = False, slice_bytes: float | None = None) -> dict:
     """summary.json: what every engine reports, in real-cluster units (docs/outputs.md).
 
     jobs are the run's JobPlans; events its events.jsonl; bytes_received the emulated bytes
     that arrived (from the transfer events when None). engine holds the engine's own sections
-    (datapath, fidelity, controller, ...), written after the shared ones."""
-    dil = exp.scale.dilation
-    per_job = [job_results(j.name, events, dil, j.predicted_s) for j in jobs]
+    (datapath, fidelity, controller, ...), written after the shared ones. An engine that works
+    in real units (the flow engine) says so with real_units (scale 1, no dilation) and gives
+    its own per_job rows and pipelining slice_bytes (real bytes)."""
+    link, nbytes, dil = (1.0, 1.0, 1.0) if real_units else (exp.scale.link, exp.scale.bytes, exp.scale.dilation)
+    if per_job is None:
+        per_job = [job_results(j.name, events, dil, j.predicted_s) for j in jobs]
     host_total = sum(fabric.host_link_gbps(h) for j in jobs for h in j.hosts)
     if not bytes_received:
         bytes_received = sum(e.get("size_bytes", 0) for e in events if e["kind"] == "transfer")
+    if slice_bytes is None:
+        slice_bytes = exp.testbed.slice_bytes / exp.scale.bytes
     return {
         "version": SUMMARY_VERSION,
         "name": exp.name,
@@ -221,7 +227,7 @@ def build(exp, fabric, jobs, events: list[dict], *, status: str, error: str | No
         "status": status,
         "error": error,
         "topology": {**exp.topology, **fabric.counts()},
-        "scale": {"link": exp.scale.link, "bytes": exp.scale.bytes, "dilation": dil},
+        "scale": {"link": link, "bytes": nbytes, "dilation": dil},
         "routing": exp.routing,
         "policy": {"name": exp.routing, "params": dict(exp.policy_params)},
         "jobs": per_job,
@@ -230,8 +236,8 @@ def build(exp, fabric, jobs, events: list[dict], *, status: str, error: str | No
                                 "host link rate, NVLink inside a server, pipelined by the agents' slices, "
                                 "no contention",
                        "latency_s": exp.prediction.latency_us * 1e-6,
-                       "pipeline_slice_bytes": exp.testbed.slice_bytes / exp.scale.bytes},
-        "traffic": traffic_results(events, bytes_received, exp.scale.link, exp.scale.bytes, host_total),
+                       "pipeline_slice_bytes": slice_bytes},
+        "traffic": traffic_results(events, bytes_received, link, nbytes, host_total),
         **(engine or {}),
     }
 
