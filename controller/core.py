@@ -85,6 +85,7 @@ class FabricController:
         # Policies that watch flows keep table 0 for per-flow placements and send
         # unplaced host TCP to the controller there; routes go to table 1.
         self.route_table = 1 if self.policy.sees_flows else 0
+        self.announce_plan: Plan = []  # moves of open flows to announced paths, to install
         self.sched = FlowTable(fabric, self.route_table, self.policy.setting("idle_timeout_s", 30), link_scale) \
             if self.policy.sees_flows else None
         self.by_dpid = {st.dpid: st for st in self.switches.values()}
@@ -359,7 +360,27 @@ class FabricController:
             return 400, {"error": str(e)}
         if not self.policy.coschedules:
             return 200, Answer(ann.job).to_dict()
-        return 200, self.policy.announce(now, ann, self.observation(now)).to_dict()
+        answer = self.policy.announce(now, ann, self.observation(now))
+        if self.sched is not None and answer.placements:
+            self.announce_plan += [st for st in self.sched.move(self._open_flow_moves(answer), now) if st]
+        return 200, answer.to_dict()
+
+    def _open_flow_moves(self, answer: Answer) -> list[Placement]:
+        """The answer's paths for the job's flows already open: agents and programs keep
+        their connections across iterations, so a placement that applied only to new
+        flows would leave the job wherever its connections were placed before it announced."""
+        want = {(p.src, p.dst): p.path for p in answer.placements}
+        moves = []
+        for e in sorted(self.sched.flows.values(), key=lambda e: e.flow_id):
+            path = want.get((e.src, e.dst))
+            if path is not None and e.path is not None and e.path != path:
+                moves.append(Placement(e.key, path, job=answer.job, reason=f"announced placement of job {answer.job}"))
+        return self._checked(moves)
+
+    def take_announce_plan(self) -> Plan:
+        """The rule operations announcements asked for since the last call (the engine installs them)."""
+        plan, self.announce_plan = self.announce_plan, []
+        return plan
 
     # -- inspection ---------------------------------------------------------
     def state(self, now: float) -> dict:

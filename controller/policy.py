@@ -300,6 +300,8 @@ class Policy:
         return None
 
     def announce(self, now: float, ann: Announcement, obs: Observation) -> Answer:
+        """With ``coschedules``: the answer to a job's announced phase. The engine moves the
+        job's open flows onto ``Answer.placements``; new ones are ``flow_started``'s to place."""
         return Answer(ann.job)
 
     def state(self, now: float, obs: Observation) -> dict:

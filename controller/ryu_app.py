@@ -347,6 +347,7 @@ class RestApi(ControllerBase):
             return _json({"error": f"body: expected a Content-Length of at most {MAX_BODY_BYTES} bytes"}, 413)
         try:
             code, answer = self.app.ctl.announce(req.body, time.time())
+            self.app._submit(self.app.ctl.take_announce_plan())  # the job's open flows onto its paths
         except Exception as e:  # the policy failed: say so, keep serving
             self.app.logger.exception("dtnet: announce failed")
             return _json({"error": f"policy {self.app.ctl.routing} failed: {type(e).__name__}: {e}"[:300]}, 500)

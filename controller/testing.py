@@ -201,6 +201,7 @@ class Sim:
                 "flows": [{"src": s, "dst": d, "size_bytes": b} for s, d, b in flows], **fields}
         code, answer = self.ctl.announce(json.dumps(body).encode(), self.now)
         assert code == 200, answer
+        self.apply(self.ctl.take_announce_plan())  # the job's open flows move, as the engines do it
         return answer
 
     def link_flows(self, fabric_only: bool = False) -> dict:

@@ -122,6 +122,7 @@ class ControllerRouter(Router):
         self.placed: dict[int, FlowKey] = {}   # connection -> its five-tuple, placed by the controller
         self._ports = None
         self._up = None
+        self._announced: dict = {}  # connection -> links: open flows an answer moved, for the next poll
 
     def attach(self, sim) -> None:
         super().attach(sim)
@@ -200,8 +201,9 @@ class ControllerRouter(Router):
         return self._ports
 
     def poll(self, now, obs):
+        moved, self._announced = self._announced, {}
         if self.down(now):
-            return {}
+            return moved
         self._tick += 1
         if self._tick % 2:  # counters, as the stats replies arrive
             for dpid, ports, tx, rx in self._port_table(obs.net):
@@ -217,10 +219,10 @@ class ControllerRouter(Router):
                         by_switch.setdefault(dpid, []).append((e.cookie, int(nbytes[c])))
                 for dpid, stats in by_switch.items():
                     self.ctl.flow_stats(dpid, stats, now)
-            return {}
+            return moved
         before = self._placed_paths()
         self.ctl.poll_done(now)
-        return self._moved(obs.net, before)
+        return moved | self._moved(obs.net, before)
 
     def _placed_paths(self) -> dict[int, tuple]:
         flows = self.ctl.sched.flows if self.ctl.sched is not None else {}
@@ -288,7 +290,12 @@ class ControllerRouter(Router):
         """The controller's answer to an announcement; None while it is away (the launcher falls back)."""
         if self.down(now):
             return None
-        return self.ctl.announce(body, now)
+        before = self._placed_paths()
+        got = self.ctl.announce(body, now)
+        self.ctl.take_announce_plan()  # no switches here: the moves are the paths below
+        if self.sim is not None:
+            self._announced.update(self._moved(self.sim.net, before))
+        return got
 
     def state(self, now: float) -> dict:
         """controller-state.json, as the emulator writes it (loads, flows, decisions, jobs)."""

@@ -3,8 +3,9 @@
 Jobs announce their next communication phase; the answer places the job's
 flows on the paths that share the fewest links with other jobs, shifts its
 start CASSINI-style so periodic phases interleave, and ranks jobs by GPU
-intensity (Crux), realized as pacing (see ``controller.cosched``). The flows
-the job then opens get the announced paths.
+intensity (Crux), realized as pacing (see ``controller.cosched``). The job's open
+flows move onto the announced paths (the engine does it, ``FabricController.announce``)
+and the flows it opens later get them.
 """
 from __future__ import annotations
 

@@ -286,6 +286,31 @@ def test_announced_placement_is_what_the_flow_gets():
     assert sim.ctl.sched.flows[k].job == "a"
 
 
+def test_an_answer_moves_the_jobs_open_flows_onto_its_paths():
+    """Agents and programs connect before they announce and keep their connections: the
+    answer's paths must apply to those too, not only to flows opened after it."""
+    fabric = fat_tree(4)
+    sim = Sim(fabric, "coschedule")
+    b = sim.announce("b", [("h1", "h5", bytes_for(0.4))])
+    taken = tuple(b["placements"][0]["path"])
+    sim.ctl.policy.pinned[("h0", "h4")] = (None, taken, None)  # placed where b's phase goes
+    k = sim.start("h0", "h4", 100, sport=1)
+    del sim.ctl.policy.pinned[("h0", "h4")]
+    back = sim.start("h4", "h0", 1, sport=2)  # the other direction is not announced
+    back_path = sim.flow(back).path
+    assert sim.flow(k).path == taken
+    a = sim.announce("a", [("h0", "h4", bytes_for(0.4))])
+    want = tuple(a["placements"][0]["path"])
+    assert want != taken
+    assert sim.path(k).switches == want  # the fake switches carry it there, not only the record
+    assert sim.flow(k).job == "a" and sim.flow(back).path == back_path
+    assert sim.ctl.take_announce_plan() == []  # handed over once
+    moves = [d for d in sim.ctl.sched.decisions if d["action"] == "move"]
+    assert [d["reason"] for d in moves] == ["announced placement of job a"]
+    sim.announce("a", [("h0", "h4", bytes_for(0.4))])  # the same answer again: nothing to move
+    assert len([d for d in sim.ctl.sched.decisions if d["action"] == "move"]) == 1
+
+
 def test_priority_follows_gpu_intensity():
     fabric = single_switch(6)
     ctl = FabricController(fabric, "coschedule")
