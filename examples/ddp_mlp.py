@@ -104,4 +104,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    program.exit(main())  # not sys.exit: torch's threads may abort the interpreter's finalization

@@ -78,6 +78,7 @@ def main(argv=None) -> int:
                 bad += one_iteration(it, timed=True)
                 p.step()
         p.export_chrome_trace(os.path.join(prof_dir, f"kineto-rank{rank}.json"))
+        et.unregister_callback()
     else:
         for it in timed:
             bad += one_iteration(it, timed=True)
@@ -93,4 +94,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    program.exit(main())  # not sys.exit: torch's threads may abort the interpreter's finalization

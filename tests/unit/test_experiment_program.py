@@ -167,6 +167,18 @@ def test_the_helper_prints_what_dtnet_reads(monkeypatch):
     assert m[2]["iteration"] == 4 and m[2]["time_s"] >= 0 and m[2]["end"] >= m[0]["end"]
 
 
+def test_the_helper_exits_with_the_status_and_its_output_flushed(tmp_path):
+    """program.exit skips finalization (atexit handlers do not run) but loses no output."""
+    import subprocess
+    import sys
+    code = ("import atexit, sys\nfrom dtnet import program\natexit.register(lambda: print('finalized'))\n"
+            "sys.stdout.write('partial line')\nsys.stderr.write('err')\nprogram.exit(3)\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": root})
+    assert (r.returncode, r.stdout, r.stderr) == (3, "partial line", "err")
+
+
 def test_markers_become_real_cluster_figures():
     """4 ranks, two iterations of a 1 MiB (emulated) all-reduce at 40x dilation: each
     collective runs from the first rank's start to the last rank's end."""
