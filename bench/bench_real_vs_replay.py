@@ -44,6 +44,23 @@ FABRICS = {
 }
 SCALE = {"link": 2.44140625e-5, "bytes": 9.765625e-4}  # 2^-10 / 40, 2^-10: ~9.8 Mb/s for 400 Gb/s, 40x
 SIZES = [16384, 65536, 262144, 1048576, 2097152]  # the program's bytes (emulated): 16 MiB .. 2 GiB real
+LINK_GBPS = 400
+# The link shaper passes a burst of two frames (MTU 9000) at the veth's speed
+# (emulator/testbed/shaping.py). A collective that sends few bursts per link is
+# not bandwidth-bound here, on either side: its row is marked.
+BURST_BYTES = 2 * 9000
+BURST_BOUND = 4  # a rank sending fewer than this many bursts per collective
+
+
+def note(size_bytes: int, ranks: int, replay_busbw_gbps: float | None) -> str:
+    """Why a row is not a bandwidth-bound comparison, or ''."""
+    sent = size_bytes * SCALE["bytes"] * 2 * (ranks - 1) / ranks  # a ring all-reduce's bytes per rank
+    out = []
+    if sent < BURST_BOUND * BURST_BYTES:
+        out.append(f"small: {sent / 1024:.0f} KiB emulated per rank, {sent / BURST_BYTES:.1f} shaper bursts")
+    if replay_busbw_gbps and replay_busbw_gbps > 1.05 * LINK_GBPS:
+        out.append("replay above line rate (bursts passed unshaped)")
+    return "; ".join(out)
 
 
 def experiment(name: str, fabric: str, workload: str, timeout_s: float) -> str:
@@ -151,6 +168,7 @@ def main() -> int:
             for size in sorted(real):
                 a, b = real[size], replay.get(size)
                 ratio = b["cct_s"] / a["cct_s"] if b else None
+                why = note(size, res["real"]["jobs"][0]["ranks"], b["busbw_gbps"] if b else None)
                 rows.append((fabric, size, ratio))
                 record.append({"fabric": fabric, "loop": k, "size_bytes": size, "real_cct_s": a["cct_s"],
                                "replay_cct_s": b["cct_s"] if b else None, "ratio": ratio,
@@ -158,11 +176,11 @@ def main() -> int:
                                "real_count": a["count"], "replay_count": b["count"] if b else 0,
                                "real_tcp": res["real"].get("tcp"), "replay_tcp": res["replay"].get("tcp"),
                                "real_fidelity_ok": res["real"]["fidelity"]["ok"],
-                               "replay_fidelity_ok": res["replay"]["fidelity"]["ok"]})
+                               "replay_fidelity_ok": res["replay"]["fidelity"]["ok"], "note": why})
                 print(f"  all_reduce {fmt_size(size):>8} x{a['count']}: real {a['cct_s'] * 1e3:8.3f} ms "
                       f"({a['busbw_gbps']:6.1f} Gb/s)   replay "
                       + (f"{b['cct_s'] * 1e3:8.3f} ms ({b['busbw_gbps']:6.1f} Gb/s) x{b['count']}   ratio {ratio:.3f}"
-                         if b else "missing"), flush=True)
+                         if b else "missing") + (f"   ({why})" if why else ""), flush=True)
     print(f"\nreplay / real, all-reduce time (scale link {SCALE['link']:g}, bytes {SCALE['bytes']:g}: 40x):")
     sizes = sorted({s for _, s, _ in rows})
     print(f"  {'fabric':<15}" + "".join(f"{fmt_size(s):>12}" for s in sizes))
