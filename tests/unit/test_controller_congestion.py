@@ -311,6 +311,20 @@ def test_an_answer_moves_the_jobs_open_flows_onto_its_paths():
     assert len([d for d in sim.ctl.sched.decisions if d["action"] == "move"]) == 1
 
 
+def test_a_job_keeps_its_paths_when_its_own_traffic_is_what_loads_them():
+    """The links' measured load includes the job's last phase: as a tie-break it would move
+    the job off its own path at every announcement."""
+    sim = Sim(fat_tree(4), "coschedule")
+    a = sim.announce("a", [("h0", "h4", bytes_for(0.4))])
+    k = sim.start("h0", "h4", 400, sport=1)
+    for _ in range(4):
+        sim.step()
+    first = tuple(a["placements"][0]["path"])
+    assert sim.path(k).switches == first
+    assert sim.announce("a", [("h0", "h4", bytes_for(0.4))])["placements"][0]["path"] == list(first)
+    assert not [d for d in sim.ctl.sched.decisions if d["action"] == "move"]
+
+
 def test_priority_follows_gpu_intensity():
     fabric = single_switch(6)
     ctl = FabricController(fabric, "coschedule")
