@@ -242,3 +242,26 @@ def test_a_plug_in_that_watches_flows_is_driven_by_the_flow_engine(tmp_path, mon
     # The controller's clock is the emulator's wall clock: its periods are divided by the dilation.
     dilation = s["model"]["mirrors_scale"]["dilation"]
     assert dilation > 1 and s["controller"]["policy"]["params"]["poll_s"] == pytest.approx(0.5 / dilation)
+
+
+def test_an_answer_moves_the_connections_the_jobs_opened_before_they_announced(tmp_path):
+    """The demo's rings open their connections at the start, before the first announcement;
+    the co-scheduler's answer must still put each job's two spine-crossing flows on the two
+    spines (the announced placement), as the Ryu app does on the switches."""
+    import json
+
+    import dtnet
+    exp = dtnet.load(os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "demo.yaml"),
+                     ["sweep={}", "engine=flow", "controller.routing=coschedule", "jobs.0.workload.iterations=2",
+                      "jobs.1.workload.iterations=2"])
+    out = tmp_path / "demo"
+    exp.run(str(out), log=lambda m: None)
+    st = json.loads((out / "controller-state.json").read_text())
+    moved = [d for d in st["decisions"] if d["action"] == "move"]
+    assert moved and all(d["reason"].startswith("announced placement of job") for d in moved)
+    crossing = {}
+    for f in st["flows"]:
+        if len(f["path"]) == 3 and f["job"] is not None:  # rail, spine, rail
+            crossing.setdefault(f["job"], []).append(f["path"][1])
+    assert sorted(crossing) == ["a", "b"]
+    assert all(sorted(spines) == ["spine0", "spine1"] for spines in crossing.values()), crossing
