@@ -9,8 +9,10 @@ Per fabric, in one run:
 3. `dtnet run` the imported trace with dtnet's agents, on the same fabric, hosts and scale.
 Then it prints, per collective size: the real program's all-reduce time and the replay's (each
 from the first rank's start to the last rank's end, real-cluster units, mean over the timed
-iterations), their ratio, and per run the TCP retransmissions and DSACKs (a DSACK is a
-retransmission the receiver did not need: a spurious one).
+iterations), their ratio, the same from the last rank's start (the collective without the
+ranks' arrival skew), and per run the TCP retransmissions and DSACKs (a DSACK is a
+retransmission the receiver did not need: a spurious one). Rows that are not bandwidth-bound
+here (a few shaper bursts per rank) say so.
 
 The recorded trace is in the program's own units: the bytes it sent (already emulated) and the
 machine's seconds. The replay divides sizes by scale.bytes and durations by the time dilation
@@ -121,7 +123,37 @@ def one(fabric: str, sizes: list[int], iterations: int, source: str, work: str) 
     trace = os.path.join(work, "replay-trace.json")
     rescale(imported, trace, SCALE["bytes"], SCALE["bytes"] / SCALE["link"])
     replay, replay_s = run(work, "replay", fabric, f"{{trace: {trace}}}")
-    return {"real": real, "replay": replay, "import": r.stdout.strip().splitlines()[0], "wall_s": (real_s, replay_s)}
+    joined = {k: joined_s(work, k, n) for k in ("real", "replay")}
+    return {"real": real, "replay": replay, "import": r.stdout.strip().splitlines()[0], "wall_s": (real_s, replay_s),
+            "joined": joined}
+
+
+def joined_s(work: str, name: str, ranks: int) -> dict:
+    """Real-cluster seconds of each size's all-reduces from the last rank's start to the last
+    rank's end, mean over them: the collective itself, without the ranks' arrival skew (which
+    cct_s, from the first start, includes; the real program's checks of the previous size
+    stagger its ranks by up to hundreds of ms of machine time)."""
+    dilation = SCALE["bytes"] / SCALE["link"]
+    spans: dict = {}  # (size_bytes real, collective id) -> [(start, end)] per rank
+    if name == "real":
+        for r in range(ranks):
+            with open(os.path.join(work, "real", "programs", "j", f"rank{r}.out")) as f:
+                for line in f:
+                    if line.startswith('{"dtnet":"collective"'):
+                        m = json.loads(line)
+                        spans.setdefault((round(m["size_bytes"] / SCALE["bytes"]), m["id"]), []).append(
+                            (m["start"], m["end"]))
+    else:
+        with open(os.path.join(work, name, "events.jsonl")) as f:
+            for line in f:
+                e = json.loads(line)
+                if e.get("kind") == "collective" and e.get("op") == "all_reduce":
+                    spans.setdefault((e["size_bytes"], e["op_id"]), []).append((e["start"], e["end"]))
+    per: dict = {}
+    for (size, _), v in spans.items():
+        if len(v) == ranks:
+            per.setdefault(size, []).append((max(e for _, e in v) - max(a for a, _ in v)) / dilation)
+    return {size: sum(v) / len(v) for size, v in per.items()}
 
 
 def tcp(summary: dict) -> str:
@@ -176,11 +208,17 @@ def main() -> int:
                                "real_count": a["count"], "replay_count": b["count"] if b else 0,
                                "real_tcp": res["real"].get("tcp"), "replay_tcp": res["replay"].get("tcp"),
                                "real_fidelity_ok": res["real"]["fidelity"]["ok"],
-                               "replay_fidelity_ok": res["replay"]["fidelity"]["ok"], "note": why})
+                               "replay_fidelity_ok": res["replay"]["fidelity"]["ok"], "note": why,
+                               "real_joined_s": res["joined"]["real"].get(size),
+                               "replay_joined_s": res["joined"]["replay"].get(size)})
                 print(f"  all_reduce {fmt_size(size):>8} x{a['count']}: real {a['cct_s'] * 1e3:8.3f} ms "
                       f"({a['busbw_gbps']:6.1f} Gb/s)   replay "
                       + (f"{b['cct_s'] * 1e3:8.3f} ms ({b['busbw_gbps']:6.1f} Gb/s) x{b['count']}   ratio {ratio:.3f}"
                          if b else "missing") + (f"   ({why})" if why else ""), flush=True)
+                ja, jb = res["joined"]["real"].get(size), res["joined"]["replay"].get(size)
+                if ja and jb:
+                    print(f"  {'':>19}from the last rank's start: real {ja * 1e3:8.3f} ms, replay {jb * 1e3:8.3f} ms,"
+                          f" ratio {jb / ja:.3f}", flush=True)
     print(f"\nreplay / real, all-reduce time (scale link {SCALE['link']:g}, bytes {SCALE['bytes']:g}: 40x):")
     sizes = sorted({s for _, s, _ in rows})
     print(f"  {'fabric':<15}" + "".join(f"{fmt_size(s):>12}" for s in sizes))
