@@ -362,7 +362,12 @@ class FabricController:
             return 200, Answer(ann.job).to_dict()
         answer = self.policy.announce(now, ann, self.observation(now))
         if self.sched is not None and answer.placements:
-            self.announce_plan += [st for st in self.sched.move(self._open_flow_moves(answer), now) if st]
+            try:
+                moves = self._open_flow_moves(answer)
+            except PolicyError as e:  # a path that cannot be installed: the answer still stands
+                self.policy_failed(now, "announce", e)
+                moves = []
+            self.announce_plan += [st for st in self.sched.move(moves, now) if st]
         return 200, answer.to_dict()
 
     def _open_flow_moves(self, answer: Answer) -> list[Placement]:

@@ -311,6 +311,24 @@ def test_an_answer_moves_the_jobs_open_flows_onto_its_paths():
     assert len([d for d in sim.ctl.sched.decisions if d["action"] == "move"]) == 1
 
 
+def test_an_answer_whose_path_cannot_be_installed_still_answers_and_is_recorded():
+    from controller.cosched import Answer, AnsweredPath
+    from controller.policies.coschedule import CoSchedule
+
+    class Bad(CoSchedule):
+        def announce(self, now, ann, obs):
+            return Answer(ann.job, coschedule=True, placements=(AnsweredPath("h0", "h4", ("edge0_0", "core0")),))
+
+    fabric = fat_tree(4)
+    sim = Sim(fabric, Bad(fabric))
+    k = sim.start("h0", "h4", 100, sport=1)
+    before = sim.flow(k).path
+    assert sim.announce("a", [("h0", "h4", bytes_for(0.4))])["job"] == "a"
+    assert sim.flow(k).path == before and sim.ctl.take_announce_plan() == []
+    (fail,) = sim.ctl.failures
+    assert fail["hook"] == "announce" and "does not run from" in fail["error"]
+
+
 def test_a_job_keeps_its_paths_when_its_own_traffic_is_what_loads_them():
     """The links' measured load includes the job's last phase: as a tie-break it would move
     the job off its own path at every announcement."""
