@@ -378,8 +378,12 @@ class FabricController:
         moves = []
         for e in sorted(self.sched.flows.values(), key=lambda e: e.flow_id):
             path = want.get((e.src, e.dst))
-            if path is not None and e.path is not None and e.path != path:
+            if path is None or e.path is None:
+                continue
+            if e.path != path:
                 moves.append(Placement(e.key, path, job=answer.job, reason=f"announced placement of job {answer.job}"))
+            else:  # already there: it is the job's all the same (controller-state.json says whose)
+                e.job = answer.job
         return self._checked(moves)
 
     def take_announce_plan(self) -> Plan:

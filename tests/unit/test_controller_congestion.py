@@ -311,6 +311,13 @@ def test_an_answer_moves_the_jobs_open_flows_onto_its_paths():
     assert len([d for d in sim.ctl.sched.decisions if d["action"] == "move"]) == 1
 
 
+def test_a_flow_already_on_its_announced_path_stays_and_is_the_jobs():
+    sim = Sim(fat_tree(4), "coschedule")
+    k = sim.start("h0", "h4", 100, sport=1)
+    a = sim.announce("a", [("h0", "h4", bytes_for(0.4))])
+    assert sim.path(k).switches == tuple(a["placements"][0]["path"]) and sim.flow(k).job == "a"
+
+
 def test_an_answer_whose_path_cannot_be_installed_still_answers_and_is_recorded():
     from controller.cosched import Answer, AnsweredPath
     from controller.policies.coschedule import CoSchedule
