@@ -219,23 +219,11 @@ class Agent:
 
     def connect_peers(self, deadline: float):
         for peer, addr in sorted(self.plan.peers.items()):
-            while True:
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                # Bound what one connection keeps in flight, so link queues
-                # rarely overflow: real training fabrics are lossless.
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, max(65536, 4 * self.slice_bytes))
-                try:
-                    s.settimeout(2.0)
-                    s.connect((addr.ip, addr.port))
-                    s.settimeout(None)
-                    break
-                except OSError:
-                    s.close()
-                    if time.time() > deadline:
-                        raise AgentError(f"rank {self.rank}: cannot connect to rank {peer} at "
-                                         f"{addr.ip}:{addr.port}")
-                    time.sleep(0.05)
+            # Bound what one connection keeps in flight, so link queues
+            # rarely overflow: real training fabrics are lossless.
+            s = connect_retrying(addr.ip, addr.port, deadline, max(65536, 4 * self.slice_bytes))
+            if s is None:
+                raise AgentError(f"rank {self.rank}: cannot connect to rank {peer} at {addr.ip}:{addr.port}")
             s.sendall(HELLO.pack(self.rank))
             # Warm the connection so the first real step does not pay slow start.
             s.sendall(HEADER.pack(WARMUP_TID, 0, WARMUP_BYTES, 0) + bytes(WARMUP_BYTES))
@@ -567,6 +555,40 @@ def _recv_exact(conn, view, n) -> bool:
             raise AgentError("connection closed mid-frame")
         got += k
     return True
+
+
+def connect_retrying(ip: str, port: int, deadline: float, sndbuf_bytes: int,
+                     ports: list | None = None) -> socket.socket | None:
+    """A connected socket to ip:port, retried until the deadline (None then): the peer may
+    not listen yet. Every attempt uses the same source port, so that the fabric sees one
+    flow: a flow-watching policy places each new five-tuple, and a refused attempt's SYN
+    would otherwise leave a placed flow behind that counts as load until it idles out.
+    ``ports``, if given, gets each attempt's source port."""
+    sport = 0
+    while True:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf_bytes)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", sport))
+        except OSError:  # taken meanwhile by another connection: a new port, then
+            s.close()
+            sport = 0
+            continue
+        sport = s.getsockname()[1]
+        if ports is not None:
+            ports.append(sport)
+        try:
+            s.settimeout(2.0)
+            s.connect((ip, port))
+            s.settimeout(None)
+            return s
+        except OSError:
+            s.close()
+            if time.time() > deadline:
+                return None
+            time.sleep(0.05)
 
 
 def main(argv=None) -> int:
