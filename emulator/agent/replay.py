@@ -574,6 +574,8 @@ def connect_retrying(ip: str, port: int, deadline: float, sndbuf_bytes: int,
             s.bind(("0.0.0.0", sport))
         except OSError:  # taken meanwhile by another connection: a new port, then
             s.close()
+            if sport == 0 or time.time() > deadline:  # no port at all: as unreachable
+                return None
             sport = 0
             continue
         sport = s.getsockname()[1]
