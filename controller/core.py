@@ -375,16 +375,14 @@ class FabricController:
         their connections across iterations, so a placement that applied only to new
         flows would leave the job wherever its connections were placed before it announced."""
         want = {(p.src, p.dst): p.path for p in answer.placements}
-        moves = []
-        for e in sorted(self.sched.flows.values(), key=lambda e: e.flow_id):
-            path = want.get((e.src, e.dst))
-            if path is None or e.path is None:
-                continue
-            if e.path != path:
-                moves.append(Placement(e.key, path, job=answer.job, reason=f"announced placement of job {answer.job}"))
-            else:  # already there: it is the job's all the same (controller-state.json says whose)
+        mine = [e for e in sorted(self.sched.flows.values(), key=lambda e: e.flow_id)
+                if e.path is not None and (e.src, e.dst) in want]
+        for e in mine:
+            if e.path == want[e.src, e.dst]:  # already there: the job's all the same (controller-state.json)
                 e.job = answer.job
-        return self._checked(moves)
+        return self._checked([Placement(e.key, want[e.src, e.dst], job=answer.job,
+                                        reason=f"announced placement of job {answer.job}")
+                              for e in mine if e.path != want[e.src, e.dst]])
 
     def take_announce_plan(self) -> Plan:
         """The rule operations announcements asked for since the last call (the engine installs them)."""

@@ -337,8 +337,8 @@ def test_an_answer_whose_path_cannot_be_installed_still_answers_and_is_recorded(
 
 
 def test_a_job_keeps_its_paths_when_its_own_traffic_is_what_loads_them():
-    """The links' measured load includes the job's last phase: as a tie-break it would move
-    the job off its own path at every announcement."""
+    """The links' measured load includes the job's own last phase: announcing again must not
+    move the job off the path that load is on (no move decisions at all)."""
     sim = Sim(fat_tree(4), "coschedule")
     a = sim.announce("a", [("h0", "h4", bytes_for(0.4))])
     k = sim.start("h0", "h4", 400, sport=1)
