@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from experiment.plan import ANNOUNCED_OP, ANNOUNCEMENT_VERSION, COMM_KINDS, compute_around_comm
-from flowsim.templates import bundle_shape
+from traffic.collectives.templates import bundle_shape
 from traffic.layout import parse_peer
 
 

@@ -32,7 +32,7 @@ import scipy.sparse as sp
 from flowsim.maxmin import max_min_rates
 from flowsim.network import LINK_KINDS, Net
 from flowsim.routing import Observation, Router, five_tuple_hash
-from flowsim.templates import bundle_shape, template
+from traffic.collectives.templates import bundle_shape, template
 from traffic.layout import parse_peer
 from traffic.collectives.algorithms import effective_gpus_per_server
 

@@ -35,7 +35,7 @@ from flowsim.cosched import PhaseGates, announcements
 from flowsim.engine import Fault, JobSpec, Params, Simulation, Straggler
 from flowsim.network import Net
 from flowsim.routing import EcmpRouter, ShortestRouter
-from flowsim.templates import template
+from traffic.collectives.templates import template
 from traffic.collectives import build_schedule
 
 ENGINE = "flow"

@@ -138,7 +138,7 @@ def test_the_link_series_coarsens_instead_of_growing_without_bound():
 def test_closed_form_bundle_shapes_equal_their_schedules(op, algorithm):
     """The shapes built without a schedule (rings, direct all-to-all at 10^5 ranks) carry, per
     connection, exactly the bytes the schedule sends over it."""
-    from flowsim.templates import bundle_shape, template
+    from traffic.collectives.templates import bundle_shape, template
     for n, size in ((2, 10), (5, 77), (17, 123456789)):
         b = bundle_shape(op, algorithm, n, size)
         t = template(op, algorithm, n, size)
