@@ -103,7 +103,7 @@ class Experiment:
     # -- running it -----------------------------------------------------------
     def run(self, out: str | None = None, *, engine: str | None = None, auto_scale: bool = False,
             log=print, cluster: str | None = None, workers: int | None = None, slots: int | None = None,
-            connect_timeout_s: float = 5.0) -> Run | SweepRun:
+            connect_timeout_s: float = 5.0, force: bool = False) -> Run | SweepRun:
         """Run it into out (default results/<name>/) on its engine (or `engine`), and read the
         results back: a Run, or a SweepRun when it has a sweep (every point checked first; a
         sweep resumes into a folder that holds some of its points complete).
@@ -117,10 +117,12 @@ class Experiment:
         A sweep's points may run on a Dask cluster (docs/cluster-sweeps.md): ``cluster`` the
         scheduler's address (tcp://HOST:PORT), or ``workers`` N for a local one of N processes
         with ``slots`` points each; ``connect_timeout_s`` bounds the wait for the scheduler
-        and a first worker."""
+        and a first worker. ``force``: overwrite a folder that holds a finished run (refused
+        otherwise: InputError); a sweep still skips its points already complete."""
         if engine and engine != self.engine:  # as the file would say it, so config.yaml records it
             return self.set("engine", engine).run(out, auto_scale=auto_scale, log=log, cluster=cluster,
-                                                  workers=workers, slots=slots, connect_timeout_s=connect_timeout_s)
+                                                  workers=workers, slots=slots, connect_timeout_s=connect_timeout_s,
+                                                  force=force)
         name = self.engine
         run = engines.get(name)
         if auto_scale and self.model.sweep:
@@ -153,7 +155,8 @@ class Experiment:
             runs = {}
 
             def run_point(pexp, folder):
-                return engines.get(pexp.engine)(pexp, folder)  # a sweep's points may name different engines
+                # a sweep's points may name different engines
+                return engines.get(pexp.engine)(pexp, folder, force=force)
             if cluster or workers is not None:
                 from dtnet.cluster.client import session
 
@@ -167,7 +170,7 @@ class Experiment:
             return SweepRun(out, done, runs)
         log(f"dtnet: running {self.name} -> {out}" + (f" (engine {name})" if name != "emulate" else ""))
         if not auto_scale:
-            return Run(out, run(self.model, out, log=log))
+            return Run(out, run(self.model, out, log=log, force=force))
         from emulator.run import autoscale
 
         def prepare(e):
@@ -176,7 +179,7 @@ class Experiment:
             log(f"dtnet: running {self.name} at scale.link={chosen.scale.link:g} "
                 f"scale.bytes={chosen.scale.bytes:g}{verdict}")
             return chosen, record
-        return Run(out, run(self.model, out, log=log, prepare=prepare))
+        return Run(out, run(self.model, out, log=log, prepare=prepare, force=force))
 
     def write(self, path: str) -> None:
         """The experiment fully resolved (every default written), as `dtnet run` leaves config.yaml."""

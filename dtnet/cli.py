@@ -39,7 +39,7 @@ def cmd_run(args) -> int:
     signal.signal(signal.SIGINT, on_signal)
     try:
         result = exp.run(out, auto_scale=args.auto_scale, log=_flushed, cluster=args.cluster, workers=args.workers,
-                         slots=args.slots, connect_timeout_s=args.connect_timeout_s)
+                         slots=args.slots, connect_timeout_s=args.connect_timeout_s, force=args.force)
     except FolderBusy as e:  # another live run writes this folder: refuse at once
         print(f"dtnet: {e}", file=sys.stderr)
         return EXIT_INPUT
@@ -154,6 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run on this engine, whatever the file's engine: says (emulate: Mininet, OVS and Ryu, "
                         "needs root; flow: the flow-level model, no root, real-cluster units; "
                         "docs/flow-engine.md). Same as --set engine=NAME")
+    r.add_argument("--force", action="store_true",
+                   help="overwrite the run folder even when it holds a finished run (without it a finished run "
+                        "is refused with exit 2, and an unfinished run of the same experiment is run again in "
+                        "place); a sweep still skips its points already complete")
     r.add_argument("--auto-scale", action="store_true",
                    help="first calibrate: up to 4 short runs of this experiment (its first iterations, ~3 s "
                         "of replay each) on a x2 ladder of scale.link from the configured one, the time dilation "

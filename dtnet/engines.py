@@ -10,6 +10,7 @@ from typing import Callable
 
 from badinput import InputError
 from experiment import engine as _engine
+from experiment import pipeline
 
 
 def get(name: str) -> Callable:
@@ -17,7 +18,7 @@ def get(name: str) -> Callable:
     for a name the table does not hold."""
     if name not in _engine.ENGINES:
         raise InputError("engine", "one of " + ", ".join(names()), name)
-    return _engine.runner(name)
+    return pipeline.runner(name)
 
 
 def names() -> list[str]:

@@ -1,23 +1,27 @@
-"""What every engine owes the experiment layer, and which engine runs an experiment.
+"""Which engine runs an experiment, and what every engine owes the experiment layer.
 
-An engine runs one Experiment into a run folder: ``run(exp, out_dir, log=print) -> summary``
-(the summary.json it wrote, docs/outputs.md). It raises RunFailure when the run started but
-could not finish, and lets Interrupted (SIGINT/SIGTERM) through after keeping what it wrote.
-The sweep loop, auto-scale and the CLI handle only these two, whatever the engine.
+An engine is a subclass of experiment.pipeline.Engine: it says which plans it runs, how it
+executes them, its part of summary.json and its own files; the pipeline owns the run folder
+(lock, config.yaml, events.jsonl, failures, summary.json and the outputs). ENGINES maps each
+name in the experiment file's ``engine:`` (default ``emulate``) to its class, imported only when
+used (the emulator's needs Mininet). A new engine adds one line here.
 
-An engine may also refuse, before anything runs, what it cannot model:
-``check(exp) -> str`` raises InputError naming the key (exit 2) and returns one line that
-says what it will run. Engines are named in the experiment file (``engine:``, default
-``emulate``); ENGINES maps each name to its code, imported only when used (the emulator's
-needs Mininet). A new engine adds one line there.
+``experiment.pipeline.runner(name)`` gives ``run(exp, out_dir, log=print, prepare=None,
+force=False) -> summary``:
+RunFailure when the run started but could not finish, Interrupted (SIGINT/SIGTERM) after
+keeping what it wrote, FolderBusy when another live run holds the folder, InputError when the
+folder holds a finished run (without force) or the engine refuses the experiment. The sweep
+loop, auto-scale and the CLI handle only these, whatever the engine.
 """
 from __future__ import annotations
 
 import importlib
 
+# name -> (its Engine class, a light function for `dtnet check` or None): `check` must not
+# import the engine itself (the emulator's imports Mininet, which needs no root to check).
 ENGINES = {
-    "emulate": ("emulator.run.runner:run_experiment", None),
-    "flow": ("flowsim.runner:run_experiment", "flowsim.runner:check"),
+    "emulate": ("emulator.run.runner:EmulatorEngine", None),
+    "flow": ("flowsim.runner:FlowEngine", "flowsim.runner:check"),
 }
 
 DEFAULT_ENGINE = "emulate"
@@ -31,27 +35,18 @@ class Interrupted(BaseException):
     """SIGINT/SIGTERM: unwind everything, keep what was written."""
 
 
-def _load(ref: str):
+class FolderBusy(RuntimeError):
+    """Another live run writes the run folder: refused at once, before anything is written
+    (the CLI exits 2: pick another --out)."""
+
+
+def load(ref: str):
+    """The object a "module:name" reference names, imported now."""
     module, _, name = ref.partition(":")
     return getattr(importlib.import_module(module), name)
-
-
-def runner(name: str):
-    """The run(exp, out_dir, ...) function of engine `name`."""
-    return _load(ENGINES[name][0])
 
 
 def check(exp) -> str | None:
     """The engine's own refusals (InputError) and its one-line verdict, or None when it has none."""
     ref = ENGINES[exp.engine][1]
-    return _load(ref)(exp) if ref else None
-
-
-def run_any(exp, out_dir: str, **kw) -> dict:
-    """Run exp on the engine it names (a sweep's points may name different ones)."""
-    return runner(exp.engine)(exp, out_dir, **kw)
-
-
-class FolderBusy(RuntimeError):
-    """Another live run writes the run folder: refused at once, before anything is written
-    (the CLI exits 2: pick another --out)."""
+    return load(ref)(exp) if ref else None

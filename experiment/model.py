@@ -664,15 +664,22 @@ def to_dict(exp: Experiment) -> dict:
     }
 
 
-def write_resolved(exp: Experiment, path: str, notes=()) -> None:
-    """config.yaml of a run: `dtnet run DIR/config.yaml` repeats it. notes: more comment lines."""
+def write_resolved(exp: Experiment, path, notes=()) -> None:
+    """config.yaml of a run: `dtnet run DIR/config.yaml` repeats it. notes: more comment lines.
+    path: a file name, or a file already open for writing (a run folder's, opened safely)."""
+    if not isinstance(path, str):
+        return _write_resolved(exp, path, notes)
     with open(path, "w") as f:
-        source = repr(exp.source)[1:-1] if exp.source else "a mapping"  # a line break would end the comment
-        f.write(f"# {exp.name}: the experiment as run, from {source}, with --set overrides\n"
-                "# applied and every default filled in. `dtnet run` this file to repeat the run.\n")
-        for line in notes:
-            f.write("# " + " ".join(str(line).splitlines()) + "\n")
-        yaml.safe_dump(to_dict(exp), f, sort_keys=False)
+        _write_resolved(exp, f, notes)
+
+
+def _write_resolved(exp: Experiment, f, notes) -> None:
+    source = repr(exp.source)[1:-1] if exp.source else "a mapping"  # a line break would end the comment
+    f.write(f"# {exp.name}: the experiment as run, from {source}, with --set overrides\n"
+            "# applied and every default filled in. `dtnet run` this file to repeat the run.\n")
+    for line in notes:
+        f.write("# " + " ".join(str(line).splitlines()) + "\n")
+    yaml.safe_dump(to_dict(exp), f, sort_keys=False)
 
 
 def _hosts(hosts, fabric, key, file):

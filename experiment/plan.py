@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from badinput import InputError
 from controller.cosched import VERSION as ANNOUNCEMENT_VERSION
 from experiment import program
@@ -22,6 +24,8 @@ from topologies import Fabric
 from traffic.collectives import build_schedule, predict_time_s
 from traffic.collectives.algorithms import effective_gpus_per_server
 from traffic.collectives.schedule import send_dependencies
+from traffic.collectives.templates import bundle_shape
+from traffic.layout import parse_peer
 from traffic.workload import build_workload
 
 BASE_PORT = 20000
@@ -68,7 +72,7 @@ def build_plans(exp: Experiment, fabric: Fabric) -> list[JobPlan]:
                 i = hosts.index(f.straggler)
                 jp.ranks[i] = replace(jp.ranks[i], straggler=Straggler(f.at_ms / 1000.0 * dilation, f.factor))
         if exp.coschedules:
-            announcement_plan(fabric, jp, exp.scale.link)
+            announcement_plan(exp, fabric, jp)
         jobs.append(jp)
     return jobs
 
@@ -270,59 +274,100 @@ def _peer_ip(fabric: Fabric, a: str, b: str) -> str:
     return fabric.node(b)["ip"]
 
 
-def announcement_plan(fabric: Fabric, jp: JobPlan, scale_link: float) -> None:
-    """Add each iteration's announced phase to the rank plans of one job.
+def announcements(fabric, jobs) -> dict:
+    """job index -> {iteration: (announcing rank, body)}: what each job announces, made once from
+    the traces (rank classes included), in real units, for every engine: an iteration's fabric
+    flows summed per host pair (NVLink pairs never meet the controller), the announcer's compute in
+    it and the part listed after its first communication op, and a first period of compute plus
+    the busiest NIC's bytes at its rate. The emulator scales them down (announcement_plan)."""
+    out = {}
+    for jp in jobs:
+        tr, hosts = jp.trace, jp.hosts
+        layout = getattr(tr, "layout", None)
+        flows: dict[int, dict] = {}
+        nic: dict[int, dict] = {}
+        names: dict[int, set] = {}
+        announcer: dict[int, int] = {}
+        seen: set = set()
 
-    The phase's flows are the iteration's fabric transfers (NVLink pairs never
-    meet the controller), summed per (src host, dst host), in emulated bytes.
-    The announcer is the lowest rank that communicates in that iteration; its
-    compute that iteration is ``compute_s``, the part listed after its first
-    communication op ``overlap_s``. The first period is estimated as compute
-    plus the busiest NIC's bytes at its emulated rate; agents announce the
-    period they measure after that.
-    """
-    plans = jp.ranks
-    flows: dict[int, dict[tuple[str, str], int]] = {}
-    nic_bytes: dict[int, dict[tuple[str, str], int]] = {}
-    ops: dict[int, set[str]] = {}
-    announcer: dict[int, int] = {}
-    for plan in plans:
-        r = plan.rank
-        for spec in plan.ops:
-            it = spec.iteration
-            if it is None or spec.kind not in COMM_KINDS:
-                continue
-            announcer[it] = min(announcer.get(it, r), r)
-            name = spec.op or spec.kind
-            ops.setdefault(it, set()).add(ANNOUNCED_OP.get(name, name))
-            for x in spec.sends:
-                d, nbytes = x.dst, x.size_bytes
-                src, dst = jp.hosts[r], jp.hosts[d]
-                if d == r or fabric.same_server(src, dst):
+        def add(it, src, dst, nbytes):
+            for s_, d_, b in zip(src.tolist(), dst.tolist(), nbytes.tolist()):
+                a, z = hosts[s_], hosts[d_]
+                if s_ == d_ or fabric.same_server(a, z):
                     continue
                 pairs = flows.setdefault(it, {})
-                pairs[src, dst] = pairs.get((src, dst), 0) + nbytes
-                nic = nic_bytes.setdefault(it, {})
-                for end in (("tx", src), ("rx", dst)):
-                    nic[end] = nic.get(end, 0) + nbytes
-    gated = sorted(it for it in flows if flows[it])
-    by_rank: dict[int, list] = {}
-    for it in gated:
-        r = announcer[it]
-        compute_s, overlap_s = compute_around_comm(plans[r].ops, it)
-        comm_s = max(b * 8 / (fabric.host_link_gbps(h) * 1e9 * scale_link) for (_, h), b in nic_bytes[it].items())
-        (coll, *more) = sorted(ops[it])
-        body = {"version": ANNOUNCEMENT_VERSION, "job": jp.name, "collective": "other" if more else coll,
-                "flows": [{"src": s, "dst": d, "size_bytes": b} for (s, d), b in sorted(flows[it].items())],
-                "period_s": compute_s + comm_s, "compute_s": compute_s, "overlap_s": overlap_s,
-                "gpus": len(jp.hosts)}
-        by_rank.setdefault(r, []).append(PhaseBody(it, body))
-    if not gated:
+                pairs[a, z] = pairs.get((a, z), 0) + int(round(b))
+                ends = nic.setdefault(it, {})
+                for end in (("tx", a), ("rx", z)):
+                    ends[end] = ends.get(end, 0) + int(round(b))
+
+        for cls in tr.classes:
+            ranks = cls.ranks
+            if not len(ranks):
+                continue
+            for op in cls.ops:
+                it = op.iteration
+                if it is None or op.kind not in COMM_KINDS:
+                    continue
+                announcer[it] = min(announcer.get(it, int(ranks[0])), int(ranks[0]))
+                name = op.op or op.kind
+                names.setdefault(it, set()).add(ANNOUNCED_OP.get(name, name))
+                if op.kind == "send":
+                    rule = parse_peer(op.peer)
+                    peers = layout.shift(ranks, *rule) if rule else np.full(len(ranks), int(op.peer))
+                    add(it, ranks, peers, np.full(len(ranks), float(op.size_bytes)))
+                elif op.kind == "collective":
+                    if layout is not None and op.group in layout.families:
+                        gidx = np.unique(layout.group_index(op.group, ranks))
+                        rows = [(layout.group_name(op.group, int(g)), layout.group_members(op.group, int(g)))
+                                for g in gidx]
+                    else:
+                        rows = [(op.group, tr.groups[op.group])]
+                    for gname, members in rows:
+                        if (gname, op.id) in seen or len(members) < 2:
+                            continue
+                        seen.add((gname, op.id))
+                        members = np.asarray(members, np.int64)
+                        gps = None
+                        if op.algorithm == "hierarchical":
+                            gps = gpus_per_server(fabric, [hosts[m] for m in members.tolist()])
+                        shape = bundle_shape(op.op, op.algorithm or "ring", len(members), op.size_bytes,
+                                             op.root or 0, gps)
+                        add(it, members[shape.src], members[shape.dst], shape.bytes)
+        per = {}
+        for it in sorted(i for i in flows if flows[i]):
+            r = announcer[it]
+            compute_s, overlap_s = compute_around_comm(tr.ops_of(r) if hasattr(tr, "ops_of") else tr.ops[r], it)
+            comm_s = max(b * 8 / (fabric.host_link_gbps(h) * 1e9) for (_, h), b in nic[it].items())
+            (coll, *more) = sorted(names[it])
+            per[it] = (r, {"version": ANNOUNCEMENT_VERSION, "job": jp.name, "collective": "other" if more else coll,
+                           "flows": [{"src": a, "dst": z, "size_bytes": b} for (a, z), b in sorted(flows[it].items())],
+                           "period_s": compute_s + comm_s, "compute_s": compute_s, "overlap_s": overlap_s,
+                           "gpus": len(hosts)})
+        out[jp.index] = per
+    return out
+
+
+def announcement_plan(exp: Experiment, fabric: Fabric, jp: JobPlan) -> None:
+    """Add each iteration's announced phase to the rank plans of one job: announcements() in
+    emulated units (bytes x scale.bytes, seconds x the dilation), carried by the announcer's plan;
+    every rank's plan lists the gated iterations. Agents announce the period they measure after
+    the first."""
+    per = announcements(fabric, [jp])[jp.index]
+    if not per:
         return
+    dilation = exp.scale.dilation
+    by_rank: dict[int, list] = {}
+    for it in sorted(per):
+        r, body = per[it]
+        body = {**body, "flows": [{**f, "size_bytes": emulated_bytes(f["size_bytes"], exp.scale.bytes)}
+                                  for f in body["flows"]],
+                **{k: body[k] * dilation for k in ("period_s", "compute_s", "overlap_s")}}
+        by_rank.setdefault(r, []).append(PhaseBody(it, body))
     longest = max(a.body["period_s"] for lst in by_rank.values() for a in lst)
-    jp.ranks = [replace(plan, cosched=Phases(tuple(gated), ANSWER_WAIT_S + 2 * longest,
+    jp.ranks = [replace(plan, cosched=Phases(tuple(sorted(per)), ANSWER_WAIT_S + 2 * longest,
                                              tuple(by_rank.get(plan.rank, []))))
-                for plan in plans]
+                for plan in jp.ranks]
 
 
 def compute_around_comm(ops, iteration: int) -> tuple[float, float]:

@@ -17,6 +17,7 @@ import copy
 import csv
 import dataclasses
 import hashlib
+import io
 import json
 import os
 import re
@@ -26,10 +27,11 @@ from dataclasses import dataclass
 import yaml
 
 from badinput import InputError
-from badinput.paths import check_name, inside
+from badinput.paths import check_name, inside, write_atomic
 from experiment import engine, model
 from experiment.engine import Interrupted, RunFailure
 from experiment.model import Experiment
+from experiment.pipeline import previous_run, same_experiment
 from experiment.plan import build_plans, job_traces
 
 POINTS_DIR = "points"
@@ -117,15 +119,8 @@ def point_dir(out_dir: str, point: Point) -> str:
 
 def is_done(folder: str, exp: Experiment) -> bool:
     """A complete summary.json, from a run of this very experiment (its config.yaml)."""
-    try:
-        with open(inside(folder, "summary.json")) as f:
-            if json.load(f).get("status") != "complete":
-                return False
-        with open(inside(folder, "config.yaml")) as f:
-            ran = yaml.safe_load(f)
-    except (OSError, ValueError, yaml.YAMLError):
-        return False
-    return ran == yaml.safe_load(yaml.safe_dump(model.to_dict(exp), sort_keys=False))
+    status, config = previous_run(folder)
+    return status == "complete" and same_experiment(exp, config)
 
 
 def metrics(summary: dict) -> dict:
@@ -177,13 +172,12 @@ def write_csv(path: str, points: list[Point], status: dict, summaries: dict) -> 
         rows.append(row)
     columns = ["point", *keys, "status", "error"]
     columns += list(dict.fromkeys(c for r in rows for c in r if c not in columns))
-    tmp = path + ".tmp"
-    with open(tmp, "w", newline="") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(columns)
-        for r in rows:
-            w.writerow([_cell(r.get(c)) for c in columns])
-    os.replace(tmp, path)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    for r in rows:
+        w.writerow([_cell(r.get(c)) for c in columns])
+    write_atomic(os.path.dirname(path) or ".", os.path.basename(path), text=buf.getvalue())
     return rows
 
 

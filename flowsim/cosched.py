@@ -18,11 +18,7 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 
-from experiment.plan import ANNOUNCED_OP, ANNOUNCEMENT_VERSION, COMM_KINDS, compute_around_comm
-from traffic.collectives.templates import bundle_shape
-from traffic.layout import parse_peer
 
 
 class PhaseGates:
@@ -102,79 +98,3 @@ class PhaseGates:
                        "offset_s": delay, "priority": prio, "pace_share": share, "pace_from_s": window[0],
                        "pace_until_s": window[1], "flows": len(flows) if isinstance(flows, list) else 0})
         sim.release(j, it, start)
-
-
-def announcements(fabric, jobs) -> dict:
-    """job index -> {iteration: (announcing rank, body)}: what each job's agents would announce
-    (experiment.plan.announcement_plan makes them from the rank plans; this reads the traces, rank
-    classes included, in real units): an iteration's fabric flows summed per host pair (NVLink
-    pairs never meet the controller), the announcer's compute in it and the part listed after its
-    first communication op, and a first period of compute plus the busiest NIC's bytes at its rate."""
-    out = {}
-    for jp in jobs:
-        tr, hosts = jp.trace, jp.hosts
-        layout = getattr(tr, "layout", None)
-        flows: dict[int, dict] = {}
-        nic: dict[int, dict] = {}
-        names: dict[int, set] = {}
-        announcer: dict[int, int] = {}
-        seen: set = set()
-
-        def add(it, src, dst, nbytes):
-            for s_, d_, b in zip(src.tolist(), dst.tolist(), nbytes.tolist()):
-                a, z = hosts[s_], hosts[d_]
-                if s_ == d_ or fabric.same_server(a, z):
-                    continue
-                pairs = flows.setdefault(it, {})
-                pairs[a, z] = pairs.get((a, z), 0) + int(round(b))
-                ends = nic.setdefault(it, {})
-                for end in (("tx", a), ("rx", z)):
-                    ends[end] = ends.get(end, 0) + int(round(b))
-
-        for cls in tr.classes:
-            ranks = cls.ranks
-            if not len(ranks):
-                continue
-            for op in cls.ops:
-                it = op.iteration
-                if it is None or op.kind not in COMM_KINDS:
-                    continue
-                announcer[it] = min(announcer.get(it, int(ranks[0])), int(ranks[0]))
-                name = op.op or op.kind
-                names.setdefault(it, set()).add(ANNOUNCED_OP.get(name, name))
-                if op.kind == "send":
-                    rule = parse_peer(op.peer)
-                    peers = layout.shift(ranks, *rule) if rule else np.full(len(ranks), int(op.peer))
-                    add(it, ranks, peers, np.full(len(ranks), float(op.size_bytes)))
-                elif op.kind == "collective":
-                    if layout is not None and op.group in layout.families:
-                        gidx = np.unique(layout.group_index(op.group, ranks))
-                        rows = [(layout.group_name(op.group, int(g)), layout.group_members(op.group, int(g)))
-                                for g in gidx]
-                    else:
-                        rows = [(op.group, tr.groups[op.group])]
-                    for gname, members in rows:
-                        if (gname, op.id) in seen or len(members) < 2:
-                            continue
-                        seen.add((gname, op.id))
-                        members = np.asarray(members, np.int64)
-                        gps = None
-                        if op.algorithm == "hierarchical":
-                            from experiment.plan import gpus_per_server
-                            gps = gpus_per_server(fabric, [hosts[m] for m in members.tolist()])
-                        shape = bundle_shape(op.op, op.algorithm or "ring", len(members), op.size_bytes,
-                                             op.root or 0, gps)
-                        add(it, members[shape.src], members[shape.dst], shape.bytes)
-        per = {}
-        for it in sorted(i for i in flows if flows[i]):
-            r = announcer[it]
-            compute_s, overlap_s = compute_around_comm(tr.ops_of(r) if hasattr(tr, "ops_of") else tr.ops[r], it)
-            comm_s = max(b * 8 / (fabric.host_link_gbps(h) * 1e9) for (_, h), b in nic[it].items())
-            (coll, *more) = sorted(names[it])
-            per[it] = (r, {"version": ANNOUNCEMENT_VERSION, "job": jp.name, "collective": "other" if more else coll,
-                           "flows": [{"src": a, "dst": z, "size_bytes": b} for (a, z), b in sorted(flows[it].items())],
-                           "period_s": compute_s + comm_s, "compute_s": compute_s, "overlap_s": overlap_s,
-                           "gpus": len(hosts)})
-        out[jp.index] = per
-    return out
-

@@ -13,25 +13,25 @@ fidelity checks; docs/flow-engine.md says where it differs from TCP on shaped li
 """
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import time
 from dataclasses import replace
 
 import numpy as np
 
 from badinput import InputError
+from badinput.paths import open_out
 from experiment import program
 from experiment.engine import Interrupted, RunFailure
-from experiment.model import Experiment, Scale, write_resolved
+from experiment.model import Experiment, Scale
 from experiment.outputs.announcements import summarize as announcement_summary
 from experiment.outputs.links import COLUMNS as LINK_COLUMNS
 from experiment.outputs.summary import build as build_summary, job_results
-from experiment.outputs.write import write_after_run, write_json
-from experiment.plan import emulated_bytes, gpus_per_server, job_traces, predict_cct_s
+from experiment.outputs.write import write_json
+from experiment.pipeline import Engine, Run
+from experiment.plan import announcements, emulated_bytes, gpus_per_server, job_traces, predict_cct_s
 from flowsim.control import ControllerRouter, needs_controller
-from flowsim.cosched import PhaseGates, announcements
+from flowsim.cosched import PhaseGates
 from flowsim.engine import Fault, JobSpec, Params, Simulation, Straggler
 from flowsim.network import Net
 from flowsim.routing import EcmpRouter, ShortestRouter
@@ -216,52 +216,87 @@ def _signature(fabric, hosts: tuple) -> tuple:
 
 # -- running ----------------------------------------------------------------------------
 
-def _lock(out_dir: str) -> int:
-    """Hold the run folder (the flock the emulator's runs take too): one live run per folder."""
-    fd = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise InputError("--out", "a folder no live dtnet run is writing (give this run another --out)",
-                         out_dir) from None
-    return fd
+class FlowEngine(Engine):
+    """The flow engine's part of a run (experiment.pipeline owns the folder)."""
+    name, label, keep_events = ENGINE, "flow engine", True
 
+    def check(self, exp: Experiment) -> str:
+        return check(exp)
 
-def run_experiment(exp: Experiment, out_dir: str, log=print, prepare=None) -> dict:
-    """Run exp on the flow engine into out_dir; returns the summary it wrote."""
-    if prepare is not None:
-        raise InputError("--auto-scale", "engine: emulate (the flow engine has no scale to calibrate)",
-                         "engine: flow", exp.source)
-    os.makedirs(out_dir, exist_ok=True)
-    lock = _lock(out_dir)
-    try:
-        return _run(exp, out_dir, log)
-    finally:
-        os.close(lock)
+    def plan(self, exp: Experiment, fabric) -> list:
+        jobs = job_traces(exp, fabric)
+        self.model, self.transfers = collective_model(exp, jobs)
+        return jobs
 
+    def outputs_exp(self, exp: Experiment) -> Experiment:
+        return exp_for_outputs(exp)
 
-class _EventLog:
-    """events.jsonl, appended as the simulation goes (a run that dies keeps what it did)."""
+    def execute(self, run: Run) -> None:
+        exp, fabric, jobs, events = run.exp, run.fabric, run.jobs, run.events
+        self.sim = self.res = None
+        self.run_events = events
+        run.t_start = 0.0
+        faults, stragglers, outages = _faults(exp, jobs)
+        self.router = router = _router(exp, fabric, outages)
+        bin_s = (exp.flow.link_bin_ms / 1000.0 if exp.flow.link_bin_ms
+                 else (EMULATOR_SAMPLE_S / exp.scale.dilation if exp.scale_given else 1e-3))
+        self.params = params = Params(
+            slice_bytes=slice_bytes(exp), latency_s=latency_s(exp), hop_latency_s=hop_latency_s(exp),
+            collective_model=self.model, series_bin_s=bin_s,
+            record_transfers=self.model == "detailed" and self.transfers <= TRANSFER_EVENTS_MAX)
+        phases = PhaseGates(announcements(fabric, jobs), router, on_event=events.add) if exp.coschedules else None
+        net = Net.from_fabric(fabric)
+        specs = [JobSpec(jp.name, jp.hosts, jp.trace, start_s=exp.jobs[jp.index].start_ms / 1000.0) for jp in jobs]
+        run.log(f"[flow] {exp.name}: {sum(len(jp.hosts) for jp in jobs)} ranks, {self.model} collectives"
+                + (f" ({self.transfers} transfers)" if self.model == "detailed" else "")
+                + f", routing {router.describe()['name']}")
+        self.done = 0  # sim.records already written as events
+        try:
+            self.sim = sim = Simulation(net, specs, router, params, faults=faults, stragglers=stragglers,
+                                        phases=phases)
+            if isinstance(router, ControllerRouter) and not any(sim.class_mode):
+                sim.connect_all()  # the agents connect to every peer before the replay starts
+            t_sim = time.monotonic()
+            self.res = sim.run(progress=self._flush)
+            sim.run_s = time.monotonic() - t_sim
+            run.status = "complete" if self.res.complete else "incomplete"
+            run.error = self.res.stalled
+        except ValueError as e:  # a trace the model refuses (flowsim checks its own inputs)
+            run.error = f"the flow model refused the run: {e}"
+            raise RunFailure(run.error) from None
+        except Interrupted as e:
+            run.error = (f"interrupted by {e} at t={self.sim.now:.6g} s of the model" if self.sim is not None
+                         else f"interrupted by {e}")
+            raise
+        finally:
+            if self.sim is not None:
+                self._flush(self.sim)
+                if self.res is not None and params.record_transfers:
+                    for ev in _transfer_events(self.sim):
+                        events.add(ev)
+                for ev in _fault_events(exp, self.sim, router):
+                    events.add(ev)
 
-    def __init__(self, path: str):
-        self.path = path
-        self.f = open(path, "w")
-        self.events: list[dict] = []
-        self.done = 0  # records written
-
-    def add(self, ev: dict) -> None:
-        self.events.append(ev)
-        self.f.write(json.dumps(ev, separators=(",", ":")) + "\n")
-
-    def flush_records(self, sim) -> None:
+    def _flush(self, sim) -> None:
+        events = self.run_events
         for ev in _op_events(sim, self.done):
-            self.add(ev)
+            events.add(ev)
         self.done = len(sim.records)
-        self.f.flush()
+        events.flush()
 
-    def close(self) -> None:
-        self.f.close()
+    def summary(self, run: Run) -> dict:
+        if getattr(self, "sim", None) is None:
+            return None  # the model refused the run before it began: nothing to summarize
+        return _summarize(run.exp, run.fabric, run.jobs, run.events.events, self.sim, self.res, self.router,
+                          run.status, run.error, self.model, time.monotonic() - run.wall_t0)
+
+    def write_files(self, run: Run) -> None:
+        if getattr(self, "sim", None) is None:
+            return
+        if self.res is not None:
+            _write_links(run, self.res)
+        if isinstance(self.router, ControllerRouter):
+            write_json(run.path("controller-state.json"), self.router.state(self.sim.now))
 
 
 def _op_events(sim, start: int):
@@ -345,77 +380,14 @@ def _fault_events(exp: Experiment, sim, router) -> list[dict]:
     return out
 
 
-def _run(exp: Experiment, out_dir: str, log) -> dict:
-    t_wall = time.monotonic()
-    verdict = check(exp)
-    fabric = exp.fabric()
-    jobs = job_traces(exp, fabric)  # bad workloads fail here, before anything is written
-    model, transfers = collective_model(exp, jobs)
-    write_resolved(exp, os.path.join(out_dir, "config.yaml"),
-                   notes=[f"run by the flow engine: {verdict}"])
-    for stale in ("links.csv", "trace.json", "controller-state.json"):
-        if os.path.exists(os.path.join(out_dir, stale)):
-            os.remove(os.path.join(out_dir, stale))
-    events = _EventLog(os.path.join(out_dir, "events.jsonl"))
-    faults, stragglers, outages = _faults(exp, jobs)
-    router = _router(exp, fabric, outages)
-    bin_s = (exp.flow.link_bin_ms / 1000.0 if exp.flow.link_bin_ms
-             else (EMULATOR_SAMPLE_S / exp.scale.dilation if exp.scale_given else 1e-3))
-    params = Params(slice_bytes=slice_bytes(exp), latency_s=latency_s(exp), hop_latency_s=hop_latency_s(exp),
-                    collective_model=model,
-                    series_bin_s=bin_s, record_transfers=model == "detailed" and transfers <= TRANSFER_EVENTS_MAX)
-    phases = None
-    if exp.coschedules:
-        phases = PhaseGates(announcements(fabric, jobs), router, on_event=events.add)
-    net = Net.from_fabric(fabric)
-    specs = [JobSpec(jp.name, jp.hosts, jp.trace, start_s=exp.jobs[jp.index].start_ms / 1000.0) for jp in jobs]
-    status, error, res, sim = "incomplete", None, None, None
-    log(f"[flow] {exp.name}: {sum(len(jp.hosts) for jp in jobs)} ranks, {model} collectives"
-        + (f" ({transfers} transfers)" if model == "detailed" else "") + f", routing {router.describe()['name']}")
-    try:
-        sim = Simulation(net, specs, router, params, faults=faults, stragglers=stragglers, phases=phases)
-        if isinstance(router, ControllerRouter) and not any(sim.class_mode):
-            sim.connect_all()  # the agents connect to every peer before the replay starts
-        t_sim = time.monotonic()
-        res = sim.run(progress=events.flush_records)
-        sim.run_s = time.monotonic() - t_sim
-        status = "complete" if res.complete else "incomplete"
-        error = res.stalled
-    except ValueError as e:  # a trace the model refuses (flowsim checks its own inputs)
-        error = f"the flow model refused the run: {e}"
-        raise RunFailure(error) from None
-    except Interrupted as e:
-        error = f"interrupted by {e} at t={sim.now:.6g} s of the model" if sim is not None else f"interrupted by {e}"
-        raise
-    finally:
-        if sim is not None:
-            events.flush_records(sim)
-            if res is not None and params.record_transfers:
-                for ev in _transfer_events(sim):
-                    events.add(ev)
-            for ev in _fault_events(exp, sim, router):
-                events.add(ev)
-        events.close()
-        if sim is not None:
-            summary = _summarize(exp, fabric, jobs, events.events, sim, res, router, status, error, model,
-                                 time.monotonic() - t_wall)
-            write_json(os.path.join(out_dir, "summary.json"), summary)
-            if res is not None:
-                _write_links(os.path.join(out_dir, "links.csv"), res, log)
-            if isinstance(router, ControllerRouter):
-                write_json(os.path.join(out_dir, "controller-state.json"), router.state(sim.now))
-            write_after_run(out_dir, exp_for_outputs(exp), jobs, summary, 0.0, log, engine="flow engine")
-    return summary
-
-
 def exp_for_outputs(exp: Experiment) -> Experiment:
     """The experiment as the outputs code should read it: real units, no dilation."""
     return replace(exp, scale=Scale(1.0, 1.0))
 
 
-def _write_links(path: str, res, log) -> None:
-    rows = 0
-    with open(path, "w") as f:
+def _write_links(run: Run, res) -> None:
+    rows, log = 0, run.log
+    with open_out(run.out_dir, "links.csv") as f:
         f.write(",".join(LINK_COLUMNS) + "\n")
         for t, name, a, b, util, gbps in res.link_rows():
             f.write(f"{float(t)!r},{name},{a},{b},{round(float(util), 6)!r},{round(float(gbps), 6)!r}\n")

@@ -299,7 +299,8 @@ def serve() -> int:
 
 def run_one(tmp: str) -> bool:
     """Run the point pickled in tmp into tmp/run; write tmp/outcome.json. True when interrupted."""
-    from experiment.engine import Interrupted, RunFailure, run_any
+    from experiment.engine import Interrupted, RunFailure
+    from experiment.pipeline import run_any
 
     with open(os.path.join(tmp, "point.log"), "ab") as log:
         sys.stdout.flush()

@@ -27,6 +27,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 
+from badinput import InputError
 from badinput.paths import inside
 from emulator.run import fidelity
 from emulator.testbed.datapath import AFXDP_MTU, MTU
@@ -54,6 +55,7 @@ PROBE_LATENESS_MAX_S = fidelity.LATENESS_P99_MAX_S * 0.75
 DIR = "calibration"
 RECORD = "calibration.json"
 LOG = "run.log"
+PROBE_PREFIX = "link="  # a probe's folder: link=<scale.link>
 
 # Checks that a lack of CPU fails: the hosts' idle time, and switches that cannot keep links busy.
 CPU_CHECKS = ("cpu", "link_saturation")
@@ -183,6 +185,21 @@ def at_rung(data: dict, exp: Experiment, rung: int) -> Experiment:
     return model.parse(d, exp.source)
 
 
+def clear_previous(cal_dir: str) -> None:
+    """Remove what an earlier calibration made here (its record and probe folders, by their own
+    names) and nothing else: a user's files in the folder stay. A link among them is refused."""
+    os.makedirs(cal_dir, exist_ok=True)
+    for name in os.listdir(cal_dir):
+        path = inside(cal_dir, name)  # a link out of the folder is refused there, one inside just below
+        if os.path.islink(path):
+            raise InputError("--out", "a run folder whose files are not symbolic links (a run writes as root)",
+                             f"{path} is a symbolic link")
+        if name in (RECORD, LOG) and os.path.isfile(path):
+            os.remove(path)
+        elif name.startswith(PROBE_PREFIX) and os.path.isdir(path):
+            shutil.rmtree(path)
+
+
 def calibrate(exp: Experiment, out_dir: str, run, log=print) -> tuple[Experiment, dict]:
     """Probe, choose, and return (the experiment at the chosen scale, the calibration record).
 
@@ -191,8 +208,7 @@ def calibrate(exp: Experiment, out_dir: str, run, log=print) -> tuple[Experiment
     The record goes to OUT/calibration/calibration.json after every probe. RunFailure when no
     probe ran to completion: the experiment does not run at any scale tried."""
     cal_dir = inside(out_dir, DIR)
-    shutil.rmtree(cal_dir, ignore_errors=True)  # a previous calibration's probes would read as this one's
-    os.makedirs(cal_dir)
+    clear_previous(cal_dir)  # a previous calibration's probes would read as this one's
     plan = plan_probes(exp, cal_dir)
     host_gbps = exp.fabric().link_gbps
     t_all = time.monotonic()
@@ -214,7 +230,7 @@ def calibrate(exp: Experiment, out_dir: str, run, log=print) -> tuple[Experiment
     def probe(rung: int) -> Probe:
         pexp = at_rung(plan.data, exp, rung)
         p = Probe(rung, pexp.scale.link, pexp.scale.bytes, pexp.emulated_mbps(host_gbps),
-                  os.path.join(DIR, f"link={pexp.scale.link:g}"))
+                  os.path.join(DIR, f"{PROBE_PREFIX}{pexp.scale.link:g}"))
         probes.append(p)
         folder = inside(out_dir, p.dir)
         os.makedirs(folder, exist_ok=True)

@@ -1,8 +1,8 @@
-"""`dtnet run`: plan, bring up the testbed, replay, collect, summarize.
+"""The emulator engine: bring up the testbed, replay the plans on it, and its part of summary.json.
 
-events.jsonl is appended line by line as agents report, so a run that dies
-keeps what it did; summary.json is written at the end, also for a failed
-or interrupted run (with "status": "incomplete").
+experiment.pipeline owns the run folder (lock, config.yaml, events.jsonl, summary.json written
+also for a failed or interrupted run); agents' event lines go into events.jsonl as they arrive,
+so a run that dies keeps what it did.
 """
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import selectors
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 
 from badinput import InputError
-from badinput.paths import inside
+from badinput.paths import inside, open_out
 from badinput.schema import to_json
 from emulator.agent import protocol
 from emulator.run import autoscale, fidelity, linksampler, relay
@@ -26,234 +27,271 @@ from emulator.testbed.datapath import OVS_SEND_BUFFER_BYTES, netem_available, ov
 from emulator.testbed.lifecycle import Testbed
 from emulator.testbed.process import stop_process
 from experiment.engine import RunFailure
-from experiment.model import Experiment, write_resolved
+from experiment.model import Experiment
 from experiment.outputs.summary import build as build_summary
 from experiment.outputs.summary import read_events
-from experiment.outputs.write import write_after_run, write_json
+from experiment.outputs.write import write_json
+from experiment.pipeline import Engine, Run
 from experiment.plan import build_plans
 
 
 PROGRAM_POLL_S = 0.2  # how often a real program's output and exit are looked at
 
 
-def run_experiment(exp: Experiment, out_dir: str, log=print, prepare=None) -> dict:
-    """Raises FolderBusy at once when out_dir is another live run's folder.
-
-    prepare(exp) -> (exp, calibration record) runs first, while the folder is held: `--auto-scale`
-    (emulator.run.autoscale) probes there and picks the scale; the record goes into summary.json."""
-    os.makedirs(out_dir, exist_ok=True)
-    lock = runstate.lock_run_dir(out_dir)
-    try:
-        calibration = None
-        if prepare is not None:
-            exp, calibration = prepare(exp)
-        return _run(exp, out_dir, log, calibration)
-    finally:
-        os.close(lock)
-
-
-def _run(exp: Experiment, out_dir: str, log, calibration: dict | None = None) -> dict:
-    if exp.latency_us and not netem_available():
-        # Before anything is written: the run would otherwise be silently latency-free.
-        raise InputError("topology.latency_us", "0 on this machine: its kernel has no netem (sch_netem), "
-                         "so links cannot be delayed (the lab VM has it: docs/lab-vm.md)",
-                         exp.topology["latency_us"], exp.source)
-    fabric = exp.fabric()
-    jobs = build_plans(exp, fabric)  # bad workloads fail here, before anything starts
-    write_resolved(exp, inside(out_dir, "config.yaml"),
-                          notes=autoscale.config_notes(calibration) if calibration else ())
-    events_path = inside(out_dir, "events.jsonl")
-    open(events_path, "w").close()
-    ctx = {"status": "incomplete", "error": None, "datapath": None, "controller": None,
-           "totals": {}, "t_start": None, "t_end": None, "monitor": None, "calibration": calibration}
-    try:
-        with Testbed(fabric, out_dir, policy=exp.routing, params=exp.policy_params, scale_link=exp.scale.link,
-                     link_delay_us=exp.link_delay_us,
-                     datapath=exp.testbed.datapath, queue_packets=exp.testbed.queue_packets,
-                     ready_timeout_s=exp.testbed.ready_timeout_s, log=log) as tb:
-            ctx["datapath"] = tb.datapath
-            _replay(exp, tb, jobs, out_dir, events_path, ctx, log)
-            ctx["controller"] = tb.controller_status()
-            if tb.datapath == "userspace":
-                ctx["ovs_send_buffer"] = ovs_send_buffer()
-            # Link loads, flows and every placement decision, for `dtnet report` and people.
-            state = tb.controller_get("state")
-            if state is not None:
-                write_json(inside(out_dir, "controller-state.json"), state)
-        ctx["status"] = "complete"
-    except runstate.LeaseError as e:  # no free tag: nothing of this run started
-        ctx["error"] = str(e)
-        raise RunFailure(str(e)) from None
-    except RunFailure as e:
-        ctx["error"] = str(e)
-        raise
-    finally:
-        summary = summarize(exp, fabric, jobs, events_path, ctx)
-        write_json(inside(out_dir, "summary.json"), summary)
-        write_after_run(out_dir, exp, jobs, summary, ctx["t_start"], log)  # trace.json, plots/
-    return summary
+@dataclass
+class Emulation:
+    """What one emulator run gathers for its summary: the testbed's facts and the replay's parts
+    (each None until it started, so teardown and summary need no guessing)."""
+    calibration: dict | None = None
+    datapath: str | None = None
+    controller: dict | None = None
+    ovs_send_buffer: int | None = None
+    totals: dict = field(default_factory=dict)
+    tcp: dict = field(default_factory=dict)
+    t_start: float | None = None
+    t_end: float | None = None
+    monitor: object = None
+    capture: object = None
+    links: object = None
+    faults: object = None
+    programs: Programs | None = None
+    program_links: dict = field(default_factory=dict)
 
 
-def _replay(exp, tb, jobs, out_dir, events_path, ctx, log):
-    agents = []  # (job, rank, Popen)
-    sel = selectors.DefaultSelector()
-    cosched = relay.Relay(tb.rest_url if tb.rest_port else None, exp.scale.dilation) \
-        if exp.coschedules else None
-    agent_jobs = [jp for jp in jobs if jp.program is None]
-    program_jobs = [jp for jp in jobs if jp.program is not None]
-    try:
-        for jp in agent_jobs:
+class EmulatorEngine(Engine):
+    """The emulator's part of a run: a testbed up, the replay on it, the testbed's summary sections."""
+    name, label, calibrates = "emulate", "emulator", True
+
+    def check(self, exp: Experiment) -> None:
+        if exp.latency_us and not netem_available():
+            # Before anything is written: the run would otherwise be silently latency-free.
+            raise InputError("topology.latency_us", "0 on this machine: its kernel has no netem (sch_netem), "
+                             "so links cannot be delayed (the lab VM has it: docs/lab-vm.md)",
+                             exp.topology["latency_us"], exp.source)
+        return None
+
+    def plan(self, exp: Experiment, fabric) -> list:
+        return build_plans(exp, fabric)
+
+    def notes(self, exp: Experiment, run: Run) -> list[str]:
+        return autoscale.config_notes(run.calibration) if run.calibration else []
+
+    def execute(self, run: Run) -> None:
+        exp = run.exp
+        self.em = em = Emulation(calibration=run.calibration)
+        try:
+            with Testbed(run.fabric, run.out_dir, policy=exp.routing, params=exp.policy_params,
+                         scale_link=exp.scale.link, link_delay_us=exp.link_delay_us,
+                         datapath=exp.testbed.datapath, queue_packets=exp.testbed.queue_packets,
+                         ready_timeout_s=exp.testbed.ready_timeout_s, log=run.log) as tb:
+                em.datapath = tb.datapath
+                Replay(exp, tb, run, em).replay()
+                em.controller = tb.controller_status()
+                if tb.datapath == "userspace":
+                    em.ovs_send_buffer = ovs_send_buffer()
+                # Link loads, flows and every placement decision, for `dtnet report` and people.
+                state = tb.controller_get("state")
+                if state is not None:
+                    write_json(run.path("controller-state.json"), state)
+            run.status = "complete"
+        except runstate.LeaseError as e:  # no free tag: nothing of this run started
+            raise RunFailure(str(e)) from None
+        finally:
+            run.t_start = em.t_start
+
+    def summary(self, run: Run) -> dict:
+        return summarize(run.exp, run.fabric, run.jobs, run.events.path, self.em, run.status, run.error)
+
+
+def run_experiment(exp: Experiment, out_dir: str, log=print, prepare=None, force: bool = False) -> dict:
+    """The emulator's run through the pipeline (benches call it by this name)."""
+    from experiment.pipeline import run
+
+    return run(EmulatorEngine(), exp, out_dir, log=log, prepare=prepare, force=force)
+
+
+class Replay:
+    """One replay on a running testbed: agents (and programs) started, connected, the go, the
+    wait for every rank, and a teardown that stops whatever of it started."""
+
+    def __init__(self, exp: Experiment, tb: Testbed, run: Run, em: Emulation):
+        self.exp, self.tb, self.run, self.em, self.log = exp, tb, run, em, run.log
+        self.agent_jobs = [jp for jp in run.jobs if jp.program is None]
+        self.program_jobs = [jp for jp in run.jobs if jp.program is not None]
+        self.agents: list[tuple[str, int, subprocess.Popen]] = []
+        self.sel = selectors.DefaultSelector()
+        self.reader = LineReader()
+        self.ready: set = set()
+        self.done: dict = {}
+        self.watch: Watchdog | None = None
+        self.cosched = relay.Relay(tb.rest_url if tb.rest_port else None, exp.scale.dilation) \
+            if exp.coschedules else None
+
+    def replay(self) -> None:
+        try:
+            self._start_agents()
+            self._wait_ready()
+            self._go()
+            self._wait_done()
+        finally:
+            self._teardown()
+
+    def _start_agents(self) -> None:
+        exp, tb, out_dir = self.exp, self.tb, self.run.out_dir
+        for jp in self.agent_jobs:
             for plan in jp.ranks:
                 path, err_path = write_plan(out_dir, jp.name, plan)
-                err = open(err_path, "w")
-                p = tb.host(plan.host).popen([sys.executable, "-m", "emulator.agent", path],
-                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                             text=True, bufsize=1)
-                err.close()
-                agents.append((jp.name, plan.rank, p))
-                if cosched is not None:
-                    nic_mbps = exp.emulated_mbps(tb.fabric.host_link_gbps(plan.host))
-                    cosched.add(jp.name, plan.rank, p.stdin, nic_mbps)
+                with open_out(out_dir, os.path.relpath(err_path, out_dir)) as err:
+                    p = tb.host(plan.host).popen([sys.executable, "-m", "emulator.agent", path],
+                                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                                 text=True, bufsize=1)
+                self.agents.append((jp.name, plan.rank, p))
+                if self.cosched is not None:
+                    self.cosched.add(jp.name, plan.rank, p.stdin, exp.emulated_mbps(tb.fabric.host_link_gbps(plan.host)))
                 tb.state.add_pid(f"agent/{jp.name}/{plan.rank}", p.pid)
-                sel.register(p.stdout, selectors.EVENT_READ, (jp.name, plan.rank, p))
-        n = len(agents)
-        reader = LineReader()
-        if n:
-            log(f"[run] {n} agents started; waiting for their connections")
-        ready, done = set(), {}
-        watch = Watchdog([(j, r) for j, r, _ in agents], exp.testbed.stall_timeout_s,
-                         errors_in=inside(out_dir, "plans"))
-        programs = None
-        with open(events_path, "a") as events:
-            def pump(timeout):
-                if sel.get_map():
-                    ready_keys = sel.select(timeout)
-                else:
-                    time.sleep(timeout)  # only programs: their output is read from files
-                    ready_keys = []
-                for key, _ in ready_keys:
-                    job, rank, p = key.data
-                    lines = reader.read(key.fileobj)
-                    if lines is None:
-                        sel.unregister(key.fileobj)
-                        if (job, rank) not in done:
-                            try:
-                                rc = p.wait(5)
-                            except subprocess.TimeoutExpired:
-                                rc = None
-                            watch.ended((job, rank), rc, time.time())
-                        continue
-                    for line in lines:
-                        handle(job, rank, line)
-                now = time.time()
-                if programs is not None:
-                    for ev in programs.poll(now):
-                        events.write(json.dumps(ev) + "\n")
-                    events.flush()
-                    failure = programs.verdict(now)
-                    if failure:
-                        raise RunFailure(failure)
-                watch.check(now)
-                failure = watch.verdict(now)
-                if failure:
-                    raise RunFailure(failure)
+                self.sel.register(p.stdout, selectors.EVENT_READ, (jp.name, plan.rank, p))
+        if self.agents:
+            self.log(f"[run] {len(self.agents)} agents started; waiting for their connections")
+        self.watch = Watchdog([(j, r) for j, r, _ in self.agents], exp.testbed.stall_timeout_s,
+                              errors_in=inside(out_dir, "plans"))
 
-            def handle(job, rank, line):
-                try:
-                    data = json.loads(line)
-                except ValueError:
-                    return
-                now = time.time()
-                if not isinstance(data, dict) or "ctl" not in data:  # an event
-                    events.write(line)
-                    events.flush()
-                    watch.progress((job, rank), now)
-                    return
-                try:
-                    msg = protocol.read(data)
-                except InputError as e:
-                    watch.error((job, rank), f"a line the runner cannot read: {e}", now)
-                    return
-                if isinstance(msg, protocol.Beat):
-                    watch.beat((job, rank), msg, now)
-                elif isinstance(msg, protocol.Ready):
-                    ready.add((job, rank))
-                elif isinstance(msg, protocol.Done):
-                    done[(job, rank)] = msg
-                    watch.finished((job, rank))
-                elif isinstance(msg, protocol.Error):
-                    watch.error((job, rank), msg.msg, now)
-                elif isinstance(msg, protocol.Announce) and cosched is not None:
-                    events.write(json.dumps(cosched.handle(job, rank, msg)) + "\n")
-                    events.flush()
+    def _wait_ready(self) -> None:
+        n, timeout_s = len(self.agents), self.exp.testbed.ready_timeout_s
+        deadline = time.monotonic() + timeout_s
+        while len(self.ready) < n:
+            if time.monotonic() > deadline:
+                missing = sorted(set((j, r) for j, r, _ in self.agents) - self.ready)[:5]
+                raise RunFailure(f"agents not ready after {timeout_s:.0f}s: {missing}")
+            self._pump(0.5)
 
-            deadline = time.monotonic() + exp.testbed.ready_timeout_s
-            while len(ready) < n:
-                if time.monotonic() > deadline:
-                    missing = sorted(set((j, r) for j, r, _ in agents) - ready)[:5]
-                    raise RunFailure(f"agents not ready after {exp.testbed.ready_timeout_s:.0f}s: {missing}")
-                pump(0.5)
-            ctx["capture"] = capture.start(exp, tb, out_dir, log)  # pcap/, listening before the go
-            t0 = time.time() + 0.5
-            mon = fidelity.Monitor(_monitored_links(tb)).start()
-            ctx["monitor"] = mon
-            ctx["links"] = linksampler.start(tb, out_dir, exp.scale.link, exp.scale.dilation, t0, log)  # links.csv
-            ctx["t_start"] = t0
-            if agent_jobs:
-                log(f"[run] replaying {sum(len(j.trace.ops[0]) for j in agent_jobs)} ops per rank "
-                    f"(dilation {exp.scale.dilation:g}x)")
-            if program_jobs:
-                programs = ctx["programs"] = Programs(tb, program_jobs, out_dir, exp.scale.bytes, t0, log)
-                fabric_nics = {frozenset((h, tb.fabric.attachment(h)[0])) for h in programs.hosts()}
-                ctx["program_links"] = {f"{a}-{b}": d["link_gbps"] * 1000 * tb.scale_link
-                                        for a, b, d in tb.fabric.links() if frozenset((a, b)) in fabric_nics}
-                log(f"[run] starting {len(programs.ranks)} program ranks: "
-                    + "; ".join(f"{jp.name}: {' '.join(jp.program[0]['argv'])}" for jp in program_jobs)
-                    + f" (output in {inside(out_dir, 'programs')}/)")
-            go = protocol.line(protocol.Go(t0))
-            for _, _, p in agents:
-                p.stdin.write(go)
-                p.stdin.flush()
-            watch.start(time.time())
-            ctx["faults"] = FaultInjector(tb, exp.faults, t0, exp.scale.dilation, events_path, log).start()
-            deadline = time.monotonic() + exp.testbed.timeout_s
-            while len(done) < n or (programs is not None and programs.running()):
-                if time.monotonic() > deadline:
-                    left = [f"{n - len(done)} agents unfinished"] if len(done) < n else []
-                    if programs is not None and programs.running():
-                        left.append("programs still running (ended now): " + ", ".join(programs.unfinished()))
-                    raise RunFailure(f"run timed out after testbed.timeout_s={exp.testbed.timeout_s:g}s; "
-                                     + "; ".join(left))
-                pump(1.0 if programs is None else PROGRAM_POLL_S)
-            ctx["t_end"] = time.time()
-            mon.stop()
-            ctx["tcp"] = _tcp_counters(tb, jobs)
-            if agents:  # a real program's bytes are not counted by dtnet: integrity stays null
-                ctx["totals"] = {"bytes_sent": sum(m.bytes_sent for m in done.values()),
-                                 "bytes_received": sum(m.bytes_received for m in done.values()),
-                                 "checksum_errors": sum(m.checksum_errors for m in done.values())}
-    finally:
-        if ctx.get("programs"):
+    def _go(self) -> None:
+        exp, tb, em, out_dir = self.exp, self.tb, self.em, self.run.out_dir
+        em.capture = capture.start(exp, tb, out_dir, self.log)  # pcap/, listening before the go
+        t0 = time.time() + 0.5
+        em.monitor = fidelity.Monitor(_monitored_links(tb)).start()
+        em.links = linksampler.start(tb, out_dir, exp.scale.link, exp.scale.dilation, t0, self.log)  # links.csv
+        em.t_start = t0
+        if self.agent_jobs:
+            self.log(f"[run] replaying {sum(len(j.trace.ops[0]) for j in self.agent_jobs)} ops per rank "
+                     f"(dilation {exp.scale.dilation:g}x)")
+        if self.program_jobs:
+            em.programs = Programs(tb, self.program_jobs, out_dir, exp.scale.bytes, t0, self.log)
+            fabric_nics = {frozenset((h, tb.fabric.attachment(h)[0])) for h in em.programs.hosts()}
+            em.program_links = {f"{a}-{b}": d["link_gbps"] * 1000 * tb.scale_link
+                                for a, b, d in tb.fabric.links() if frozenset((a, b)) in fabric_nics}
+            self.log(f"[run] starting {len(em.programs.ranks)} program ranks: "
+                     + "; ".join(f"{jp.name}: {' '.join(jp.program[0]['argv'])}" for jp in self.program_jobs)
+                     + f" (output in {inside(out_dir, 'programs')}/)")
+        go = protocol.line(protocol.Go(t0))
+        for _, _, p in self.agents:
+            p.stdin.write(go)
+            p.stdin.flush()
+        self.watch.start(time.time())
+        em.faults = FaultInjector(tb, exp.faults, t0, exp.scale.dilation, self.run.events.path, self.log).start()
+
+    def _wait_done(self) -> None:
+        exp, em, n = self.exp, self.em, len(self.agents)
+        deadline = time.monotonic() + exp.testbed.timeout_s
+        while len(self.done) < n or (em.programs is not None and em.programs.running()):
+            if time.monotonic() > deadline:
+                left = [f"{n - len(self.done)} agents unfinished"] if len(self.done) < n else []
+                if em.programs is not None and em.programs.running():
+                    left.append("programs still running (ended now): " + ", ".join(em.programs.unfinished()))
+                raise RunFailure(f"run timed out after testbed.timeout_s={exp.testbed.timeout_s:g}s; "
+                                 + "; ".join(left))
+            self._pump(1.0 if em.programs is None else PROGRAM_POLL_S)
+        em.t_end = time.time()
+        em.monitor.stop()
+        em.tcp = _tcp_counters(self.tb, self.run.jobs)
+        if self.agents:  # a real program's bytes are not counted by dtnet: integrity stays null
+            done = self.done.values()
+            em.totals = {"bytes_sent": sum(m.bytes_sent for m in done),
+                         "bytes_received": sum(m.bytes_received for m in done),
+                         "checksum_errors": sum(m.checksum_errors for m in done)}
+
+    def _pump(self, timeout: float) -> None:
+        """Read what agents wrote (at most timeout seconds), then judge programs and the watchdog."""
+        events, em = self.run.events, self.em
+        if self.sel.get_map():
+            ready_keys = self.sel.select(timeout)
+        else:
+            time.sleep(timeout)  # only programs: their output is read from files
+            ready_keys = []
+        for key, _ in ready_keys:
+            job, rank, p = key.data
+            lines = self.reader.read(key.fileobj)
+            if lines is None:
+                self.sel.unregister(key.fileobj)
+                if (job, rank) not in self.done:
+                    try:
+                        rc = p.wait(5)
+                    except subprocess.TimeoutExpired:
+                        rc = None
+                    self.watch.ended((job, rank), rc, time.time())
+                continue
+            for line in lines:
+                self._handle(job, rank, line)
+        now = time.time()
+        if em.programs is not None:
+            for ev in em.programs.poll(now):
+                events.add(ev)
+            events.flush()
+            failure = em.programs.verdict(now)
+            if failure:
+                raise RunFailure(failure)
+        self.watch.check(now)
+        failure = self.watch.verdict(now)
+        if failure:
+            raise RunFailure(failure)
+
+    def _handle(self, job: str, rank: int, line: str) -> None:
+        events, watch = self.run.events, self.watch
+        try:
+            data = json.loads(line)
+        except ValueError:
+            return
+        now = time.time()
+        if not isinstance(data, dict) or "ctl" not in data:  # an event
+            events.line(line)
+            events.flush()
+            watch.progress((job, rank), now)
+            return
+        try:
+            msg = protocol.read(data)
+        except InputError as e:
+            watch.error((job, rank), f"a line the runner cannot read: {e}", now)
+            return
+        if isinstance(msg, protocol.Beat):
+            watch.beat((job, rank), msg, now)
+        elif isinstance(msg, protocol.Ready):
+            self.ready.add((job, rank))
+        elif isinstance(msg, protocol.Done):
+            self.done[(job, rank)] = msg
+            watch.finished((job, rank))
+        elif isinstance(msg, protocol.Error):
+            watch.error((job, rank), msg.msg, now)
+        elif isinstance(msg, protocol.Announce) and self.cosched is not None:
+            events.add(self.cosched.handle(job, rank, msg))
+            events.flush()
+
+    def _teardown(self) -> None:
+        em = self.em
+        if em.programs is not None:
             # First: ranks still running get no chance to see the fabric go.
-            ended = ctx["programs"].stop()
-            with open(events_path, "a") as events:
-                events.writelines(json.dumps(ev) + "\n" for ev in ended)
-        if ctx.get("capture"):
-            ctx["capture"].stop()
-        if ctx.get("faults"):
-            ctx["faults"].stop()
-        if ctx.get("monitor"):
-            ctx["monitor"].stop()
-        if ctx.get("links"):
-            ctx["links"].stop()
-        for _, _, p in agents:
+            for ev in em.programs.stop():
+                self.run.events.add(ev)
+            self.run.events.flush()
+        for part in (em.capture, em.faults, em.monitor, em.links):
+            if part is not None:
+                part.stop()
+        for _, _, p in self.agents:
             try:
                 p.stdin.close()  # agents exit when their stdin closes
             except OSError:
                 pass
-        for _, _, p in agents:
+        for _, _, p in self.agents:
             stop_process(p, timeout_s=2.0)
-        sel.close()
+        self.sel.close()
 
 
 def write_plan(out_dir: str, job: str, plan) -> tuple[str, str]:
@@ -261,10 +299,9 @@ def write_plan(out_dir: str, job: str, plan) -> tuple[str, str]:
     path for the agent's stderr."""
     folder = inside(out_dir, "plans", job)
     os.makedirs(folder, exist_ok=True)
-    path = inside(folder, f"rank{plan.rank}.json")
-    with open(path, "w") as f:
+    with open_out(out_dir, "plans", job, f"rank{plan.rank}.json") as f:
         f.write(to_json(plan, skip_defaults=True))
-    return path, inside(folder, f"rank{plan.rank}.err")
+    return inside(folder, f"rank{plan.rank}.json"), inside(folder, f"rank{plan.rank}.err")
 
 
 class LineReader:
@@ -341,30 +378,30 @@ def _monitored_links(tb: Testbed) -> dict:
     return out
 
 
-def summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
+def summarize(exp: Experiment, fabric, jobs, events_path, em: Emulation, status: str, error: str | None) -> dict:
     """summary.json of an emulator run: the shared figures plus the testbed's own sections."""
     events = read_events(events_path)
-    totals = ctx["totals"]
-    t_start, t_end = ctx["t_start"] or 0, ctx["t_end"] or time.time()
+    totals = em.totals
+    t_start, t_end = em.t_start or 0, em.t_end or time.time()
     window = _judged_window(jobs, events, t_start, t_end)
-    programs = ctx["programs"].results() if ctx.get("programs") else {}
+    programs = em.programs.results() if em.programs is not None else {}
     received = totals.get("bytes_received") or sum(e.get("size_bytes", 0) for e in events if e["kind"] == "transfer")
     if programs:
         # A real program's bytes: what its hosts' links delivered (frames, headers included) while
         # it reported (the window traffic_results divides by), not its start-up or warm-up.
-        received += fidelity.delivered_bytes(ctx["monitor"], ctx["program_links"], *window)
-    fid = fidelity.evaluate(ctx["monitor"], events, *window)
-    if ctx.get("ovs_send_buffer") is not None:
-        fidelity.add_check(fid, fidelity.send_buffer_check(ctx["ovs_send_buffer"], OVS_SEND_BUFFER_BYTES))
+        received += fidelity.delivered_bytes(em.monitor, em.program_links, *window)
+    fid = fidelity.evaluate(em.monitor, events, *window)
+    if em.ovs_send_buffer is not None:
+        fidelity.add_check(fid, fidelity.send_buffer_check(em.ovs_send_buffer, OVS_SEND_BUFFER_BYTES))
     if not fid["ok"]:
         fid["suggested_scale"] = {"link": exp.scale.link / 2, "bytes": exp.scale.bytes / 2}
     if totals and totals["bytes_sent"] != totals["bytes_received"]:
-        ctx["status"] = "incomplete"
-        ctx["error"] = (f"bytes sent {totals['bytes_sent']} != bytes received {totals['bytes_received']}")
-    summary = build_summary(exp, fabric, jobs, events, status=ctx["status"], error=ctx["error"],
+        status = "incomplete"
+        error = f"bytes sent {totals['bytes_sent']} != bytes received {totals['bytes_received']}"
+    summary = build_summary(exp, fabric, jobs, events, status=status, error=error,
                             bytes_received=received, engine={
-        "datapath": ctx["datapath"],
-        "tcp": ctx.get("tcp", {}),
+        "datapath": em.datapath,
+        "tcp": em.tcp,
         **({"programs": {"ok": all(p["ok"] for p in programs.values()),
                          "time": "compute at this machine's speed, network at the emulated rate; figures "
                                  "divided by the dilation like every other (docs/real-programs.md)"}}
@@ -373,12 +410,12 @@ def summarize(exp: Experiment, fabric, jobs, events_path, ctx) -> dict:
                       "bytes_received_emulated": totals.get("bytes_received"),
                       "checksum_errors": totals.get("checksum_errors")},
         "fidelity": fid,
-        "controller": ctx["controller"] or {},
-        "faults": ctx["faults"].applied if ctx.get("faults") else [],
-        "capture": ctx["capture"].results if ctx.get("capture") else [],
+        "controller": em.controller or {},
+        "faults": em.faults.applied if em.faults is not None else [],
+        "capture": em.capture.results if em.capture is not None else [],
         "announcements": relay.summarize(events, exp.scale.dilation),
-        "duration_s_wall": (t_end - t_start) if ctx["t_start"] else None,
-        **({"calibration": ctx["calibration"]} if ctx.get("calibration") else {}),
+        "duration_s_wall": (t_end - t_start) if em.t_start else None,
+        **({"calibration": em.calibration} if em.calibration else {}),
     })
     for j in summary["jobs"]:
         if j["name"] in programs:

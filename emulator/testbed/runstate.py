@@ -7,7 +7,6 @@ owner's PID; a lease whose owner is dead is free again.
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import string
@@ -15,7 +14,6 @@ import subprocess
 import time
 
 from badinput.paths import inside
-from experiment.engine import FolderBusy
 
 LEASE_DIR = "/run/dtnet"
 STATE_NAME = "state.json"
@@ -66,24 +64,6 @@ def lease_tag(run_dir: str) -> str:
             return tag
     raise LeaseError(f"no free run tag: {len(_TAGS)} dtnet runs hold one in {LEASE_DIR}; wait for one to end, "
                      "or `dtnet clean` the dead ones")
-
-
-def lock_run_dir(run_dir: str) -> int:
-    """Hold the run folder for this process (an flock on the folder, gone with
-    the process): two live runs never write one folder. Returns the fd to close."""
-    fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        try:
-            with open(inside(run_dir, STATE_NAME)) as f:
-                owner = f"pid {json.load(f).get('owner_pid')}"
-        except (OSError, ValueError):
-            owner = "starting"
-        raise FolderBusy(f"{run_dir} is the folder of a dtnet run that is still going ({owner}); "
-                         "give this run another --out") from None
-    return fd
 
 
 def _mtime(path: str) -> float:

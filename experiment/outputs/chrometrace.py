@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 
+from badinput.paths import write_atomic
+
 TRACE_VERSION = 1
 OP_KINDS = ("compute", "collective", "send", "recv")
 # Flow ends sit this far (us) inside their slice, and slices on one track
@@ -94,10 +96,8 @@ def build(events: list[dict], jobs: list[tuple[str, list[str]]], dilation: float
 
 def write(path: str, events: list[dict], jobs: list[tuple[str, list[str]]], dilation: float,
           scale_bytes: float, t0: float | None = None, name: str = "") -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(build(events, jobs, dilation, scale_bytes, t0, name), f, separators=(",", ":"))
-    os.replace(tmp, path)
+    write_atomic(os.path.dirname(path) or ".", os.path.basename(path),
+                 text=json.dumps(build(events, jobs, dilation, scale_bytes, t0, name), separators=(",", ":")))
 
 
 def _lanes(spans: list[tuple]) -> list[list[tuple]]:

@@ -6,10 +6,11 @@ display, no global state.
 """
 from __future__ import annotations
 
+import io
 import os
 import re
 
-from badinput.paths import inside
+from badinput.paths import inside, write_atomic
 from experiment.outputs import links as links_mod
 from experiment.outputs.summary import fmt_bytes
 
@@ -259,10 +260,13 @@ def collective_phases(events: list[dict], t0: float, dilation: float) -> dict:
     return out
 
 
-def _save(fig, path: str) -> bool:
+def _save(fig, path: str, **kw) -> bool:
+    """The figure into path, whole, never through a link (badinput.paths.write_atomic)."""
     if fig is None:
         return False
-    fig.savefig(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=os.path.splitext(path)[1][1:] or "png", **kw)
+    write_atomic(os.path.dirname(path) or ".", os.path.basename(path), text=buf.getvalue())
     return True
 
 
@@ -299,8 +303,7 @@ def comparison_chart(summaries: list[dict], labels: list[str], path: str) -> boo
                       fontsize="small")
     bottom.set_ylabel("busbw (Gb/s)")
     fig.suptitle("runs compared (real-cluster units)", y=1.03)
-    fig.savefig(path, bbox_inches="tight")
-    return True
+    return _save(fig, path, bbox_inches="tight")
 
 
 def sweep_chart(series: dict[str, list[tuple]], x_name: str, path: str) -> bool:
@@ -335,8 +338,7 @@ def sweep_chart(series: dict[str, list[tuple]], x_name: str, path: str) -> bool:
     bottom.set_ylabel("cct / alpha-beta prediction")
     bottom.set_xlabel(x_name)
     fig.suptitle("sweep (real-cluster units)")
-    fig.savefig(path)
-    return True
+    return _save(fig, path)
 
 
 def write_all(out_dir: str, summary: dict, log=print, *, point: str = "", engine: str = "", fabric=None,

@@ -5,17 +5,15 @@ from __future__ import annotations
 import json
 import os
 
-from badinput.paths import inside
+from badinput.paths import inside, write_atomic
 from experiment.outputs import chrometrace, plots
 from experiment.outputs.summary import read_events
 
 
 def write_json(path: str, data) -> None:
-    """Whole or not at all: through a temporary file, so a reader never sees half of it."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1)
-    os.replace(tmp, path)
+    """Whole or not at all, and never through a link: a fresh temporary file beside path
+    (created exclusively), renamed over it. path is one the caller proved inside its folder."""
+    write_atomic(os.path.dirname(path) or ".", os.path.basename(path), text=json.dumps(data, indent=1))
 
 
 def write_after_run(out_dir: str, exp, jobs, summary: dict, t0: float | None, log=print,

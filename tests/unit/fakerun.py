@@ -12,7 +12,7 @@ import dataclasses
 import json
 import os
 
-from emulator.run.runner import summarize
+from emulator.run.runner import Emulation, summarize
 from experiment import model
 from experiment.outputs.links import LinkSampler, directed_links
 from experiment.outputs.write import write_after_run
@@ -101,9 +101,8 @@ def make_run(run_dir, slow: float = 1.0, log=None, point: str = "") -> dict:
         clock["t"] = float(k)
         sampler.sample(T0 + k)
     sampler.close()
-    ctx = {"status": "complete", "error": None, "datapath": "userspace", "controller": {"counters": {}},
-           "totals": {}, "t_start": T0, "t_end": max(e["end"] for e in evs), "monitor": None}
-    summary = summarize(exp, fabric, jobs, events_path, ctx)
+    em = Emulation(datapath="userspace", controller={"counters": {}}, t_start=T0, t_end=max(e["end"] for e in evs))
+    summary = summarize(exp, fabric, jobs, events_path, em, "complete", None)
     write_json(os.path.join(run_dir, "summary.json"), summary)
     write_after_run(run_dir, exp, jobs, summary, T0, log or (lambda msg: None))
     return summary
@@ -124,7 +123,7 @@ def is_png(path) -> bool:
     return data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000
 
 
-def alpha_beta_engine(exp, out_dir, log=print) -> dict:
+def alpha_beta_engine(exp, out_dir, log=print, force=False) -> dict:
     """A stand-in engine for tests of what runs an engine (the API, sweeps, the examples): every
     collective takes its alpha-beta time (JobPlan.predicted_s), compute as planned, the ranks of
     a job in lock step. It writes what an engine writes: config.yaml, events.jsonl,

@@ -8,7 +8,7 @@ import pytest
 
 import dtnet
 from dtnet import engines
-from experiment import engine as experiment_engine
+from experiment import pipeline
 from tests.unit.fakerun import alpha_beta_engine
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -22,10 +22,10 @@ def fake_engine(monkeypatch):
     """The emulator's name, the alpha-beta stand-in behind it: no root."""
     calls = []
 
-    def run(exp, out, log=print):
+    def run(exp, out, log=print, force=False):
         calls.append(exp)
         return alpha_beta_engine(exp, out, log)
-    monkeypatch.setattr(experiment_engine, "runner", lambda name: run)
+    monkeypatch.setattr(pipeline, "runner", lambda name: run)
     return calls
 
 

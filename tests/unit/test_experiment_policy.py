@@ -10,7 +10,7 @@ import yaml
 
 from badinput import InputError
 from controller import config as controller_config
-from emulator.run.runner import summarize
+from emulator.run.runner import Emulation, summarize
 from experiment import model, sweep
 from experiment.plan import build_plans
 from tests.unit.fakerun import EXPERIMENT
@@ -75,8 +75,7 @@ def test_summary_names_the_policy_and_its_params(tmp_path):
     fabric = exp.fabric()
     open(tmp_path / "events.jsonl", "w").close()
     summary = summarize(exp, fabric, build_plans(exp, fabric), str(tmp_path / "events.jsonl"),
-                         {"status": "complete", "error": None, "datapath": "userspace", "controller": None,
-                          "totals": {}, "t_start": None, "t_end": None, "monitor": None})
+                         Emulation(datapath="userspace"), "complete", None)
     json.dumps(summary)
     assert summary["policy"] == {"name": "congestion-aware", "params": exp.policy_params}
     assert summary["policy"]["params"]["hold_s"] == 4.0

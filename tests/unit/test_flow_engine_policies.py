@@ -179,32 +179,29 @@ def test_a_restarted_controller_places_the_live_flows_again():
 
 
 @pytest.mark.parametrize("name", ["two-jobs-coschedule", "three-jobs-contending", "demo", "gpt-small-3d"])
-def test_the_flow_engine_announces_what_the_agents_announce(name):
-    """flowsim.cosched.announcements (from the traces) = experiment.plan.announcement_plan (from the
-    rank plans the agents read), at scale 1 so that both are in real units."""
-    import dataclasses
+def test_the_agents_announce_the_plans_announcements_scaled_down(name):
+    """One derivation (experiment.plan.announcements, real units) for every engine: the agents'
+    plans carry it in emulated units, bytes x scale.bytes and seconds x the dilation."""
     import os
 
     from experiment import model
-    from experiment.model import Scale
-    from experiment.plan import build_plans, job_traces
-    from flowsim.cosched import announcements
+    from experiment.plan import announcements, build_plans, emulated_bytes, job_traces
     exp = model.load(os.path.join(os.path.dirname(__file__), "..", "..", "experiments", f"{name}.yaml"),
                      ["sweep={}", "controller.routing=coschedule"])
-    exp = dataclasses.replace(exp, scale=Scale(1.0, 1.0))
     fab = exp.fabric()
     plans = {jp.index: {a.iteration: (p.rank, a.body) for p in jp.ranks for a in (p.cosched.announce if p.cosched else ())}
              for jp in build_plans(exp, fab)}
-    mine = announcements(fab, job_traces(exp, fab))
-    assert mine.keys() == plans.keys()
+    real = announcements(fab, job_traces(exp, fab))
+    assert real.keys() == plans.keys()
     for j in plans:
-        assert mine[j].keys() == plans[j].keys() and plans[j]
+        assert real[j].keys() == plans[j].keys() and plans[j]
         for it in plans[j]:
-            (ra, a), (rb, b) = mine[j][it], plans[j][it]
-            assert ra == rb and {k: v for k, v in a.items() if k not in ("period_s", "compute_s", "overlap_s")} == \
-                {k: v for k, v in b.items() if k not in ("period_s", "compute_s", "overlap_s")}
+            (ra, a), (rb, b) = real[j][it], plans[j][it]
+            assert ra == rb and [(f["src"], f["dst"]) for f in a["flows"]] == [(f["src"], f["dst"]) for f in b["flows"]]
+            assert [emulated_bytes(f["size_bytes"], exp.scale.bytes) for f in a["flows"]] == \
+                [f["size_bytes"] for f in b["flows"]]
             for k in ("period_s", "compute_s", "overlap_s"):
-                assert a[k] == pytest.approx(b[k], rel=1e-9, abs=1e-12)
+                assert b[k] == pytest.approx(a[k] * exp.scale.dilation, rel=1e-9, abs=1e-12)
 
 
 EXAMPLE_POLICIES = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "policies")

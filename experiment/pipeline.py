@@ -1,0 +1,250 @@
+"""One run of one experiment, whatever the engine: the run folder and all in it that is not the engine's.
+
+The pipeline owns the folder: its lock (one live run per folder: FolderBusy), the refusal to
+overwrite a finished run, config.yaml, events.jsonl (appended as the run goes, so a run that dies
+keeps what it did), RunFailure and Interrupted, and summary.json with the outputs made from the
+events (trace.json, plots/), written in `finally` whatever happened. Every file goes through
+badinput.paths (inside the folder, never through a link).
+
+An engine is a subclass of Engine that says only what differs: which plans it runs
+(``plan``), how it executes them (``execute``, writing events through ``run.events``), its part
+of summary.json (``summary``) and its own files (``write_files``). Adding an engine is one
+class and one line in experiment.engine.ENGINES.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from dataclasses import dataclass, field
+
+import yaml
+
+from badinput import InputError
+from badinput.paths import inside, links_in, open_out
+from experiment.engine import ENGINES, FolderBusy, Interrupted, RunFailure, load
+from experiment.model import Experiment, to_dict, write_resolved
+from experiment.outputs.write import write_after_run, write_json
+
+CONFIG, EVENTS, SUMMARY = "config.yaml", "events.jsonl", "summary.json"
+# What a run writes at the top of its folder: refused when planted as links, removed (when left
+# by an earlier, unfinished run of the same experiment) before this run writes its own.
+RUN_FILES = (CONFIG, EVENTS, SUMMARY, "links.csv", "trace.json", "controller-state.json", "state.json",
+             "controller.log", "controller.json", "fabric.json")
+RUN_DIRS = ("plots", "plans", "programs", "pcap", "calibration")
+
+
+class EventLog:
+    """events.jsonl, one JSON object a line, flushed as it goes. add() keeps a copy in memory
+    for engines that summarize from it (keep=True); lines() passes agents' lines straight on."""
+
+    def __init__(self, out_dir: str, keep: bool):
+        self.path = inside(out_dir, EVENTS)
+        open_out(out_dir, EVENTS).close()  # empty; then appended, so other writers' lines (O_APPEND) stay
+        self.f = open_out(out_dir, EVENTS, append=True)
+        self.events: list[dict] | None = [] if keep else None
+
+    def add(self, ev: dict) -> None:
+        if self.events is not None:
+            self.events.append(ev)
+        self.f.write(json.dumps(ev, separators=(",", ":")) + "\n")
+
+    def line(self, text: str) -> None:
+        """One event line as an agent wrote it (newline included)."""
+        self.f.write(text)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+    def close(self) -> None:
+        if not self.f.closed:
+            self.f.close()
+
+
+@dataclass
+class Run:
+    """What an engine is handed: the experiment, its folder, fabric and plans, the events log, and
+    the outcome it may set (status and error are the pipeline's unless the engine knows better)."""
+    exp: Experiment
+    out_dir: str
+    fabric: object
+    jobs: list
+    events: EventLog
+    log: object = print
+    calibration: dict | None = None
+    status: str = "incomplete"
+    error: str | None = None
+    t_start: float | None = None  # the replay's start on the events' clock (trace.json's zero)
+    wall_t0: float = field(default_factory=time.monotonic)
+
+    def path(self, *parts: str) -> str:
+        return inside(self.out_dir, *parts)
+
+
+class Engine:
+    """What an engine supplies. Subclasses override what they need; the defaults do nothing."""
+    name = ""
+    label = ""  # in the plots' titles
+    keep_events = False  # the engine's summary reads run.events.events, not the file
+    calibrates = False  # accepts --auto-scale's prepare step
+
+    def check(self, exp: Experiment) -> str | None:
+        """Refuse what the engine cannot model (InputError); one line on what it will run."""
+        return None
+
+    def plan(self, exp: Experiment, fabric) -> list:
+        """The job plans it runs (bad workloads fail here, before anything is written)."""
+        raise NotImplementedError
+
+    def notes(self, exp: Experiment, run: Run) -> list[str]:
+        """Comment lines for config.yaml."""
+        return []
+
+    def execute(self, run: Run) -> None:
+        """Run the plans; raise RunFailure when the run cannot finish. Interrupted passes."""
+        raise NotImplementedError
+
+    def summary(self, run: Run) -> dict | None:
+        """summary.json, built with experiment.outputs.summary.build; called whatever happened
+        (None only when the run never began: then no summary and no outputs are written)."""
+        raise NotImplementedError
+
+    def write_files(self, run: Run) -> None:
+        """The engine's own files at the end (links.csv, controller-state.json...), whatever happened."""
+
+    def outputs_exp(self, exp: Experiment) -> Experiment:
+        """The experiment as trace.json and plots should read it (a model in real units drops scale)."""
+        return exp
+
+
+def lock_folder(out_dir: str) -> int:
+    """Hold the run folder for this process (an flock, gone with the process): two live runs
+    never write one folder. FolderBusy, the same on every engine, when another holds it."""
+    fd = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise FolderBusy(f"{out_dir} is the folder of a dtnet run that is still going; "
+                         "give this run another --out") from None
+    return fd
+
+
+def previous_run(out_dir: str) -> tuple[str | None, dict | None]:
+    """(status of the run the folder holds, its experiment as config.yaml wrote it), or Nones."""
+    try:
+        with open(inside(out_dir, SUMMARY)) as f:
+            status = json.load(f).get("status", "incomplete")
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError):
+        status = "unreadable"
+    try:
+        with open(inside(out_dir, CONFIG)) as f:
+            config = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError):
+        config = None
+    return status, config if isinstance(config, dict) else None
+
+
+def same_experiment(exp: Experiment, config: dict | None) -> bool:
+    """config.yaml of an earlier run describes this very experiment (every default resolved)."""
+    return config is not None and config == yaml.safe_load(yaml.safe_dump(to_dict(exp), sort_keys=False))
+
+
+def refuse_overwrite(out_dir: str, exp: Experiment, force: bool) -> None:
+    """A finished run is not overwritten without --force: InputError before anything is written.
+    An unfinished run of the same experiment is a resume: it runs again in place."""
+    links = links_in(out_dir, RUN_FILES + RUN_DIRS)
+    if links:
+        raise InputError("--out", "a run folder whose files are not symbolic links (a run writes as root)",
+                         f"{links[0]} is a symbolic link")
+    if force:
+        return
+    status, config = previous_run(out_dir)
+    if status is None or (status != "complete" and same_experiment(exp, config)):
+        return
+    what = "a finished run" if status == "complete" else f"an {status} run of another experiment"
+    raise InputError("--out", "a folder without a finished run (give another --out, or --force to overwrite it)",
+                     f"{out_dir} holds {what} ({SUMMARY})")
+
+
+def clear_previous(out_dir: str) -> None:
+    """What an earlier run of this folder wrote, so none of it reads as this run's (links refused
+    already). Only the pipeline's and engines' own names: a user's other files stay."""
+    import shutil
+
+    for name in RUN_FILES:
+        path = inside(out_dir, name)
+        if os.path.isfile(path):
+            os.remove(path)
+    for name in RUN_DIRS:
+        if name == "calibration":
+            continue  # --auto-scale's own: it clears what it made
+        path = inside(out_dir, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+
+
+def run(engine: Engine, exp: Experiment, out_dir: str, log=print, prepare=None, force: bool = False) -> dict:
+    """Run exp on engine into out_dir; the summary it wrote. InputError (nothing written),
+    FolderBusy, RunFailure; Interrupted passes after what was written is kept."""
+    if prepare is not None and not engine.calibrates:
+        raise InputError("--auto-scale", "engine: emulate (only the emulator has a scale to calibrate)",
+                         f"engine: {engine.name}", exp.source)
+    os.makedirs(out_dir, exist_ok=True)
+    lock = lock_folder(out_dir)
+    try:
+        # Bad input first (it names the file and key), then the folder, then calibration.
+        verdict = engine.check(exp)
+        fabric = exp.fabric()
+        jobs = engine.plan(exp, fabric)  # bad workloads fail here, before anything is written
+        refuse_overwrite(out_dir, exp, force)
+        calibration = None
+        if prepare is not None:
+            exp, calibration = prepare(exp)
+            verdict, fabric = engine.check(exp), exp.fabric()
+            jobs = engine.plan(exp, fabric)
+        return _run(engine, exp, out_dir, log, fabric, jobs, verdict, calibration)
+    finally:
+        os.close(lock)
+
+
+def _run(engine: Engine, exp: Experiment, out_dir: str, log, fabric, jobs, verdict, calibration) -> dict:
+    clear_previous(out_dir)
+    events = EventLog(out_dir, keep=engine.keep_events)
+    r = Run(exp, out_dir, fabric, jobs, events, log, calibration)
+    notes = ([f"run by the {engine.label}: {verdict}"] if verdict else []) + engine.notes(exp, r)
+    with open_out(out_dir, CONFIG) as f:
+        write_resolved(exp, f, notes=notes)
+    try:
+        engine.execute(r)  # it sets r.status = "complete" when every op finished
+    except (RunFailure, Interrupted) as e:
+        r.error = r.error or (str(e) if isinstance(e, RunFailure) else f"interrupted by {e}")
+        raise
+    finally:
+        events.close()
+        summary = engine.summary(r)
+        if summary is not None:  # None: the engine refused the run before it began
+            write_json(inside(out_dir, SUMMARY), summary)
+            engine.write_files(r)
+            write_after_run(out_dir, engine.outputs_exp(exp), jobs, summary, r.t_start, log, engine=engine.label)
+    return summary
+
+
+def engine(name: str) -> Engine:
+    """A fresh instance of engine `name`'s class (experiment.engine.ENGINES)."""
+    return load(ENGINES[name][0])()
+
+
+def runner(name: str):
+    """run(exp, out_dir, log=print, prepare=None, force=False) -> summary on engine `name`."""
+    def run_on(exp, out_dir: str, log=print, prepare=None, force: bool = False) -> dict:
+        return run(engine(name), exp, out_dir, log=log, prepare=prepare, force=force)
+    return run_on
+
+
+def run_any(exp, out_dir: str, **kw) -> dict:
+    """Run exp on the engine it names (a sweep's points may name different ones)."""
+    return runner(exp.engine)(exp, out_dir, **kw)
