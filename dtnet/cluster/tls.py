@@ -20,52 +20,52 @@ DAYS = 365
 NEEDED = (CA, CERT, KEY)  # what every member of the cluster needs (not the CA's key)
 
 
-def paths(folder: str, flag: str = "--tls") -> dict:
+def paths(cert_dir: str, flag: str = "--tls") -> dict:
     """The three files a member presents, checked: the folder `dtnet scheduler --tls` made."""
-    folder = os.path.abspath(folder)
-    missing = [n for n in NEEDED if not os.path.isfile(os.path.join(folder, n))]
+    cert_dir = os.path.abspath(cert_dir)
+    missing = [n for n in NEEDED if not os.path.isfile(os.path.join(cert_dir, n))]
     if missing:
         raise InputError(flag, f"a folder with {', '.join(NEEDED)} (made by `dtnet scheduler --tls DIR`)",
-                         f"{folder} without {', '.join(missing)}")
-    return {n: os.path.join(folder, n) for n in NEEDED}
+                         f"{cert_dir} without {', '.join(missing)}")
+    return {n: os.path.join(cert_dir, n) for n in NEEDED}
 
 
-def security(folder: str, flag: str = "--tls"):
+def security(cert_dir: str, flag: str = "--tls"):
     """Dask's Security for a client or a member: its certificate, the CA, encryption required."""
     from distributed.security import Security
-    p = paths(folder, flag)
+    p = paths(cert_dir, flag)
     return Security(tls_ca_file=p[CA], tls_client_cert=p[CERT], tls_client_key=p[KEY],
                     tls_scheduler_cert=p[CERT], tls_scheduler_key=p[KEY],
                     tls_worker_cert=p[CERT], tls_worker_key=p[KEY], require_encryption=True)
 
 
-def dask_args(folder: str, flag: str = "--tls") -> list[str]:
+def dask_args(cert_dir: str, flag: str = "--tls") -> list[str]:
     """The `dask scheduler` / `dask worker` options that make it use the folder's certificate."""
-    p = paths(folder, flag)
+    p = paths(cert_dir, flag)
     return ["--tls-ca-file", p[CA], "--tls-cert", p[CERT], "--tls-key", p[KEY]]
 
 
-def ensure(folder: str, host: str, log=print) -> dict:
+def ensure(cert_dir: str, host: str, log=print) -> dict:
     """The folder's certificate files, made first when it has none (a new CA and a certificate
     naming host, localhost and 127.0.0.1)."""
-    folder = os.path.abspath(folder)
-    if all(os.path.isfile(os.path.join(folder, n)) for n in NEEDED):
-        return paths(folder)
-    if os.path.exists(folder) and os.listdir(folder):
+    cert_dir = os.path.abspath(cert_dir)
+    if all(os.path.isfile(os.path.join(cert_dir, n)) for n in NEEDED):
+        return paths(cert_dir)
+    if os.path.exists(cert_dir) and os.listdir(cert_dir):
         raise InputError("--tls", f"an empty or new folder, or one with {', '.join(NEEDED)}",
-                         f"{folder} with other files")
-    os.makedirs(folder, mode=0o700, exist_ok=True)
+                         f"{cert_dir} with other files")
+    os.makedirs(cert_dir, mode=0o700, exist_ok=True)
     names = sorted({host, "localhost", "127.0.0.1"})
     try:
         import cryptography  # noqa: F401
-        _make_with_cryptography(folder, names)
+        _make_with_cryptography(cert_dir, names)
     except ImportError:
-        _make_with_openssl(folder, names)
+        _make_with_openssl(cert_dir, names)
     for n in (KEY, CA_KEY):
-        os.chmod(os.path.join(folder, n), 0o600)
-    log(f"dtnet scheduler: made a CA and a certificate for {', '.join(names)} in {folder} "
+        os.chmod(os.path.join(cert_dir, n), 0o600)
+    log(f"dtnet scheduler: made a CA and a certificate for {', '.join(names)} in {cert_dir} "
         f"(copy it without {CA_KEY} to every worker and submitting machine)")
-    return paths(folder)
+    return paths(cert_dir)
 
 
 def _write_private(path: str, data: bytes) -> None:
@@ -91,7 +91,7 @@ def _san(names):
     return x509.SubjectAlternativeName(out)
 
 
-def _make_with_cryptography(folder: str, names) -> None:
+def _make_with_cryptography(cert_dir: str, names) -> None:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -116,13 +116,13 @@ def _make_with_cryptography(folder: str, names) -> None:
     ca = build(ca_name, ca_name, ca_key.public_key(), ca_key, True, x509.random_serial_number())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "dtnet cluster member")])
     cert = build(name, ca_name, key.public_key(), ca_key, False, x509.random_serial_number())
-    _write_private(os.path.join(folder, CA_KEY), pem_key(ca_key))
-    _write_private(os.path.join(folder, KEY), pem_key(key))
-    _write_public(os.path.join(folder, CA), ca.public_bytes(serialization.Encoding.PEM))
-    _write_public(os.path.join(folder, CERT), cert.public_bytes(serialization.Encoding.PEM))
+    _write_private(os.path.join(cert_dir, CA_KEY), pem_key(ca_key))
+    _write_private(os.path.join(cert_dir, KEY), pem_key(key))
+    _write_public(os.path.join(cert_dir, CA), ca.public_bytes(serialization.Encoding.PEM))
+    _write_public(os.path.join(cert_dir, CERT), cert.public_bytes(serialization.Encoding.PEM))
 
 
-def _make_with_openssl(folder: str, names) -> None:
+def _make_with_openssl(cert_dir: str, names) -> None:
     """The same files by the openssl command (no shell; every argument a fixed word or a
     checked name)."""
     exe = shutil.which("openssl")
@@ -132,7 +132,7 @@ def _make_with_openssl(folder: str, names) -> None:
     san = ",".join((f"IP:{n}" if _is_ip(n) else f"DNS:{n}") for n in names)
 
     def run(*args):
-        r = subprocess.run([exe, *args], cwd=folder, capture_output=True, text=True, close_fds=True)
+        r = subprocess.run([exe, *args], cwd=cert_dir, capture_output=True, text=True, close_fds=True)
         if r.returncode:
             raise InputError("--tls", "certificates made by openssl", (r.stderr or "").strip()[:200])
     old = os.umask(0o077)  # openssl writes its keys under this umask: 0600
@@ -141,17 +141,17 @@ def _make_with_openssl(folder: str, names) -> None:
             "-keyout", CA_KEY, "-out", CA, "-days", str(DAYS), "-subj", "/CN=dtnet cluster CA")
         run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
             "-keyout", KEY, "-out", "req.csr", "-subj", "/CN=dtnet cluster member")
-        _write_public(os.path.join(folder, "san.cnf"),
+        _write_public(os.path.join(cert_dir, "san.cnf"),
                       f"subjectAltName={san}\nbasicConstraints=critical,CA:FALSE\n".encode())
         run("x509", "-req", "-in", "req.csr", "-CA", CA, "-CAkey", CA_KEY, "-CAcreateserial", "-out", CERT,
             "-days", str(DAYS), "-extfile", "san.cnf")
     finally:
         os.umask(old)
         for n in ("req.csr", "san.cnf", "ca.srl"):
-            if os.path.exists(os.path.join(folder, n)):
-                os.remove(os.path.join(folder, n))
+            if os.path.exists(os.path.join(cert_dir, n)):
+                os.remove(os.path.join(cert_dir, n))
     for n in (CA, CERT):
-        os.chmod(os.path.join(folder, n), 0o644)
+        os.chmod(os.path.join(cert_dir, n), 0o644)
 
 
 def _is_ip(name: str) -> bool:

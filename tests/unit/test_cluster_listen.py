@@ -161,3 +161,25 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("maker", ["_make_with_cryptography", "_make_with_openssl"])
+def test_both_certificate_makers_sign_a_member_certificate_with_private_keys(tmp_path, maker):
+    import shutil
+    if maker == "_make_with_openssl" and not shutil.which("openssl"):
+        pytest.skip("no openssl command")
+    pytest.importorskip("cryptography")
+    d = tmp_path / "c"
+    d.mkdir(mode=0o700)
+    getattr(tls, maker)(str(d), ["127.0.0.1", "localhost", "lab1"])
+    assert sorted(os.listdir(d)) == sorted([tls.CA, tls.CERT, tls.KEY, tls.CA_KEY])
+    assert {stat.S_IMODE(os.stat(d / n).st_mode) for n in (tls.KEY, tls.CA_KEY)} == {0o600}
+    from cryptography import x509
+    ca = x509.load_pem_x509_certificate((d / tls.CA).read_bytes())
+    cert = x509.load_pem_x509_certificate((d / tls.CERT).read_bytes())
+    from cryptography.hazmat.primitives.asymmetric import ec
+    # Raises InvalidSignature unless the CA signed it.
+    ca.public_key().verify(cert.signature, cert.tbs_certificate_bytes, ec.ECDSA(cert.signature_hash_algorithm))
+    assert cert.issuer == ca.subject
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "lab1" in names.get_values_for_type(x509.DNSName)
