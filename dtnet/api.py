@@ -145,6 +145,9 @@ class Experiment:
         if cluster and workers is not None:
             raise InputError("--workers", "either --cluster ADDRESS (a running cluster) or --workers N (a local one)",
                              "both")
+        if tls and not cluster:
+            raise InputError("--tls", "--cluster tls://HOST:PORT beside it (the certificates of that cluster)",
+                             "--workers" if workers is not None else "no --cluster")
         if slots is not None and (workers is None or slots < 1):
             raise InputError("--slots", "a number >= 1 beside --workers N (a running cluster's workers set their "
                              "own)", slots if workers is not None else "no --workers")

@@ -183,3 +183,17 @@ def test_both_certificate_makers_sign_a_member_certificate_with_private_keys(tmp
     assert cert.issuer == ca.subject
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert "lab1" in names.get_values_for_type(x509.DNSName)
+
+
+def test_tls_without_a_cluster_is_refused(tmp_path, capsys):
+    from dtnet.cli import main
+    exp = tmp_path / "s.yaml"
+    exp.write_text(yaml.safe_dump({
+        "name": "t", "engine": "flow", "topology": {"kind": "fat-tree", "k": 4, "link_gbps": 400},
+        "jobs": [{"name": "j0", "hosts": {"count": 4},
+                  "workload": {"collective": "all_reduce", "size_bytes": 1048576, "iterations": 1}}],
+        "sweep": {"grid": {"controller.routing": ["ecmp"]}}}))
+    for extra in ([], ["--workers", "1"]):
+        assert main(["run", str(exp), "--out", str(tmp_path / "o"), "--tls", str(tmp_path), *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "--tls" in err and "--cluster tls://" in err and "\n" not in err
