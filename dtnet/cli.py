@@ -194,7 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     cl = sub.add_parser("clean", help="remove the leftovers of runs that died (their bridges, links, processes)",
                         description="Finds runs whose owner process is gone, from their state files, and removes "
-                                    "exactly their resources. Never touches anything without a dtnet run tag.")
+                                    "exactly their resources: a process only when its PID and start time match the "
+                                    "recorded ones, a tag's bridges and links only under the dead run's own lease "
+                                    "(a live run's tag is left alone). Never touches anything without a dtnet run "
+                                    "tag.")
     cl.add_argument("out", nargs="*", help="run folders to clean (default: every dead run this machine knows)")
     cl.set_defaults(func=cmd_clean)
 
