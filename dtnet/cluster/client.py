@@ -46,6 +46,16 @@ def parse_address(address: str, flag: str = "--cluster") -> str:
     return f"{m.group(1) or 'tcp'}://{m.group(2)}:{port}"
 
 
+HOST_RE = re.compile(r"\[[0-9A-Fa-f:]+\]|[A-Za-z0-9][A-Za-z0-9.-]*")
+
+
+def check_host(host: str, flag: str = "--host") -> str:
+    """An address to listen on: a host name or IP address alone (a shell word or a port is refused)."""
+    if not isinstance(host, str) or not HOST_RE.fullmatch(host):
+        raise InputError(flag, "a host name or IP address to listen on (no scheme, no port)", host)
+    return host
+
+
 def address_and_tls(address: str, tls_dir: str | None, flag: str) -> tuple[str, object]:
     """The scheduler's address (tls:// with --tls) and the Security to reach it (None: plain TCP)."""
     from dtnet.cluster import tls

@@ -25,8 +25,8 @@ import sys
 
 from badinput import InputError
 from badinput.paths import check_name
-from dtnet.cluster.client import (CONNECT_TIMEOUT_S, DEFAULT_PORT, address_and_tls, can_emulate, need_dask,
-                                  parse_address)
+from dtnet.cluster.client import (CONNECT_TIMEOUT_S, DEFAULT_PORT, address_and_tls, can_emulate, check_host,
+                                  need_dask)
 
 
 LOOPBACK = "127.0.0.1"
@@ -100,7 +100,7 @@ def cmd_worker(args) -> int:
                                        f"listens on {LOOPBACK} unless told, where no other machine reaches it)",
                              "none")
         host = LOOPBACK
-    host = parse_address(host, "--host").split("://", 1)[1].rsplit(":", 1)[0]  # a host, not a shell word
+    check_host(host)
     local_directory = None
     if args.local_directory:
         local_directory = os.path.abspath(args.local_directory)
@@ -127,8 +127,7 @@ def cmd_scheduler(args) -> int:
     for flag, port in (("--port", args.port), ("--dashboard-port", args.dashboard_port)):
         if not 0 <= port < 65536:
             raise InputError(flag, "a TCP port 0..65535", port)
-    parse_address(args.host, "--host")
-    host = args.host
+    host = check_host(args.host)
     scheme = "tls" if args.tls else "tcp"
     argv = [sys.executable, "-m", "dtnet.cluster.daskmain", "scheduler"]
     if not args.dashboard:

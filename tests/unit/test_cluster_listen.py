@@ -197,3 +197,12 @@ def test_tls_without_a_cluster_is_refused(tmp_path, capsys):
         assert main(["run", str(exp), "--out", str(tmp_path / "o"), "--tls", str(tmp_path), *extra]) == 2
         err = capsys.readouterr().err.strip()
         assert "--tls" in err and "--cluster tls://" in err and "\n" not in err
+
+
+@pytest.mark.parametrize("host", ["10.0.0.2:9999", "tcp://10.0.0.2", "a;b", "", "a b"])
+def test_a_listen_address_is_a_host_alone(host, capsys):
+    from dtnet.cli import main
+    assert main(["scheduler", "--host", host]) == 2
+    assert main(["worker", "tcp://127.0.0.1:1", "--host", host]) == 2
+    err = capsys.readouterr().err
+    assert err.count("--host") == 2 and "no scheme, no port" in err
