@@ -103,7 +103,8 @@ class Experiment:
     # -- running it -----------------------------------------------------------
     def run(self, out: str | None = None, *, engine: str | None = None, auto_scale: bool = False,
             log=print, cluster: str | None = None, workers: int | None = None, slots: int | None = None,
-            connect_timeout_s: float = 5.0, force: bool = False) -> Run | SweepRun:
+            connect_timeout_s: float = 5.0, force: bool = False,
+            tls: str | None = None) -> Run | SweepRun:
         """Run it into out (default results/<name>/) on its engine (or `engine`), and read the
         results back: a Run, or a SweepRun when it has a sweep (every point checked first; a
         sweep resumes into a folder that holds some of its points complete).
@@ -115,14 +116,15 @@ class Experiment:
         passes through (the CLI turns SIGINT and SIGTERM into it).
 
         A sweep's points may run on a Dask cluster (docs/cluster-sweeps.md): ``cluster`` the
-        scheduler's address (tcp://HOST:PORT), or ``workers`` N for a local one of N processes
+        scheduler's address (tcp://HOST:PORT; tls://HOST:PORT with ``tls`` the folder of the
+        cluster's certificates), or ``workers`` N for a local one of N processes
         with ``slots`` points each; ``connect_timeout_s`` bounds the wait for the scheduler
         and a first worker. ``force``: overwrite a folder that holds a finished run (refused
         otherwise: InputError); a sweep still skips its points already complete."""
         if engine and engine != self.engine:  # as the file would say it, so config.yaml records it
             return self.set("engine", engine).run(out, auto_scale=auto_scale, log=log, cluster=cluster,
                                                   workers=workers, slots=slots, connect_timeout_s=connect_timeout_s,
-                                                  force=force)
+                                                  force=force, tls=tls)
         name = self.engine
         run = engines.get(name)
         if auto_scale and self.model.sweep:
@@ -145,6 +147,9 @@ class Experiment:
         if cluster and workers is not None:
             raise InputError("--workers", "either --cluster ADDRESS (a running cluster) or --workers N (a local one)",
                              "both")
+        if tls and not cluster:
+            raise InputError("--tls", "--cluster tls://HOST:PORT beside it (the certificates of that cluster)",
+                             "--workers" if workers is not None else "no --cluster")
         if slots is not None and (workers is None or slots < 1):
             raise InputError("--slots", "a number >= 1 beside --workers N (a running cluster's workers set their "
                              "own)", slots if workers is not None else "no --workers")
@@ -160,7 +165,8 @@ class Experiment:
             if cluster or workers is not None:
                 from dtnet.cluster.client import session
 
-                with session(cluster, workers, slots=slots, connect_timeout_s=connect_timeout_s, log=log) as execute:
+                with session(cluster, workers, slots=slots, connect_timeout_s=connect_timeout_s, log=log,
+                             tls_dir=tls) as execute:
                     done = sweep.run(self.model, out, None, points, log=log, execute=execute)
             else:
                 done = sweep.run(self.model, out, run_point, points, log=log)

@@ -39,7 +39,8 @@ def cmd_run(args) -> int:
     signal.signal(signal.SIGINT, on_signal)
     try:
         result = exp.run(out, auto_scale=args.auto_scale, log=_flushed, cluster=args.cluster, workers=args.workers,
-                         slots=args.slots, connect_timeout_s=args.connect_timeout_s, force=args.force)
+                         slots=args.slots, connect_timeout_s=args.connect_timeout_s, force=args.force,
+                         tls=args.tls)
     except FolderBusy as e:  # another live run writes this folder: refuse at once
         print(f"dtnet: {e}", file=sys.stderr)
         return EXIT_INPUT
@@ -170,6 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run a sweep's points on the workers of the Dask scheduler at ADDRESS (tcp://HOST:PORT; "
                         "`dtnet scheduler`, `dtnet worker`); each point's folder comes back into DIR/points/ as a "
                         "local sweep writes it. pip install 'dtnet[cluster]'. docs/cluster-sweeps.md")
+    r.add_argument("--tls", metavar="DIR",
+                   help="with --cluster tls://HOST:PORT: the cluster's certificates (ca.pem, cert.pem, key.pem, "
+                        "from `dtnet scheduler --tls DIR`)")
     r.add_argument("--workers", type=int, metavar="N",
                    help="run a sweep's points on a local cluster of N worker processes (127.0.0.1; each gets "
                         "cores/N point slots; emulator points one at a time per worker)")
@@ -195,7 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     cl = sub.add_parser("clean", help="remove the leftovers of runs that died (their bridges, links, processes)",
                         description="Finds runs whose owner process is gone, from their state files, and removes "
-                                    "exactly their resources. Never touches anything without a dtnet run tag.")
+                                    "exactly their resources: a process only when its PID and start time match the "
+                                    "recorded ones, a tag's bridges and links only under the dead run's own lease "
+                                    "(a live run's tag is left alone). Never touches anything without a dtnet run "
+                                    "tag.")
     cl.add_argument("out", nargs="*", help="run folders to clean (default: every dead run this machine knows)")
     cl.set_defaults(func=cmd_clean)
 

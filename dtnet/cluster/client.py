@@ -46,6 +46,29 @@ def parse_address(address: str, flag: str = "--cluster") -> str:
     return f"{m.group(1) or 'tcp'}://{m.group(2)}:{port}"
 
 
+HOST_RE = re.compile(r"\[[0-9A-Fa-f:]+\]|[A-Za-z0-9][A-Za-z0-9.-]*")
+
+
+def check_host(host: str, flag: str = "--host") -> str:
+    """An address to listen on: a host name or IP address alone (a shell word or a port is refused)."""
+    if not isinstance(host, str) or not HOST_RE.fullmatch(host):
+        raise InputError(flag, "a host name or IP address to listen on (no scheme, no port)", host)
+    return host
+
+
+def address_and_tls(address: str, tls_dir: str | None, flag: str) -> tuple[str, object]:
+    """The scheduler's address (tls:// with --tls) and the Security to reach it (None: plain TCP)."""
+    from dtnet.cluster import tls
+    if tls_dir and address.startswith("tcp://"):
+        raise InputError(flag, "a tls:// address (or HOST:PORT) beside --tls", address)
+    scheme = "tls://" if tls_dir and "://" not in address else ""
+    address = parse_address(scheme + address, flag)
+    if address.startswith("tls://") and not tls_dir:
+        raise InputError("--tls", f"the folder of the cluster's certificates for {address} "
+                                  "(`dtnet scheduler --tls DIR` made it)", "none")
+    return address, (tls.security(tls_dir) if tls_dir else None)
+
+
 def local_slots(workers: int) -> int:
     """Each local worker's share of this machine's cores (at least one point at a time)."""
     return max(1, (os.cpu_count() or 1) // workers)
@@ -60,24 +83,29 @@ def can_emulate() -> bool:
 
 @contextlib.contextmanager
 def session(address: str | None = None, workers: int | None = None, *, slots: int | None = None,
-            connect_timeout_s: float = CONNECT_TIMEOUT_S, log=print):
-    """A connected Executor: to the scheduler at address, or to a local cluster of `workers`
-    worker processes bound to 127.0.0.1 (closed, and its processes ended, on leaving)."""
+            connect_timeout_s: float = CONNECT_TIMEOUT_S, log=print, tls_dir: str | None = None):
+    """A connected Executor: to the scheduler at address (over TLS with the certificates in
+    tls_dir), or to a local cluster of `workers` worker processes bound to 127.0.0.1 (closed,
+    and its processes ended, on leaving)."""
     flag = "--cluster" if address else "--workers"
     distributed = need_dask(flag)
     import dask
 
     with contextlib.ExitStack() as stack:
         if address:
-            address = parse_address(address)
+            address, security = address_and_tls(address, tls_dir, "--cluster")
             try:
-                client = distributed.Client(address, timeout=connect_timeout_s, set_as_default=False)
+                client = distributed.Client(address, timeout=connect_timeout_s, set_as_default=False,
+                                            security=security)
             except (OSError, TimeoutError) as e:
                 raise InputError("--cluster", f"a Dask scheduler answering at {address} (start one with "
                                               "`dtnet scheduler`)", f"no answer within {connect_timeout_s:g} s "
                                               f"({type(e).__name__})") from None
             stack.callback(client.close)
         else:
+            if tls_dir:
+                raise InputError("--tls", "--cluster tls://HOST:PORT beside it (a local cluster stays on 127.0.0.1)",
+                                 "--workers")
             if not isinstance(workers, int) or workers < 1:
                 raise InputError("--workers", "a number of worker processes >= 1", workers)
             per = slots or local_slots(workers)

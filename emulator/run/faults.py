@@ -24,7 +24,28 @@ import subprocess
 import threading
 import time
 
+from badinput import InputError
 from emulator.testbed.process import TestbedError, wait_for
+
+WAIT_CHUNK_S = 3600.0  # the timer waits in pieces: no wait ever exceeds threading.TIMEOUT_MAX
+
+
+def check(exp) -> None:
+    """Every fault (and a controller restart's outage) falls within the run's wall-clock limit
+    (testbed.timeout_s, at this dilation): a later one could never be applied."""
+    limit_s = min(exp.testbed.timeout_s, threading.TIMEOUT_MAX)
+    raw = exp.raw.get("faults") if isinstance(exp.raw.get("faults"), list) else []
+    for f in exp.faults:
+        end_ms = f.at_ms + (f.down_ms or 0.0)
+        if end_ms / 1000.0 * exp.scale.dilation <= limit_s:
+            continue
+        # The model sorts faults by time: name the file's own index.
+        i = next((j for j, r in enumerate(raw) if isinstance(r, dict) and r.get("at_ms") == f.at_ms), None)
+        key = f"faults[{i}].at_ms" if i is not None else "faults"
+        max_ms = limit_s / exp.scale.dilation * 1000.0
+        raise InputError(key, f"a time the run reaches: at_ms{' + down_ms' if f.down_ms else ''} <= {max_ms:.6g} "
+                              f"ms (testbed.timeout_s {exp.testbed.timeout_s:g} s of wall clock at dilation "
+                              f"{exp.scale.dilation:g}x)", f"{end_ms:g} ms", exp.source)
 
 
 def root_side(fabric, link: tuple) -> tuple[str, str]:
@@ -58,27 +79,40 @@ class FaultInjector:
         return self.t0 + fault.at_ms / 1000.0 * self.dilation
 
     def _loop(self):
-        for f in self.faults:
-            if self._stop.wait(max(0.0, self.due_s(f) - time.time())):
-                return
-            self.apply(f)
+        i = 0  # faults handed to apply() so far
+        try:
+            for f in self.faults:
+                while (left := self.due_s(f) - time.time()) > 0:
+                    if self._stop.wait(min(left, WAIT_CHUNK_S)):
+                        return
+                self.apply(f)
+                i += 1
+        except Exception as e:  # noqa: BLE001: say so, and record every fault left unapplied
+            why = f"the fault thread failed: {type(e).__name__}: {e}"[:300]
+            self.log(f"[fault] {why}; {len(self.faults) - i} fault(s) not applied")
+            for f in self.faults[i:]:
+                now = time.time()
+                self.applied.append({"kind": "fault", "job": None, "rank": None, "fault": _name(f),
+                                     "at_ms": f.at_ms, "start": now, "end": now, "ok": False, "error": why})
 
     def apply(self, f) -> dict:
         t = time.time()
-        name = f"{f.kind} {f.state}" if f.state else "controller restart" if f.kind == "controller" else f.kind
-        ev = {"kind": "fault", "job": None, "rank": None, "fault": name, "at_ms": f.at_ms, "start": t}
+        ev = {"kind": "fault", "job": None, "rank": None, "fault": _name(f), "at_ms": f.at_ms, "start": t}
         try:
             ev.update(getattr(self, "_" + f.kind)(f))
             ev["ok"] = "error" not in ev
         except Exception as e:  # a fault that could not be applied is recorded, never fatal here
             ev.update(ok=False, error=f"{type(e).__name__}: {e}"[:300])
         ev["end"] = time.time()
-        self.applied.append(ev)
+        self._record(ev)
+        self.log(f"[fault] {f.describe()} at {f.at_ms:g} ms" + ("" if ev["ok"] else f" FAILED: {ev.get('error')}"))
+        return ev
+
+    def _record(self, ev: dict) -> None:
         # O_APPEND and one write per line: safe beside the runner's own appends.
         with open(self.events_path, "a") as fh:
             fh.write(json.dumps(ev) + "\n")
-        self.log(f"[fault] {f.describe()} at {f.at_ms:g} ms" + ("" if ev["ok"] else f" FAILED: {ev.get('error')}"))
-        return ev
+        self.applied.append(ev)  # after the write: a failed write leaves it to _loop's report
 
     # -- one method per kind: what it did, as event fields ---------------------
     def _link(self, f) -> dict:
@@ -151,3 +185,7 @@ class FaultInjector:
         """Run one command; its error text, or None when it worked."""
         r = self.run(cmd, capture_output=True, text=True, input=input)
         return None if r.returncode == 0 else f"{' '.join(cmd[:3])}: {(r.stderr or '').strip()[:200]}"
+
+
+def _name(f) -> str:
+    return f"{f.kind} {f.state}" if f.state else "controller restart" if f.kind == "controller" else f.kind

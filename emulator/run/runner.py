@@ -20,6 +20,7 @@ from badinput.schema import to_json
 from emulator.agent import protocol
 from emulator.run import autoscale, fidelity, linksampler, relay
 from emulator.run.faults import FaultInjector
+from emulator.run.faults import check as check_faults
 from emulator.run.programs import Programs
 from emulator.run.watchdog import Watchdog
 from emulator.testbed import capture, runstate
@@ -63,6 +64,7 @@ class EmulatorEngine(Engine):
     name, label, calibrates = "emulate", "emulator", True
 
     def check(self, exp: Experiment) -> None:
+        check_faults(exp)  # what `dtnet check` says too (experiment.engine.ENGINES)
         if exp.latency_us and not netem_available():
             # Before anything is written: the run would otherwise be silently latency-free.
             raise InputError("topology.latency_us", "0 on this machine: its kernel has no netem (sch_netem), "

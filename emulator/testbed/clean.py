@@ -1,7 +1,9 @@
 """`dtnet clean`: remove exactly the leftovers of runs whose owner died.
 
 A run's lease (/run/dtnet/tag-XX) names its folder; its state.json names
-its tag and PIDs. A run whose owner PID is alive is left alone.
+its tag and PIDs with their start times. A run whose owner is alive is left
+alone; a process is killed only when its PID and start time both match, and
+a tag whose lease a live run (or another folder) holds is left alone.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import signal
 
 from badinput.paths import inside
 from emulator.testbed import runstate
-from emulator.testbed.process import started_for_run
+from emulator.testbed.process import same_process, started_for_run
 
 
 def _load(path):
@@ -39,66 +41,71 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def _kill(pid: int, role: str, log) -> None:
+def _kill(pid: int, role: str, log) -> bool:
     try:
         os.kill(pid, signal.SIGKILL)
-        log(f"dtnet clean: killed {role} (pid {pid})")
     except ProcessLookupError:
-        pass
+        return False
+    log(f"dtnet clean: killed {role} (pid {pid})")
+    return True
 
 
 def clean_run(run_dir: str, log=print) -> int:
-    """Remove one dead run's resources; returns how many were removed."""
+    """Remove one dead run's resources; returns how many were removed. state.json is only a
+    claim: a process is killed only when its PID and start time are the ones recorded, and
+    the tag's bridges and links go only while this run's dead lease is held for cleaning."""
     st = _load(inside(run_dir, runstate.STATE_NAME))
-    if not st:
+    if not isinstance(st, dict):
         return 0
     if not runstate.is_tag(st.get("tag")):
         log(f"dtnet clean: {run_dir}: {runstate.STATE_NAME}: expected a dtnet run tag, found {st.get('tag')!r}; "
             "left alone")
         return 0
     owner = st.get("owner_pid")
-    # Runs start from `dtnet`, `python -m dtnet`, pytest or a bench:
-    # a live owner of any kind means the run is live.
-    if owner and owner != os.getpid() and runstate.alive(owner) and st.get("status") != "stopped":
+    # Runs start from `dtnet`, `python -m dtnet`, pytest or a bench: a live owner of any kind
+    # means the run is live (its start time, where recorded, tells a reused PID apart).
+    owner_live = (isinstance(owner, int) and owner != os.getpid() and runstate.alive(owner)
+                  and ("owner_start" not in st or same_process(owner, st["owner_start"])))
+    if owner_live and st.get("status") != "stopped":
         log(f"dtnet clean: {run_dir} is still running (pid {owner}); left alone")
         return 0
     tag = st["tag"]
+    why = runstate.take_dead_lease(tag, run_dir)
+    if why:
+        log(f"dtnet clean: {run_dir}: {why}; left alone")
+        return 0
     removed = 0
-    # Only processes we started: verify each PID still runs our code before killing it.
-    pids = dict(st.get("pids", {}))
-    pids.update({f"host/{h}": p for h, p in st.get("host_pids", {}).items()})
-    for role, pid in pids.items():
-        cmd = _cmdline(pid)
-        ours = ("emulator.agent" in cmd or "controller.run" in cmd or
-                (role.startswith("host/") and "mininet:" in cmd) or
-                (role.startswith("capture/") and cmd.startswith("tcpdump")))
-        if role.startswith("program/"):
-            # A real program may be any binary: it is ours when it runs in this run's folder.
-            ours = started_for_run(pid, run_dir)
-            for child in _children(pid):
-                if started_for_run(child, run_dir):
-                    _kill(child, f"{role} child", log)
-        if cmd and ours:
-            try:
-                os.kill(pid, signal.SIGKILL)
+    try:
+        pids = dict(st.get("pids") or {})
+        starts = dict(st.get("starts") or {})
+        pids.update({f"host/{h}": p for h, p in (st.get("host_pids") or {}).items()})
+        starts.update({f"host/{h}": t for h, t in (st.get("host_starts") or {}).items()})
+        for role, pid in pids.items():
+            if not same_process(pid, starts.get(role)):
+                continue  # ended, or its PID now belongs to another process
+            cmd = _cmdline(pid)
+            ours = ("emulator.agent" in cmd or "controller.run" in cmd or
+                    (role.startswith("host/") and "mininet:" in cmd) or
+                    (role.startswith("capture/") and cmd.startswith("tcpdump")))
+            if role.startswith("program/"):
+                # A real program may be any binary: it is ours when it runs in this run's folder.
+                ours = started_for_run(pid, run_dir)
+                for child in _children(pid):
+                    if started_for_run(child, run_dir):
+                        _kill(child, f"{role} child", log)
+            if cmd and ours and _kill(pid, role, log):
                 removed += 1
-                log(f"dtnet clean: killed {role} (pid {pid})")
-            except ProcessLookupError:
-                pass
-    left = runstate.remove_leftovers(tag)
-    n = sum(len(v) for v in left.values())
-    removed += n
-    if n:
-        log(f"dtnet clean: removed {len(left['bridges'])} bridges, {len(left['netns'])} namespaces and "
-            f"{len(left['links'])} links of run {tag}")
-    st["status"] = "cleaned"
-    with open(inside(run_dir, runstate.STATE_NAME), "w") as f:
-        json.dump(st, f, indent=1)
-    runstate.release_tag(tag)
-    lease = os.path.join(runstate.LEASE_DIR, f"tag-{tag}")
-    lease_data = _load(lease)
-    if lease_data and not runstate.alive(lease_data.get("pid", -1)):
-        os.unlink(lease)
+        left = runstate.remove_leftovers(tag)
+        n = sum(len(v) for v in left.values())
+        removed += n
+        if n:
+            log(f"dtnet clean: removed {len(left['bridges'])} bridges, {len(left['netns'])} namespaces and "
+                f"{len(left['links'])} links of run {tag}")
+        st["status"] = "cleaned"
+        with open(inside(run_dir, runstate.STATE_NAME), "w") as f:
+            json.dump(st, f, indent=1)
+    finally:
+        runstate.release_tag(tag)  # the lease taken for cleaning (ours: released)
     return removed
 
 
@@ -110,7 +117,7 @@ def clean(run_dirs: list[str], log=print) -> int:
         run_dirs = []
         for lease in glob.glob(os.path.join(runstate.LEASE_DIR, "tag-*")):
             data = _load(lease)
-            if data and not runstate.alive(data.get("pid", -1)):
+            if isinstance(data, dict) and isinstance(data.get("run_dir"), str) and not runstate.lease_live(data):
                 run_dirs.append(data["run_dir"])
     total = sum(clean_run(d, log) for d in run_dirs)
     log(f"dtnet clean: {total} leftover resources removed from {len(run_dirs)} dead run(s)")

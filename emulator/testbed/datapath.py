@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from emulator.testbed.process import TestbedError
+from emulator.testbed.process import TestbedError, closed_fds_argv
 
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
 
@@ -31,7 +31,8 @@ def ensure_ovs() -> None:
                 f.write(str(OVS_SEND_BUFFER_BYTES))
     except (OSError, ValueError):
         pass
-    subprocess.run([OVS_CTL, "start", "--system-id=random"], capture_output=True)
+    # Its daemons outlive this run: they get none of our descriptors (a caller's flock'ed lock).
+    subprocess.run(closed_fds_argv([OVS_CTL, "start", "--system-id=random"]), capture_output=True, close_fds=True)
     if not ovs_running():
         raise TestbedError("Open vSwitch did not start (see `ovs-ctl start`)")
 

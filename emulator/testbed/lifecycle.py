@@ -26,7 +26,7 @@ from controller import config as controller_config
 from controller.registry import DEFAULT_POLICY
 from emulator.testbed import runstate, shaping
 from emulator.testbed.datapath import AFXDP_MTU, AFXDP_PORT, MTU, detect_datapath, ensure_ovs
-from emulator.testbed.process import TestbedError, free_port, stop_process, wait_for
+from emulator.testbed.process import TestbedError, close_inherited, free_port, stop_process, wait_for
 from experiment import model
 from topologies import Fabric
 
@@ -108,6 +108,7 @@ class Testbed:
         from emulator.testbed.mntopo import FabricTopo
 
         setLogLevel("error")
+        close_inherited()  # before OVS, Mininet's shells, the controller and agents start
         ensure_ovs()
         self.datapath = detect_datapath(self.requested_datapath)
         self.state.set(datapath=self.datapath,
@@ -201,7 +202,7 @@ class Testbed:
         # Its own session, so a Ctrl-C at the terminal reaches us, not it:
         # we stop it ourselves during teardown.
         self.ctl_proc = subprocess.Popen(cmd, stdout=self._ctl_log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+                                         start_new_session=True, close_fds=True)
         self.state.add_pid("controller", self.ctl_proc.pid)
 
     def _of_switch(self, node: str) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import time
 
 from experiment.engine import RunFailure
@@ -23,6 +24,44 @@ def wait_for(cond, timeout_s: float, what: str, interval_s: float = 0.05):
         if time.monotonic() > deadline:
             raise TestbedError(f"timed out after {timeout_s:.0f}s waiting for {what}")
         time.sleep(interval_s)
+
+
+def start_time(pid: int) -> float | None:
+    """When the process with this PID started (psutil's create_time), or None when there is none.
+    A PID and its start time name one process: a PID alone may have been reused since."""
+    try:
+        import psutil
+        return psutil.Process(pid).create_time()
+    except Exception:  # noqa: BLE001: gone, not ours to read, or psutil missing
+        return None
+
+
+def same_process(pid, recorded_start) -> bool:
+    """The process with this PID is the one recorded (its start time matches to the ms)."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or not isinstance(recorded_start, (int, float)):
+        return False
+    now = start_time(pid)
+    return now is not None and abs(now - recorded_start) < 1e-3
+
+
+def close_inherited() -> None:
+    """Mark every descriptor above stderr close-on-exec: whatever this process starts (OVS's
+    daemons, Mininet's shells, which pass close_fds=False) then holds no lock or file of our
+    caller's, such as the one of `flock LOCKFILE dtnet run ...`."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2:
+            try:
+                os.set_inheritable(fd, False)
+            except OSError:
+                pass  # the listing's own descriptor, closed meanwhile
+
+
+def closed_fds_argv(argv: list[str]) -> list[str]:
+    """argv run through a wrapper that closes every descriptor above stderr before it execs
+    (for scripts such as ovs-ctl whose daemons live on after us)."""
+    return [sys.executable, "-c", "import os, sys; os.closerange(3, os.sysconf('SC_OPEN_MAX')); "
+            "os.execvp(sys.argv[1], sys.argv[1:])", *argv]
 
 
 def free_port() -> int:

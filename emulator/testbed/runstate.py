@@ -14,6 +14,7 @@ import subprocess
 import time
 
 from badinput.paths import inside
+from emulator.testbed.process import same_process, start_time
 
 LEASE_DIR = "/run/dtnet"
 STATE_NAME = "state.json"
@@ -49,7 +50,7 @@ def lease_tag(run_dir: str) -> str:
                         owner = json.load(f)
                 except (OSError, ValueError):
                     owner = {"pid": -1}
-                if owner.get("pid", -1) > 0 and alive(owner["pid"]):
+                if lease_live(owner):
                     break  # in use
                 if owner.get("pid", -1) == -1 and time.time() - _mtime(path) < 5:
                     break  # being written right now
@@ -60,10 +61,57 @@ def lease_tag(run_dir: str) -> str:
                     pass
                 continue
             with os.fdopen(fd, "w") as f:
-                json.dump({"pid": os.getpid(), "run_dir": os.path.abspath(run_dir)}, f)
+                json.dump(_lease_record(run_dir), f)
             return tag
     raise LeaseError(f"no free run tag: {len(_TAGS)} dtnet runs hold one in {LEASE_DIR}; wait for one to end, "
                      "or `dtnet clean` the dead ones")
+
+
+def _lease_record(run_dir: str) -> dict:
+    return {"pid": os.getpid(), "start": start_time(os.getpid()), "run_dir": os.path.abspath(run_dir)}
+
+
+def lease_live(lease: dict | None) -> bool:
+    """The lease's owner runs: its PID is alive and, where the lease recorded it, started when
+    it did (a dead run's PID reused by another process does not hold the tag)."""
+    pid = (lease or {}).get("pid", -1)
+    if not isinstance(pid, int) or pid <= 0 or not alive(pid):
+        return False
+    start = lease.get("start")
+    return start is None or same_process(pid, start)
+
+
+def take_dead_lease(tag: str, run_dir: str) -> str | None:
+    """Hold tag's lease for cleaning the dead run in run_dir: None when it is ours now, else why
+    not (a live run holds it, or it names another run's folder). No lease at all: the tag is
+    free, and taking it keeps a new run off it while its leftovers go."""
+    path = os.path.join(LEASE_DIR, f"tag-{tag}")
+    try:
+        with open(path) as f:
+            lease = json.load(f)
+    except FileNotFoundError:
+        lease = None
+    except (OSError, ValueError):
+        return f"its lease {path} cannot be read"
+    if lease is not None:
+        if not isinstance(lease, dict):
+            return f"its lease {path} is not a dtnet lease"
+        if lease_live(lease):
+            return f"tag {tag} is leased by a live run (pid {lease.get('pid')}, {lease.get('run_dir')})"
+        if not isinstance(lease.get("run_dir"), str) or os.path.realpath(lease["run_dir"]) != os.path.realpath(run_dir):
+            return f"tag {tag} is leased to another run's folder ({lease.get('run_dir')})"
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    os.makedirs(LEASE_DIR, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return f"tag {tag} was leased by a new run meanwhile"
+    with os.fdopen(fd, "w") as f:
+        json.dump(_lease_record(run_dir), f)
+    return None
 
 
 def _mtime(path: str) -> float:
@@ -89,15 +137,19 @@ class RunState:
 
     def __init__(self, run_dir: str, tag: str):
         self.path = inside(run_dir, STATE_NAME)
-        self.data = {"tag": tag, "owner_pid": os.getpid(), "pids": {}, "bridges": [],
-                     "status": "starting"}
+        self.data = {"tag": tag, "owner_pid": os.getpid(), "owner_start": start_time(os.getpid()),
+                     "pids": {}, "starts": {}, "bridges": [], "status": "starting"}
         self.save()
 
     def add_pid(self, role: str, pid: int) -> None:
+        """A process this run started, with its start time: `dtnet clean` kills only that process."""
         self.data["pids"][role] = pid
+        self.data["starts"][role] = start_time(pid)
         self.save()
 
     def set(self, **kv) -> None:
+        if "host_pids" in kv:  # the hosts' shells: their start times too, for `dtnet clean`
+            kv["host_starts"] = {h: start_time(p) for h, p in kv["host_pids"].items()}
         self.data.update(kv)
         self.save()
 

@@ -9,6 +9,7 @@ from emulator.agent.protocol import Beat
 from emulator.agent.replay import Agent
 from emulator.run.faults import FaultInjector
 from emulator.run.watchdog import Watchdog
+from badinput import InputError
 from experiment import model
 from experiment.model import Fault
 from experiment.plan import build_plans
@@ -222,3 +223,49 @@ def test_a_fault_that_fails_is_recorded_not_raised(tmp_path):
     tb.restart_controller = broken
     ev = inj.apply(Fault(1, controller="restart"))
     assert not ev["ok"] and "did not come back" in ev["error"]
+
+
+@pytest.mark.parametrize("faults, key", [
+    ("{at_ms: 1.0e+300, link: [core0, agg0_0], state: down}", "faults[0].at_ms"),
+    ("{at_ms: 16000, switch: agg0_0, state: down}", "faults[0].at_ms"),
+    # Listed out of time order: the error names the file's own index, not the sorted one.
+    ("{at_ms: 1.0e+12, controller: restart}, {at_ms: 5, switch: agg0_0, state: down}", "faults[0].at_ms"),
+])
+def test_a_fault_past_the_runs_time_limit_is_refused_at_check(tmp_path, faults, key):
+    from emulator.run import faults as fault_mod
+    exp = load(tmp_path, faults)
+    with pytest.raises(InputError) as ei:
+        fault_mod.check(exp)
+    assert ei.value.key == key and "testbed.timeout_s" in str(ei.value) and "\n" not in str(ei.value)
+    assert str(tmp_path / "e.yaml") in str(ei.value)
+
+
+def test_a_fault_within_the_limit_passes_and_down_ms_counts(tmp_path):
+    from emulator.run import faults as fault_mod
+    # testbed.timeout_s 600 s of wall clock at dilation 40: 15000 ms of real-cluster time.
+    assert fault_mod.check(load(tmp_path, "{at_ms: 14000, controller: restart}")) is None
+    with pytest.raises(InputError, match="down_ms"):
+        fault_mod.check(load(tmp_path, "{at_ms: 14000, controller: restart, down_ms: 2000}"))
+
+
+def test_the_fault_thread_reports_a_failure_and_every_fault_it_dropped(tmp_path):
+    logs = []
+    faults = [Fault(0, straggler="h3", factor=2.0), Fault(1, link=("core0", "agg0_0"), state="down"),
+              Fault(2, link=("core0", "agg0_0"), state="up")]
+    inj, _, _ = _injector(tmp_path, faults)
+    inj.log = logs.append
+    inj.t0 = -1e9  # every fault is due at once
+    real = inj.apply
+
+    def apply(f):
+        if f is faults[1]:
+            raise OverflowError("timestamp too large")
+        return real(f)
+    inj.apply = apply
+    inj.start()
+    inj._thread.join(10)
+    assert not inj._thread.is_alive()
+    assert [(e["fault"], e["ok"]) for e in inj.applied] == [("straggler", True), ("link down", False),
+                                                            ("link up", False)]
+    assert "OverflowError" in inj.applied[2]["error"]
+    assert any("fault thread failed" in m and "2 fault(s) not applied" in m for m in logs)
