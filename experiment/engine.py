@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 
 ENGINES = {
-    "emulate": ("emulator.run.runner:run_experiment", None),
+    "emulate": ("emulator.run.runner:run_experiment", "emulator.testbed.transport:check"),
     "flow": ("flowsim.runner:run_experiment", "flowsim.runner:check"),
 }
 

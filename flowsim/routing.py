@@ -114,6 +114,9 @@ class Router:
 
     name = "router"
     poll_s: float | None = None
+    # A path may be several equal-cost paths one after another, the flow split evenly over them
+    # (SprayRouter): the engine then weighs each link by path_weights.
+    splits = False
 
     def __init__(self):
         self._paths: SwitchPaths | None = None
@@ -315,6 +318,47 @@ class ShortestRouter(Router):
                 v = crc[pair] = zlib.crc32(f"{pair[0]}:{pair[1]}".encode())
             out[k] = v
         return out
+
+
+class SprayRouter(Router):
+    """Per-packet spraying (the ``spray`` policy), as fluid: each flow splits evenly over its
+    equal-cost paths. Its path is those paths one after another (each starts on the source's
+    host link), so a link on j of the k paths carries j/k of the flow (path_weights)."""
+
+    name = "spray"
+    splits = True
+    MAX_PATHS = 256  # per host pair; beyond, the first 256 in port order (stated in describe)
+
+    def __init__(self):
+        super().__init__()
+        self._cache: dict = {}
+        self._version = None
+
+    def describe(self) -> dict:
+        return {"name": self.name, "split": f"even over the equal-cost paths (at most {self.MAX_PATHS} a pair)"}
+
+    def route(self, net, src, dst, key, conns=None):
+        if self._version != net.version:
+            self._cache, self._version = {}, net.version
+        paths = []
+        for s, d in zip(np.asarray(src, np.int64).tolist(), np.asarray(dst, np.int64).tolist()):
+            p = self._cache.get((s, d))
+            if p is None:
+                ecp = self.equal_cost_paths(net, s, d, self.MAX_PATHS) if s != d else []
+                ecp = [q for q in ecp if len(q) and net.link_up[q].all()]
+                p = self._cache[s, d] = np.concatenate(ecp) if ecp else np.zeros(0, np.int64)
+            paths.append(p)
+        return np.concatenate([[0], np.cumsum([len(p) for p in paths])]).astype(np.int64), \
+            (np.concatenate(paths) if paths else np.zeros(0, np.int64))
+
+
+def path_weights(path: np.ndarray) -> np.ndarray:
+    """Each entry's share of the flow: 1/k for a path made of k equal-cost paths (k: how often
+    its first link, the source's host link, appears), so link loads and hop counts divide by k."""
+    path = np.asarray(path)
+    if not len(path):
+        return np.zeros(0)
+    return np.full(len(path), 1.0 / np.count_nonzero(path == path[0]))
 
 
 def _links(net: Net, a: np.ndarray, b: np.ndarray) -> np.ndarray:

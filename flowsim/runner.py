@@ -25,6 +25,7 @@ from badinput import InputError
 from experiment import program
 from experiment.engine import Interrupted, RunFailure
 from experiment.model import Experiment, Scale, write_resolved
+from experiment.transport import check_transport, ignored_note
 from experiment.outputs.announcements import summarize as announcement_summary
 from experiment.outputs.links import COLUMNS as LINK_COLUMNS
 from experiment.outputs.summary import build as build_summary, job_results
@@ -33,7 +34,7 @@ from experiment.plan import emulated_bytes, gpus_per_server, job_traces, predict
 from flowsim.control import ControllerRouter, needs_controller
 from flowsim.cosched import PhaseGates, announcements
 from flowsim.engine import Fault, JobSpec, Params, Simulation, Straggler
-from flowsim.network import Net
+from flowsim.network import LINK_KINDS, Net
 from flowsim.routing import EcmpRouter, ShortestRouter
 from traffic.collectives.templates import template
 from traffic.collectives import build_schedule
@@ -61,11 +62,24 @@ def check(exp: Experiment) -> str:
             raise InputError(f"jobs[{i}].workload.command", "a workload dtnet replays with engine: flow (a real "
                              "program runs only on the emulator's hosts)", " ".join(job.workload["command"])[:60],
                              exp.source)
+    ignored = check_transport(exp, ENGINE)
     return (f"engine flow: {exp.flow.collective_model} collectives, routing {exp.routing}"
             + (f" (ECMP seed {exp.flow.ecmp_seed})" if exp.routing != "shortest" else "")
             + f", slice {_fmt_bytes(slice_bytes(exp))}, latency {latency_s(exp) * 1e6:g} us"
             + (f" + {exp.latency_us:g} us a link" if exp.latency_us else "")
-            + ("; scale: mirrored (slices and controller periods as the emulator's)" if exp.scale_given else ""))
+            + (f" + transport.latency_us {_fmt_kinds(exp.transport.latency_us)}" if exp.transport.latency_us else "")
+            + ("; scale: mirrored (slices and controller periods as the emulator's)" if exp.scale_given else "")
+            + (f"; ignores transport.{', transport.'.join(ignored)} (a fluid model has no TCP, packets or queues)"
+               if ignored else ""))
+
+
+def transport_ignored(exp: Experiment) -> list[str]:
+    """The transport: keys the file set that the flow model does not model."""
+    return check_transport(exp, ENGINE)
+
+
+def _fmt_kinds(lat) -> str:
+    return ", ".join(f"{k} {lat.of(k):g} us" for k in LINK_KINDS)
 
 
 def slice_bytes(exp: Experiment) -> float:
@@ -78,7 +92,13 @@ def latency_s(exp: Experiment) -> float:
     alpha-beta model's per-step alpha), or 0 when topology.latency_us delays each link instead."""
     if exp.flow.latency_us is not None:
         return exp.flow.latency_us * 1e-6
-    return 0.0 if exp.latency_us > 0 else exp.prediction.latency_us * 1e-6
+    return 0.0 if exp.latency_us > 0 or exp.transport.latency_us else exp.prediction.latency_us * 1e-6
+
+
+def link_latency_s(exp: Experiment) -> tuple | None:
+    """transport.latency_us: one-way delay of each link by kind (host, fabric, nvlink), or None."""
+    lat = exp.transport.latency_us
+    return None if lat is None else tuple(lat.of(k) * 1e-6 for k in LINK_KINDS)
 
 
 def hop_latency_s(exp: Experiment) -> float:
@@ -362,6 +382,7 @@ def _run(exp: Experiment, out_dir: str, log) -> dict:
     bin_s = (exp.flow.link_bin_ms / 1000.0 if exp.flow.link_bin_ms
              else (EMULATOR_SAMPLE_S / exp.scale.dilation if exp.scale_given else 1e-3))
     params = Params(slice_bytes=slice_bytes(exp), latency_s=latency_s(exp), hop_latency_s=hop_latency_s(exp),
+                    link_latency_s=link_latency_s(exp),
                     collective_model=model,
                     series_bin_s=bin_s, record_transfers=model == "detailed" and transfers <= TRANSFER_EVENTS_MAX)
     phases = None
@@ -461,7 +482,11 @@ def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model
         "model": {**assumptions, "collective_model": model,
                   "mirrors_scale": {"link": exp.scale.link, "bytes": exp.scale.bytes,
                                     "dilation": exp.scale.dilation} if exp.scale_given else None,
-                  "ignored": ["testbed (but slice_bytes)", "scale (but what it mirrors)"],
+                  "ignored": ["testbed (but slice_bytes)", "scale (but what it mirrors)"]
+                  + [f"transport.{k}" for k in transport_ignored(exp)],
+                  "transport": {"models": {k: v for k, v in exp.transport.given().items()
+                                           if k not in transport_ignored(exp)},
+                                "ignores": ignored_note(exp, ENGINE)},
                   "counters": counters, "run_s": getattr(sim, "run_s", None), "wall_s": wall_s},
         "fidelity": {"ok": status == "complete" and converged, "engine": ENGINE, "checks": checks,
                      "note": "a model, not an emulation: what it assumed is under model"},

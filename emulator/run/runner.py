@@ -21,7 +21,7 @@ from emulator.run import autoscale, fidelity, linksampler, relay
 from emulator.run.faults import FaultInjector
 from emulator.run.programs import Programs
 from emulator.run.watchdog import Watchdog
-from emulator.testbed import capture, runstate
+from emulator.testbed import capture, runstate, transport
 from emulator.testbed.datapath import OVS_SEND_BUFFER_BYTES, netem_available, ovs_send_buffer
 from emulator.testbed.lifecycle import Testbed
 from emulator.testbed.process import stop_process
@@ -53,6 +53,7 @@ def run_experiment(exp: Experiment, out_dir: str, log=print, prepare=None) -> di
 
 
 def _run(exp: Experiment, out_dir: str, log, calibration: dict | None = None) -> dict:
+    log(f"[run] {transport.check(exp)}")  # transport: and policy refusals, before anything is written
     if exp.latency_us and not netem_available():
         # Before anything is written: the run would otherwise be silently latency-free.
         raise InputError("topology.latency_us", "0 on this machine: its kernel has no netem (sch_netem), "
@@ -68,7 +69,7 @@ def _run(exp: Experiment, out_dir: str, log, calibration: dict | None = None) ->
            "totals": {}, "t_start": None, "t_end": None, "monitor": None, "calibration": calibration}
     try:
         with Testbed(fabric, out_dir, policy=exp.routing, params=exp.policy_params, scale_link=exp.scale.link,
-                     link_delay_us=exp.link_delay_us,
+                     link_delay_us=exp.link_delay_us, **transport.testbed_settings(exp),
                      datapath=exp.testbed.datapath, queue_packets=exp.testbed.queue_packets,
                      ready_timeout_s=exp.testbed.ready_timeout_s, log=log) as tb:
             ctx["datapath"] = tb.datapath
