@@ -25,6 +25,7 @@ from badinput.paths import inside
 from controller import config as controller_config
 from controller.registry import DEFAULT_POLICY
 from emulator.testbed import runstate, shaping
+from emulator.testbed import transport as testbed_transport
 from emulator.testbed.datapath import AFXDP_MTU, AFXDP_PORT, MTU, detect_datapath, ensure_ovs
 from emulator.testbed.process import TestbedError, free_port, stop_process, wait_for
 from experiment import model
@@ -159,6 +160,9 @@ class Testbed:
             self._wire_link_namespace()
         self.state.set(host_pids={h: self.host(h).pid for h in self.fabric.hosts})
         self.net.start()
+        if self.tcp_cc is not None and testbed_transport.allow_in_namespaces(self.tcp_cc):
+            self.log(f"[testbed] {self.tcp_cc} added to net.ipv4.tcp_allowed_congestion_control, so that "
+                     "host namespaces may make it their default")
         self._configure_hosts()
         self._shape_links()
         if self.use_controller:
@@ -325,6 +329,11 @@ class Testbed:
             if self.datapath != "kernel":
                 cmds.append(shaping.offload_cmd(devs))
             node.cmd("; ".join(cmds))
+            if self.tcp_cc is not None:
+                have = node.cmd("cat /proc/sys/net/ipv4/tcp_congestion_control").strip()
+                if have != self.tcp_cc:  # never run with another one than the file asks for
+                    raise TestbedError(f"host {h}: net.ipv4.tcp_congestion_control is {have!r} after setting "
+                                       f"{self.tcp_cc!r}")
         sw_devs = [self.intf(s, nbr) for s in self.fabric.switches for nbr in self.fabric.graph.neighbors(s)]
         cmds = [f"ip link set {d} mtu {self.mtu}" for d in sw_devs]
         if self.datapath != "kernel":

@@ -18,6 +18,9 @@ from experiment.transport import check_transport
 # transport.tcp.cc -> the kernel's name for it.
 KERNEL_CC = {"newreno": "reno", "cubic": "cubic", "dctcp": "dctcp", "bbr": "bbr"}
 AVAILABLE_CC_PATH = "/proc/sys/net/ipv4/tcp_available_congestion_control"
+# A namespace other than the root one may make only these its default (the kernel answers EPERM
+# for the rest), and only the root namespace may widen the list.
+ALLOWED_CC_PATH = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
 # A bfifo must hold the frame in service and one behind it, or every burst of two drops.
 MIN_QUEUE_FRAMES = 2
 
@@ -29,6 +32,18 @@ def available_cc(path: str = AVAILABLE_CC_PATH) -> set[str]:
             return set(f.read().split())
     except OSError:
         return set()
+
+
+def allow_in_namespaces(cc: str, path: str = ALLOWED_CC_PATH) -> bool:
+    """Add the kernel's congestion control cc to what host namespaces may choose (the root
+    namespace's list; it only widens it). True when it was added."""
+    with open(path) as f:
+        allowed = f.read().split()
+    if cc in allowed:
+        return False
+    with open(path, "w") as f:
+        f.write(" ".join(allowed + [cc]))
+    return True
 
 
 def cc_refusal(cc: str, available: set[str]) -> str | None:
