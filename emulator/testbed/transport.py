@@ -21,6 +21,9 @@ AVAILABLE_CC_PATH = "/proc/sys/net/ipv4/tcp_available_congestion_control"
 # A namespace other than the root one may make only these its default (the kernel answers EPERM
 # for the rest), and only the root namespace may widen the list.
 ALLOWED_CC_PATH = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+# The largest MTU measured to cross OVS's userspace datapath between two Mininet hosts
+# (bench/probe_mtu.py: 65520 passes, 65528 does not; docs/transport.md).
+MAX_MTU_MEASURED = 65520
 # A bfifo must hold the frame in service and one behind it, or every burst of two drops.
 MIN_QUEUE_FRAMES = 2
 
@@ -106,6 +109,9 @@ def check(exp, available: set[str] | None = None, netem=None) -> str:
             return cc_refusal(value, cc_here)
         if key == "mtu_bytes" and exp.testbed.datapath == "afxdp" and value > AFXDP_MTU:
             return f"at most {AFXDP_MTU} bytes with testbed.datapath afxdp (OVS's AF_XDP frames are 4 KiB)"
+        if key == "mtu_bytes" and value > MAX_MTU_MEASURED:
+            return (f"at most {MAX_MTU_MEASURED} bytes with engine: emulate (the largest frame measured to cross "
+                    "the switches: bench/probe_mtu.py)")
         if key == "switch_buffer_bytes":
             mtu = mtu_of(exp)
             least = MIN_QUEUE_FRAMES * mtu / exp.scale.bytes

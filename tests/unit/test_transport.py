@@ -253,3 +253,10 @@ def test_published_result_files_run_on_the_flow_engine_and_the_emulator_refuses_
         pytest.skip("this kernel has netem: the emulator takes latency")
     assert main(["check", path, "--engine", "emulate"]) == 2
     assert f"{refused_key}: expected" in capsys.readouterr().err
+
+
+def test_emulator_refuses_frames_larger_than_measured_to_pass():
+    emu.check(exp({"mtu_bytes": emu.MAX_MTU_MEASURED, "switch_buffer_bytes": 1 << 30}), available=HERE_CC)
+    refused("transport.mtu_bytes", emu.check, exp({"mtu_bytes": emu.MAX_MTU_MEASURED + 1}), available=HERE_CC)
+    refused("transport.mtu_bytes", emu.check, exp({"mtu_bytes": 4000}, testbed={"datapath": "afxdp"}),
+            available=HERE_CC)
