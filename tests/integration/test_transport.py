@@ -63,10 +63,17 @@ def link_mtu(ip_link: str) -> str:
     return words[words.index("mtu") + 1] if "mtu" in words else ""
 
 
-def test_mtu_reaches_the_interfaces(tmp_path):
+def bfifo_limits(tc_json: str) -> list[int]:
+    return sorted(q["options"]["limit"] for q in json.loads(tc_json or "[]") if q.get("kind") == "bfifo")
+
+
+def test_mtu_and_switch_buffer_reach_the_interfaces(tmp_path):
+    """The MTU on a host's and a switch's interface; the switch buffer, scaled by scale.bytes
+    (16 MB x 1e-3), under the switch port's HTB, while the host's NIC keeps queue_packets."""
     out = tmp_path / "run"
-    mtu = 4000
-    p, _ = start_run(out, "ring-single-switch.yaml", f"transport.mtu_bytes={mtu}")
+    mtu, buffer_bytes = 4000, 16_000_000
+    p, _ = start_run(out, "ring-single-switch.yaml", f"transport.mtu_bytes={mtu}",
+                     f"transport.switch_buffer_bytes={buffer_bytes}")
     try:
         st = json.load(open(out / "state.json"))
         pids = st["host_pids"]
@@ -75,6 +82,10 @@ def test_mtu_reaches_the_interfaces(tmp_path):
         have = link_mtu(in_host(h0, "ip", "-o", "link", "show", "dev", f"{st['tag']}h0-eth{fab.port('h0', 's0')}"))
         sw = link_mtu(subprocess.run(["ip", "-o", "link", "show", "dev", f"{st['tag']}s0-eth{fab.port('s0', 'h0')}"],
                                      capture_output=True, text=True).stdout)
+        sw_q = bfifo_limits(subprocess.run(["tc", "-j", "qdisc", "show", "dev",
+                                            f"{st['tag']}s0-eth{fab.port('s0', 'h0')}"],
+                                           capture_output=True, text=True).stdout)
+        host_q = bfifo_limits(in_host(h0, "tc", "-j", "qdisc", "show", "dev", f"{st['tag']}h0-eth{fab.port('h0', 's0')}"))
         ip1 = fab.node("h1")["ip"]
         full = in_host(h0, "ping", "-c", "2", "-W", "2", "-M", "do", "-s", str(mtu - 28), ip1)
         over = subprocess.run(["nsenter", "-t", str(h0), "-n", "ping", "-c", "1", "-W", "1", "-M", "do", "-s",
@@ -82,5 +93,6 @@ def test_mtu_reaches_the_interfaces(tmp_path):
     finally:
         stop(p, out)
     assert have == str(mtu) and sw == str(mtu), (have, sw)
+    assert sw_q == [16000, 16000] and host_q == [1000 * 1500] * 2, (sw_q, host_q)
     assert " 0% packet loss" in full, full
     assert over.returncode != 0 and "message too long" in (over.stdout + over.stderr).lower(), over
