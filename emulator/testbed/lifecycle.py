@@ -334,6 +334,10 @@ class Testbed:
                 if have != self.tcp_cc:  # never run with another one than the file asks for
                     raise TestbedError(f"host {h}: net.ipv4.tcp_congestion_control is {have!r} after setting "
                                        f"{self.tcp_cc!r}")
+        if self.tcp_cc is None:  # say what the hosts inherited: engines compared with this run must know
+            cc = self.host(self.fabric.hosts[0]).cmd("cat /proc/sys/net/ipv4/tcp_congestion_control").strip()
+            self.log(f"[testbed] TCP congestion control in the hosts: {cc} (the kernel's default; "
+                     "transport.tcp.cc sets it)")
         sw_devs = [self.intf(s, nbr) for s in self.fabric.switches for nbr in self.fabric.graph.neighbors(s)]
         cmds = [f"ip link set {d} mtu {self.mtu}" for d in sw_devs]
         if self.datapath != "kernel":
