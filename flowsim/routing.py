@@ -344,8 +344,13 @@ class SprayRouter(Router):
         for s, d in zip(np.asarray(src, np.int64).tolist(), np.asarray(dst, np.int64).tolist()):
             p = self._cache.get((s, d))
             if p is None:
-                ecp = self.equal_cost_paths(net, s, d, self.MAX_PATHS) if s != d else []
-                ecp = [q for q in ecp if len(q) and net.link_up[q].all()]
+                if s == d:
+                    ecp = []
+                elif net.host_nvl[s] >= 0 and net.host_nvl[s] == net.host_nvl[d]:  # one path, over NVLink
+                    ecp = [_links(net, np.array([net.hosts[s], net.host_nvl[d]]), np.array([net.host_nvl[s], net.hosts[d]]))]
+                else:
+                    ecp = self.equal_cost_paths(net, s, d, self.MAX_PATHS)
+                ecp = [q for q in ecp if len(q) and (q >= 0).all() and net.link_up[q].all()]
                 p = self._cache[s, d] = np.concatenate(ecp) if ecp else np.zeros(0, np.int64)
             paths.append(p)
         return np.concatenate([[0], np.cumsum([len(p) for p in paths])]).astype(np.int64), \

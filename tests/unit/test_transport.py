@@ -260,3 +260,16 @@ def test_emulator_refuses_frames_larger_than_measured_to_pass():
     refused("transport.mtu_bytes", emu.check, exp({"mtu_bytes": emu.MAX_MTU_MEASURED + 1}), available=HERE_CC)
     refused("transport.mtu_bytes", emu.check, exp({"mtu_bytes": 4000}, testbed={"datapath": "afxdp"}),
             available=HERE_CC)
+
+
+def test_spraying_keeps_nvlink_peers_on_nvlink_and_splits_the_rest():
+    from topologies import rail_optimized
+    fab = rail_optimized(2, 4, 2)  # 2 servers of 4 GPUs, 4 rails, 2 spines
+    net = Net.from_fabric(fab)
+    # h0 to a peer in its server (NVLink), and to h5: another rail of the other server, over either spine.
+    src, dst = np.array([0, 0]), np.array([1, 5])
+    indptr, links = SprayRouter().route(net, src, dst, np.zeros(2, np.uint64))
+    local, remote = links[indptr[0]:indptr[1]], links[indptr[1]:indptr[2]]
+    assert [net.link_kind[x] for x in local] == [2, 2] and list(path_weights(local)) == [1.0, 1.0]
+    spines = {net.node_path(remote[i:i + 4])[2] for i in (0, 4)}
+    assert len(remote) == 8 and len(spines) == 2 and list(path_weights(remote)) == [0.5] * 8
