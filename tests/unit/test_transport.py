@@ -273,3 +273,17 @@ def test_spraying_keeps_nvlink_peers_on_nvlink_and_splits_the_rest():
     assert [net.link_kind[x] for x in local] == [2, 2] and list(path_weights(local)) == [1.0, 1.0]
     spines = {net.node_path(remote[i:i + 4])[2] for i in (0, 4)}
     assert len(remote) == 8 and len(spines) == 2 and list(path_weights(remote)) == [0.5] * 8
+
+
+def test_a_sprayed_flow_over_a_dead_uplink_takes_the_paths_left_or_none():
+    fab = leaf_spine(2, 2, 2, link_gbps=8.0)
+    net = Net.from_fabric(fab)
+    router = SprayRouter()
+    ip, lk = router.route(net, np.array([0]), np.array([2]), np.zeros(1, np.uint64))
+    assert len(lk) == 8  # both spines
+    net.set_cable("leaf0", "spine0", False)
+    ip, lk = router.route(net, np.array([0]), np.array([2]), np.zeros(1, np.uint64))
+    assert net.node_path(lk)[2] == "spine1" and list(path_weights(lk)) == [1.0] * 4
+    net.set_cable("leaf0", "spine1", False)
+    ip, lk = router.route(net, np.array([0, 0]), np.array([2, 1]), np.zeros(2, np.uint64))
+    assert list(ip) == [0, 0, 2]  # the first is cut off; the one within its leaf still goes
