@@ -194,6 +194,15 @@ class ShortestForwarding(EcmpForwarding):
         return ports
 
 
+class SprayForwarding(EcmpForwarding):
+    """Spray over the equal-cost paths: the same ports as ECMP, but every packet picks one
+    anew, so a flow's bytes split evenly over its paths (no flow hashes onto one). The packet
+    engine executes it per packet; the flow engine splits each flow evenly over its paths; the
+    emulator refuses it (an OVS select group hashes per flow)."""
+
+    sprays = True
+
+
 class TableForwarding(Forwarding):
     """Base forwarding from an explicit table {(switch, destination host): ports}, for static
     policies that compute it once; pairs not in the table fall back to ``default``."""
@@ -272,6 +281,7 @@ class Policy:
 
     PARAMS: ClassVar[Mapping[str, Param]] = {}
     sees_flows: ClassVar[bool] = False    # flow_started is called for every new flow
+    sprays: ClassVar[bool] = False        # its base forwarding is a SprayForwarding (engines that cannot spray refuse it)
     coschedules: ClassVar[bool] = False   # jobs announce their phases; announce answers them
     name: str = ""                        # what the registry calls it (set when it loads the class)
 

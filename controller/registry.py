@@ -22,6 +22,7 @@ BUILTINS = {
     "ecmp": "controller.policies.static:Ecmp",
     "congestion-aware": "controller.policies.congestion:CongestionAware",
     "coschedule": "controller.policies.coschedule:CoSchedule",
+    "spray": "controller.policies.static:Spray",
 }
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 EXPECTED = "one of " + ", ".join(BUILTINS) + ", or package.module:Class"

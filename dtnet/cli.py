@@ -187,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="validate an experiment file (every point of a sweep) without running it",
                        description="Reads the experiment as `dtnet run` would (with the same --set overrides), "
                                    "builds its fabric and plans every job, asks its engine whether it can model "
-                                   "everything in it, then prints what it would run. Needs no root and starts "
+                                   "everything in it (such as the transport: keys, docs/transport.md), then prints what it would run. Needs no root and starts "
                                    "nothing. Exit 0 when valid; 2 with a one-line error naming the file, the key, "
                                    "what was expected and what was found.")
     c.add_argument("experiment", help="experiment YAML file")

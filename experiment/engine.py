@@ -20,7 +20,7 @@ import importlib
 # name -> (its Engine class, a light function for `dtnet check` or None): `check` must not
 # import the engine itself (the emulator's imports Mininet, which needs no root to check).
 ENGINES = {
-    "emulate": ("emulator.run.runner:EmulatorEngine", "emulator.run.faults:check"),
+    "emulate": ("emulator.run.runner:EmulatorEngine", "emulator.check:check"),
     "flow": ("flowsim.runner:FlowEngine", "flowsim.runner:check"),
 }
 

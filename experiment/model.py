@@ -19,8 +19,10 @@ from badinput import InputError
 from badinput.paths import check_name
 from controller.registry import BUILTINS, DEFAULT_POLICY, make_policy, policy_class
 from experiment import placement, program
+from experiment import transport as _transport
 from experiment.engine import DEFAULT_ENGINE
 from experiment.engine import ENGINES as ENGINE_TABLE
+from experiment.settings import setting  # noqa: F401  (part of this module's API)
 from topologies import build as build_fabric
 from topologies import load_fabric_file
 
@@ -39,10 +41,6 @@ MAX_LATENCY_US = 1e6
 NUM = (int, float)
 
 
-def setting(default, types, check=None, expected=None):
-    """A dataclass field read from the experiment file: its default, types and range, said once.
-    parse() reads it with read_settings(); a float field takes an integer too."""
-    return field(default=default, metadata={"types": types, "check": check, "expected": expected})
 
 
 @dataclass(frozen=True)
@@ -167,6 +165,7 @@ class Experiment:
     flow: Flow = Flow()
     # False: the file has no scale: section (allowed with engine: flow, which works in real units).
     scale_given: bool = True
+    transport: _transport.Transport = _transport.Transport()  # docs/transport.md
 
     @property
     def policy(self) -> str:
@@ -501,11 +500,15 @@ def parse(data, file: str | None = None) -> Experiment:
     ps.done()
     flow = _flow(top.get("flow", dict, {}), file)
     sweep = _sweep(top.get("sweep", dict, {}), file)
+    transport = _transport.parse(top.get("transport", dict, {}), file, _Section, read_settings)
+    if transport.latency_us is not None and latency_us:
+        raise InputError("transport.latency_us", "either transport.latency_us or topology.latency_us, not both",
+                         transport.to_dict()["latency_us"], file)
     top.done()
     return Experiment(name=name, topology=topo, scale=scale, routing=routing, jobs=tuple(jobs),
                       testbed=testbed, description=description, faults=faults, capture=capture,
                       prediction=prediction, sweep=sweep, engine=engine, flow=flow, scale_given=scale_given,
-                      source=file, raw=data, policy_params=policy_params)
+                      source=file, raw=data, policy_params=policy_params, transport=transport)
 
 
 def _controller(data, fabric, file) -> tuple[str, dict]:
@@ -661,6 +664,7 @@ def to_dict(exp: Experiment) -> dict:
         "prediction": asdict(exp.prediction),
         **({"flow": {k: v for k, v in asdict(exp.flow).items() if v is not None}} if exp.flow != Flow() else {}),
         **({"sweep": {"list": [dict(copy.deepcopy(p)) for p in exp.sweep]}} if exp.sweep else {}),
+        **({"transport": exp.transport.to_dict()} if exp.transport.given() else {}),
     }
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from controller.core import FabricController
 from controller.policy import EcmpForwarding, FlowKey, ShortestForwarding
 from controller.registry import make_policy
-from flowsim.routing import EcmpRouter, Router, ShortestRouter
+from flowsim.routing import EcmpRouter, Router, ShortestRouter, SprayRouter
 
 TABLE_ONLY = ("shortest", "ecmp")  # built-ins that are their tables alone: no controller to drive
 CLOCK_PARAMS = ("poll_s", "tau_s", "hold_s")  # periods in the controller's clock
@@ -92,6 +92,8 @@ class ForwardingRouter(Router):
 
 def base_router(ctl: FabricController, seed: int) -> Router:
     """The vectorized router equal to the policy's base forwarding, or the hop-by-hop one."""
+    if getattr(ctl.fwd, "sprays", False):
+        return SprayRouter()
     if isinstance(ctl.fwd, ShortestForwarding):
         return ShortestRouter()
     if type(ctl.fwd) is EcmpForwarding:
@@ -115,6 +117,7 @@ class ControllerRouter(Router):
         self.fabric, self.name, self.seed = fabric, policy, int(seed)
         self.ctl = FabricController(fabric, policy, self.params, link_scale=1.0)
         self.base = base_router(self.ctl, self.seed)
+        self.splits = self.base.splits
         self.poll_s = self.ctl.poll_s / 2  # stats at even polls, poll_done at odd ones
         self._tick = 0
         self.outages = sorted((float(a), float(b)) for a, b in outages)

@@ -31,14 +31,13 @@ import scipy.sparse as sp
 
 from flowsim.maxmin import max_min_rates
 from flowsim.network import LINK_KINDS, Net
-from flowsim.routing import Observation, Router, five_tuple_hash
+from flowsim.routing import Observation, Router, five_tuple_hash, path_weights
 from traffic.collectives.templates import bundle_shape, template
 from traffic.layout import parse_peer
 from traffic.collectives.algorithms import effective_gpus_per_server
 
 QUEUED, DONE, INFLIGHT = 1, 2, 3
-SMALL_NNZ = 50_000
-NVLINK_LINK = LINK_KINDS.index("nvlink")  # incidence entries below which a solve uses bincounts, not sparse products
+SMALL_NNZ = 50_000  # incidence entries below which a solve uses bincounts, not sparse products
 BYTE_TOL = 1e-3          # bytes: a transfer this close to its end is done
 COLLECTIVE_MODELS = ("detailed", "bundle")
 
@@ -54,6 +53,8 @@ class Params:
     slice_bytes: float = 16384
     latency_s: float = 0.0
     hop_latency_s: float = 0.0  # more delivery latency per fabric or host link of a transfer's path (not NVLink)
+    # Per link kind (host, fabric, nvlink: LINK_KINDS) in place of hop_latency_s (transport.latency_us).
+    link_latency_s: tuple | None = None
     collective_model: str = "detailed"
     series_bin_s: float | None = None
     max_fixed_point_iters: int = 60
@@ -68,11 +69,26 @@ class Params:
             raise ValueError(f"latency_s: expected >= 0, found {self.latency_s!r}")
         if not self.hop_latency_s >= 0:
             raise ValueError(f"hop_latency_s: expected >= 0, found {self.hop_latency_s!r}")
+        if self.link_latency_s is not None and not (len(self.link_latency_s) == len(LINK_KINDS)
+                                                    and all(v >= 0 for v in self.link_latency_s)):
+            raise ValueError(f"link_latency_s: expected {len(LINK_KINDS)} values >= 0 ({', '.join(LINK_KINDS)}), "
+                             f"found {self.link_latency_s!r}")
         if self.collective_model not in COLLECTIVE_MODELS:
             raise ValueError(f"collective_model: expected one of {', '.join(COLLECTIVE_MODELS)}, "
                              f"found {self.collective_model!r}")
         if self.series_bin_s is not None and not self.series_bin_s > 0:
             raise ValueError(f"series_bin_s: expected > 0 or None, found {self.series_bin_s!r}")
+
+    @property
+    def kind_latency_s(self) -> np.ndarray:
+        """Delivery latency each link of a kind adds (indexed by LINK_KINDS)."""
+        if self.link_latency_s is not None:
+            return np.asarray(self.link_latency_s, float)
+        return np.array([0.0 if k == "nvlink" else self.hop_latency_s for k in LINK_KINDS])
+
+    @property
+    def has_link_latency(self) -> bool:
+        return bool((self.kind_latency_s > 0).any())
 
 
 @dataclass
@@ -899,15 +915,18 @@ class Simulation:
             self._transfers_done(fin[~late])
 
     def _path_lat(self, path: np.ndarray) -> float:
-        """latency_s plus hop_latency_s per link of the path that is not NVLink (as the emulator
-        delays every fabric and host link, and no NVLink hop)."""
-        if self.p.hop_latency_s <= 0:
+        """latency_s plus each link's delay by its kind (by default hop_latency_s on every fabric
+        and host link and none on NVLink, as the emulator delays them)."""
+        if not self.p.has_link_latency:
             return self.p.latency_s
-        return self.p.latency_s + self.p.hop_latency_s * int(np.count_nonzero(self.net.link_kind[path] != NVLINK_LINK))
+        delay = float(self.p.kind_latency_s[self.net.link_kind[path]].sum())
+        if self.router.splits and len(path):  # k equal-cost paths of one length, one after another
+            delay *= path_weights(path)[0]
+        return self.p.latency_s + delay
 
     def _lat_of(self, tids: np.ndarray) -> np.ndarray:
         """Delivery latency of each transfer: its connection's."""
-        if self.p.latency_s <= 0 and self.p.hop_latency_s <= 0:
+        if self.p.latency_s <= 0 and not self.p.has_link_latency:
             return np.zeros(len(tids))
         return np.array([self.C_lat[c] for c in self.T_conn[tids].tolist()])
 
@@ -970,7 +989,7 @@ class Simulation:
     def _latency_cap(self, b: int):
         """A step cannot take less than the latency plus one slice (or chunk) at the bundle's
         uncontended rate: cap the tied rate so that the schedule's steps fit."""
-        if (self.p.latency_s <= 0 and self.p.hop_latency_s <= 0) or not self.B_steps[b]:
+        if (self.p.latency_s <= 0 and not self.p.has_link_latency) or not self.B_steps[b]:
             return
         self._route_missing(self.B_conns[b])
         cols = self._bundle_column(b)
@@ -984,7 +1003,7 @@ class Simulation:
 
     def _bundle_lat(self, b: int) -> float:
         """A bundle's step latency: its slowest connection's (every step waits for all of them)."""
-        if self.p.latency_s <= 0 and self.p.hop_latency_s <= 0:
+        if self.p.latency_s <= 0 and not self.p.has_link_latency:
             return 0.0
         self._route_missing(self.B_conns[b])
         return max((self.C_lat[c] for c in self.B_conns[b].tolist()), default=self.p.latency_s)
@@ -1003,7 +1022,10 @@ class Simulation:
         lens = np.array([len(p) for p in paths], np.int64)
         links = np.concatenate(paths) if paths else np.zeros(0, np.int64)
         u, inv = np.unique(links, return_inverse=True)
-        uw = np.bincount(inv, weights=np.repeat(w, lens), minlength=len(u))
+        per_entry = np.repeat(w, lens)
+        if self.router.splits and len(links):  # a sprayed connection puts 1/k of its rate on each of k paths
+            per_entry = per_entry * np.concatenate([path_weights(p) for p in paths])
+        uw = np.bincount(inv, weights=per_entry, minlength=len(u))
         self._cols[b] = (u, uw, self._path_version)
         if self.B_key[b] is not None:
             self._cols[("key", self.B_key[b])] = self._cols[b]
@@ -1257,7 +1279,7 @@ class Simulation:
         paths = [self.C_path[c] for c in conns]
         lens = [len(p) for p in paths]
         cols_links = list(paths)
-        cols_w = [np.ones(len(p)) for p in paths]
+        cols_w = [path_weights(p) if self.router.splits else np.ones(len(p)) for p in paths]
         for b in blive:
             lk, w = self._bundle_column(int(b))
             cols_links.append(lk)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from flowsim.network import LINK_KINDS
+
 ASSUMPTIONS = (
     "fluid flows: bytes move at the rates of a max-min fair share of every directed link (progressive "
     "filling), recomputed at every event; no packets, queues, slow start, retransmits or shaper bursts",
@@ -54,11 +56,13 @@ class Result:
             out["statements"] = out["statements"] + [
                 "bundle: each collective instance is one entity, its connections tied to one rate and starting "
                 "when its last member starts (a ring's steady state; an approximation for other algorithms)"]
-        if p.latency_s > 0 or p.hop_latency_s > 0:
+        if p.latency_s > 0 or p.has_link_latency:
             out["statements"] = out["statements"] + [
                 "latency delays each transfer's delivery (latency_s, plus hop_latency_s per fabric or host link of "
                 "its path); a following send sees its gate's progress minus that latency at the gate's current rate"]
         out["hop_latency_s"] = p.hop_latency_s
+        if p.link_latency_s is not None:
+            out["link_latency_s"] = dict(zip(LINK_KINDS, map(float, p.link_latency_s)))
         return out
 
     def op_events(self):

@@ -114,6 +114,9 @@ class Router:
 
     name = "router"
     poll_s: float | None = None
+    # A path may be several equal-cost paths one after another, the flow split evenly over them
+    # (SprayRouter): the engine then weighs each link by path_weights.
+    splits = False
 
     def __init__(self):
         self._paths: SwitchPaths | None = None
@@ -248,19 +251,24 @@ class Router:
         if net.host_nvl[src] >= 0 and net.host_nvl[src] == net.host_nvl[dst]:
             ind, lk = self.route(net, [src], [dst], [0])
             return [lk]
-        sp_ = self.structure(net)
         s_sw, d_sw = int(net.host_switch[src]), int(net.host_switch[dst])
+        first, last = net.link(int(net.hosts[src]), s_sw), net.link(d_sw, int(net.hosts[dst]))
+        return [np.array([first, *mid, last], dtype=np.int64) for mid in self.switch_paths(net, s_sw, d_sw, limit)]
+
+    def switch_paths(self, net: Net, s_sw: int, d_sw: int, limit: int = 256) -> list[list[int]]:
+        """Every shortest path (as switch-to-switch link ids, [] within one switch) between two
+        OpenFlow switches over links that are up, up to `limit`, in port order."""
+        sp_ = self.structure(net)
         dl = int(sp_.local[d_sw])
         dist, col = sp_.distances(np.array([dl]))
         d = dist[:, col[dl]]
-        first, last = net.link(int(net.hosts[src]), s_sw), net.link(d_sw, int(net.hosts[dst]))
-        out: list[np.ndarray] = []
+        out: list[list[int]] = []
 
         def walk(u, prefix):
             if len(out) >= limit:
                 return
             if u == dl:
-                out.append(np.array([first] + prefix + [last], dtype=np.int64))
+                out.append(prefix)
                 return
             for v, lid in zip(sp_.nbr[u], sp_.nbr_link[u]):
                 if v >= 0 and net.link_up[lid] and d[v] == d[u] - 1:
@@ -315,6 +323,81 @@ class ShortestRouter(Router):
                 v = crc[pair] = zlib.crc32(f"{pair[0]}:{pair[1]}".encode())
             out[k] = v
         return out
+
+
+class SprayRouter(Router):
+    """Per-packet spraying (the ``spray`` policy), as fluid: each flow splits evenly over its
+    equal-cost paths. Its path is those paths one after another (each starts on the source's
+    host link), so a link on j of the k paths carries j/k of the flow (path_weights)."""
+
+    name = "spray"
+    splits = True
+    MAX_PATHS = 256  # per host pair; beyond, the first 256 in port order (stated in describe)
+
+    def __init__(self):
+        super().__init__()
+        self._mids: dict = {}  # (source switch, destination switch) -> (paths x hops) link ids
+        self._version = None
+
+    def describe(self) -> dict:
+        return {"name": self.name, "split": f"even over the equal-cost paths (at most {self.MAX_PATHS} a pair)"}
+
+    def _middle(self, net, s_sw: int, d_sw: int) -> np.ndarray:
+        m = self._mids.get((s_sw, d_sw))
+        if m is None:
+            paths = self.switch_paths(net, s_sw, d_sw, self.MAX_PATHS)
+            m = self._mids[s_sw, d_sw] = (np.array(paths, np.int64).reshape(len(paths), -1) if paths
+                                          else np.zeros((0, 0), np.int64))  # unreachable
+        return m
+
+    def route(self, net, src, dst, key, conns=None):
+        """Vectorized per switch pair: the flows between two switches share their middle paths."""
+        if self._version != net.version:
+            self._mids, self._version = {}, net.version
+        src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+        n = len(src)
+        ok = src != dst
+        local = ok & (net.host_nvl[src] >= 0) & (net.host_nvl[src] == net.host_nvl[dst])
+        s_sw, d_sw = net.host_switch[src], net.host_switch[dst]
+        fab = ok & ~local & (s_sw >= 0) & (d_sw >= 0)
+        first, last = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+        a, b = np.where(local, net.host_nvl[src], s_sw), np.where(local, net.host_nvl[dst], d_sw)
+        go = local | fab
+        first[go] = _links(net, net.hosts[src[go]], a[go])
+        last[go] = _links(net, b[go], net.hosts[dst[go]])
+        go &= (first >= 0) & (last >= 0)
+        go &= net.link_up[np.maximum(first, 0)] & net.link_up[np.maximum(last, 0)]
+        # Groups of flows with the same middle: NVLink peers (none), then each switch pair.
+        group = np.where(local, -1, s_sw * len(net.names) + d_sw)
+        keys, inv = np.unique(np.where(go, group, -2), return_inverse=True)
+        mids, lens = [], np.zeros(n, np.int64)
+        for g, k in enumerate(keys.tolist()):
+            m = None if k == -2 else np.zeros((1, 0), np.int64) if k == -1 else \
+                self._middle(net, int(k // len(net.names)), int(k % len(net.names)))
+            mids.append(m)
+            if m is not None and len(m):
+                lens[inv == g] = m.size + 2 * len(m)
+        indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        out = np.empty(int(indptr[-1]), np.int64)
+        order = np.argsort(inv, kind="stable")
+        bounds = np.searchsorted(inv[order], np.arange(len(keys) + 1))
+        for g, m in enumerate(mids):
+            if m is None or not len(m):
+                continue
+            idx = order[bounds[g]:bounds[g + 1]]
+            block = np.empty((len(idx), len(m), m.shape[1] + 2), np.int64)
+            block[:, :, 0], block[:, :, 1:-1], block[:, :, -1] = first[idx, None], m[None], last[idx, None]
+            out[indptr[idx][:, None] + np.arange(block[0].size)] = block.reshape(len(idx), -1)
+        return indptr, out
+
+
+def path_weights(path: np.ndarray) -> np.ndarray:
+    """Each entry's share of the flow: 1/k for a path made of k equal-cost paths (k: how often
+    its first link, the source's host link, appears), so link loads and hop counts divide by k."""
+    path = np.asarray(path)
+    if not len(path):
+        return np.zeros(0)
+    return np.full(len(path), 1.0 / np.count_nonzero(path == path[0]))
 
 
 def _links(net: Net, a: np.ndarray, b: np.ndarray) -> np.ndarray:

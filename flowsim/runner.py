@@ -24,6 +24,7 @@ from badinput.paths import open_out
 from experiment import program
 from experiment.engine import Interrupted, RunFailure
 from experiment.model import Experiment, Scale
+from experiment.transport import check_transport, ignored_note
 from experiment.outputs.announcements import summarize as announcement_summary
 from experiment.outputs.links import COLUMNS as LINK_COLUMNS
 from experiment.outputs.summary import build as build_summary, job_results
@@ -33,7 +34,7 @@ from experiment.plan import announcements, emulated_bytes, gpus_per_server, job_
 from flowsim.control import ControllerRouter, needs_controller
 from flowsim.cosched import PhaseGates
 from flowsim.engine import Fault, JobSpec, Params, Simulation, Straggler
-from flowsim.network import Net
+from flowsim.network import LINK_KINDS, Net
 from flowsim.routing import EcmpRouter, ShortestRouter
 from traffic.collectives.templates import template
 from traffic.collectives import build_schedule
@@ -61,11 +62,24 @@ def check(exp: Experiment) -> str:
             raise InputError(f"jobs[{i}].workload.command", "a workload dtnet replays with engine: flow (a real "
                              "program runs only on the emulator's hosts)", " ".join(job.workload["command"])[:60],
                              exp.source)
+    ignored = check_transport(exp, ENGINE)
     return (f"engine flow: {exp.flow.collective_model} collectives, routing {exp.routing}"
             + (f" (ECMP seed {exp.flow.ecmp_seed})" if exp.routing != "shortest" else "")
             + f", slice {_fmt_bytes(slice_bytes(exp))}, latency {latency_s(exp) * 1e6:g} us"
             + (f" + {exp.latency_us:g} us a link" if exp.latency_us else "")
-            + ("; scale: mirrored (slices and controller periods as the emulator's)" if exp.scale_given else ""))
+            + (f" + transport.latency_us {_fmt_kinds(exp.transport.latency_us)}" if exp.transport.latency_us else "")
+            + ("; scale: mirrored (slices and controller periods as the emulator's)" if exp.scale_given else "")
+            + (f"; ignores transport.{', transport.'.join(ignored)} (a fluid model has no TCP, packets or queues)"
+               if ignored else ""))
+
+
+def transport_ignored(exp: Experiment) -> list[str]:
+    """The transport: keys the file set that the flow model does not model."""
+    return check_transport(exp, ENGINE)
+
+
+def _fmt_kinds(lat) -> str:
+    return ", ".join(f"{k} {lat.of(k):g} us" for k in LINK_KINDS)
 
 
 def slice_bytes(exp: Experiment) -> float:
@@ -78,7 +92,13 @@ def latency_s(exp: Experiment) -> float:
     alpha-beta model's per-step alpha), or 0 when topology.latency_us delays each link instead."""
     if exp.flow.latency_us is not None:
         return exp.flow.latency_us * 1e-6
-    return 0.0 if exp.latency_us > 0 else exp.prediction.latency_us * 1e-6
+    return 0.0 if exp.latency_us > 0 or exp.transport.latency_us else exp.prediction.latency_us * 1e-6
+
+
+def link_latency_s(exp: Experiment) -> tuple | None:
+    """transport.latency_us: one-way delay of each link by kind (host, fabric, nvlink), or None."""
+    lat = exp.transport.latency_us
+    return None if lat is None else tuple(lat.of(k) * 1e-6 for k in LINK_KINDS)
 
 
 def hop_latency_s(exp: Experiment) -> float:
@@ -216,6 +236,13 @@ def _signature(fabric, hosts: tuple) -> tuple:
 
 # -- running ----------------------------------------------------------------------------
 
+def run_experiment(exp: Experiment, out_dir: str, log=print, prepare=None, force: bool = False) -> dict:
+    """The flow engine's run through the pipeline (benches and tests call it by this name)."""
+    from experiment.pipeline import run
+
+    return run(FlowEngine(), exp, out_dir, log=log, prepare=prepare, force=force)
+
+
 class FlowEngine(Engine):
     """The flow engine's part of a run (experiment.pipeline owns the folder)."""
     name, label, keep_events = ENGINE, "flow engine", True
@@ -242,7 +269,7 @@ class FlowEngine(Engine):
                  else (EMULATOR_SAMPLE_S / exp.scale.dilation if exp.scale_given else 1e-3))
         self.params = params = Params(
             slice_bytes=slice_bytes(exp), latency_s=latency_s(exp), hop_latency_s=hop_latency_s(exp),
-            collective_model=self.model, series_bin_s=bin_s,
+            link_latency_s=link_latency_s(exp), collective_model=self.model, series_bin_s=bin_s,
             record_transfers=self.model == "detailed" and self.transfers <= TRANSFER_EVENTS_MAX)
         phases = PhaseGates(announcements(fabric, jobs), router, on_event=events.add) if exp.coschedules else None
         net = Net.from_fabric(fabric)
@@ -433,7 +460,11 @@ def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model
         "model": {**assumptions, "collective_model": model,
                   "mirrors_scale": {"link": exp.scale.link, "bytes": exp.scale.bytes,
                                     "dilation": exp.scale.dilation} if exp.scale_given else None,
-                  "ignored": ["testbed (but slice_bytes)", "scale (but what it mirrors)"],
+                  "ignored": ["testbed (but slice_bytes)", "scale (but what it mirrors)"]
+                  + [f"transport.{k}" for k in transport_ignored(exp)],
+                  "transport": {"models": {k: v for k, v in exp.transport.given().items()
+                                           if k not in transport_ignored(exp)},
+                                "ignores": ignored_note(exp, ENGINE)},
                   "counters": counters, "run_s": getattr(sim, "run_s", None), "wall_s": wall_s},
         "fidelity": {"ok": status == "complete" and converged, "engine": ENGINE, "checks": checks,
                      "note": "a model, not an emulation: what it assumed is under model"},

@@ -37,7 +37,9 @@ def pattern_flows(pattern: str, nranks: int, *, stride: int = 1, rng: random.Ran
 
 def pattern_workload(spec: dict, nranks: int, file=None) -> Trace:
     """Rounds of flows: every flow of a round is concurrent; a rank starts round k+1 when its own
-    flows of round k are done (a zero-length compute op marks that)."""
+    flows of round k are done (a zero-length compute op marks that). incast with request_bytes:
+    each block waits for the receiver's request, sent when the receiver's previous round is done,
+    so every round starts together (synchronized reads)."""
     r = SpecReader(spec, file=file)
     pattern = r.choice("pattern", PATTERNS)
     size_bytes = r.int("size_bytes", minimum=0)
@@ -51,8 +53,12 @@ def pattern_workload(spec: dict, nranks: int, file=None) -> Trace:
             raise r.error("stride", f"a stride that is not a multiple of the host count {nranks}", kw["stride"])
     if pattern in ("random", "staggered"):
         kw["rng"] = random.Random(r.int("seed", 0))
+    request_bytes = 0
     if pattern == "incast":
         kw["dst"] = r.int("dst", 0, minimum=0, maximum=nranks - 1)
+        # Synchronized reads (Phanishayee et al., FAST 2008): the receiver asks every sender for its
+        # block at once, and asks again only when every block of the round has arrived.
+        request_bytes = r.int("request_bytes", 0, minimum=0, maximum=1 << 20)
     if pattern == "staggered":
         _staggered_args(r, nranks, kw)
     r.done()
@@ -68,7 +74,15 @@ def pattern_workload(spec: dict, nranks: int, file=None) -> Trace:
         for n, (src, dst) in enumerate(pattern_flows(pattern, nranks, **kw)):
             oid = f"it{it}/flow{n}"
             label = f"{pattern} {src}->{dst}"
-            ops[src].append(Op(oid, "send", prev[src], size_bytes=size_bytes, peer=dst, iteration=it, label=label))
+            deps = prev[src]
+            if request_bytes:  # the block goes once its request has arrived
+                rid = f"it{it}/request{n}"
+                ops[dst].append(Op(rid, "send", prev[dst], size_bytes=request_bytes, peer=src, iteration=it,
+                                   label=f"request {dst}->{src}"))
+                ops[src].append(Op(rid, "recv", prev[src], size_bytes=request_bytes, peer=dst, iteration=it,
+                                   label=f"request {dst}->{src}"))
+                deps = (rid,)
+            ops[src].append(Op(oid, "send", deps, size_bytes=size_bytes, peer=dst, iteration=it, label=label))
             ops[dst].append(Op(oid, "recv", prev[dst], size_bytes=size_bytes, peer=src, iteration=it, label=label))
             round_ops[src].append(oid)
             round_ops[dst].append(oid)
@@ -77,6 +91,8 @@ def pattern_workload(spec: dict, nranks: int, file=None) -> Trace:
             ops[x].append(Op(done, "compute", tuple(round_ops[x]), iteration=it, label="round done"))
             prev[x] = (done,)
     meta = {"workload": "pattern", "pattern": pattern, "size_bytes": size_bytes, "iterations": iterations}
+    if request_bytes:
+        meta["request_bytes"] = request_bytes
     meta.update({k: v for k, v in kw.items() if k != "rng"})
     trace = Trace(nranks=nranks, groups={}, ops=ops, meta=meta)
     trace.validate(file=file)

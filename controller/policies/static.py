@@ -1,8 +1,9 @@
-"""Static base forwarding: ``ecmp`` (every shortest path, hashed) and ``shortest`` (one per destination)."""
+"""Static base forwarding: ``ecmp`` (every shortest path, hashed), ``shortest`` (one per destination)
+and ``spray`` (every shortest path, per packet)."""
 from __future__ import annotations
 
 from controller.params import Param
-from controller.policy import EcmpForwarding, Forwarding, Observation, Policy, ShortestForwarding
+from controller.policy import EcmpForwarding, Forwarding, Observation, Policy, ShortestForwarding, SprayForwarding
 
 # The engine polls port counters for every policy: controller-state.json shows link loads.
 OBSERVE_PARAMS = {
@@ -27,3 +28,14 @@ class Shortest(Policy):
 
     def forwarding(self, now: float, obs: Observation) -> Forwarding:
         return ShortestForwarding(obs.paths)
+
+
+class Spray(Policy):
+    """Per-packet spraying over every shortest path of every pair: each switch sends each
+    packet out of any of its equal-cost next hops, so a flow's load splits evenly over its
+    paths. Engines that forward per flow (the emulator's OVS) refuse it."""
+    PARAMS = OBSERVE_PARAMS
+    sprays = True
+
+    def forwarding(self, now: float, obs: Observation) -> Forwarding:
+        return SprayForwarding(obs.paths)

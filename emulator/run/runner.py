@@ -20,10 +20,10 @@ from badinput.schema import to_json
 from emulator.agent import protocol
 from emulator.run import autoscale, fidelity, linksampler, relay
 from emulator.run.faults import FaultInjector
-from emulator.run.faults import check as check_faults
+from emulator.check import check
 from emulator.run.programs import Programs
 from emulator.run.watchdog import Watchdog
-from emulator.testbed import capture, runstate
+from emulator.testbed import capture, runstate, transport
 from emulator.testbed.datapath import OVS_SEND_BUFFER_BYTES, netem_available, ovs_send_buffer
 from emulator.testbed.lifecycle import Testbed
 from emulator.testbed.process import stop_process
@@ -63,14 +63,15 @@ class EmulatorEngine(Engine):
     """The emulator's part of a run: a testbed up, the replay on it, the testbed's summary sections."""
     name, label, calibrates = "emulate", "emulator", True
 
-    def check(self, exp: Experiment) -> None:
-        check_faults(exp)  # what `dtnet check` says too (experiment.engine.ENGINES)
+    def check(self, exp: Experiment) -> str:
+        verdict = check(exp)  # faults and transport:, as `dtnet check` says (experiment.engine.ENGINES)
         if exp.latency_us and not netem_available():
             # Before anything is written: the run would otherwise be silently latency-free.
             raise InputError("topology.latency_us", "0 on this machine: its kernel has no netem (sch_netem), "
                              "so links cannot be delayed (the lab VM has it: docs/lab-vm.md)",
                              exp.topology["latency_us"], exp.source)
-        return None
+        self.verdict = verdict
+        return verdict
 
     def plan(self, exp: Experiment, fabric) -> list:
         return build_plans(exp, fabric)
@@ -80,10 +81,12 @@ class EmulatorEngine(Engine):
 
     def execute(self, run: Run) -> None:
         exp = run.exp
+        run.log(f"[run] {self.verdict}")
         self.em = em = Emulation(calibration=run.calibration)
         try:
             with Testbed(run.fabric, run.out_dir, policy=exp.routing, params=exp.policy_params,
                          scale_link=exp.scale.link, link_delay_us=exp.link_delay_us,
+                         **transport.testbed_settings(exp),
                          datapath=exp.testbed.datapath, queue_packets=exp.testbed.queue_packets,
                          ready_timeout_s=exp.testbed.ready_timeout_s, log=run.log) as tb:
                 em.datapath = tb.datapath

@@ -25,6 +25,7 @@ from badinput.paths import inside
 from controller import config as controller_config
 from controller.registry import DEFAULT_POLICY
 from emulator.testbed import runstate, shaping
+from emulator.testbed import transport as testbed_transport
 from emulator.testbed.datapath import AFXDP_MTU, AFXDP_PORT, MTU, detect_datapath, ensure_ovs
 from emulator.testbed.process import TestbedError, close_inherited, free_port, stop_process, wait_for
 from experiment import model
@@ -39,6 +40,7 @@ class LinkShape:
     netns: str | None = None  # or inside this named namespace (AF_XDP link namespace)
     ingress: bool = False  # shape what dev receives (through an IFB), not what it sends
     delay_us: float = 0.0  # emulated one-way delay (netem), 0: none
+    limit_bytes: int | None = None  # its queue's bound in bytes (None: queue_packets x 1500 B)
 
 
 class Testbed:
@@ -48,7 +50,8 @@ class Testbed:
                  params: dict | None = None, datapath: str = model.Testbed.datapath,
                  queue_packets: int = model.Testbed.queue_packets,
                  ready_timeout_s: float = model.Testbed.ready_timeout_s, controller: bool = True, mtu: int = MTU,
-                 link_delay_us: float = 0.0, log=print, routing: str | None = None):
+                 link_delay_us: float = 0.0, log=print, routing: str | None = None, tcp_cc: str | None = None,
+                 switch_queue_bytes: int | None = None, kind_delay_us: dict | None = None):
         self.fabric = fabric
         self.run_dir = os.path.abspath(run_dir)
         self.policy = routing or policy  # routing: the old name
@@ -61,6 +64,12 @@ class Testbed:
         self.mtu = mtu
         # Emulated one-way delay of every fabric link (netem); NVLink hops have none.
         self.link_delay_us = link_delay_us
+        # transport: (emulator.testbed.transport): the kernel's congestion control in every host
+        # (None: leave the kernel's default), each switch output port's queue in emulated bytes,
+        # and the emulated delay per link kind (in place of link_delay_us).
+        self.tcp_cc = tcp_cc
+        self.switch_queue_bytes = switch_queue_bytes
+        self.kind_delay_us = kind_delay_us
         self.log = log
         self.net = None
         self.ctl_proc = None
@@ -152,6 +161,9 @@ class Testbed:
             self._wire_link_namespace()
         self.state.set(host_pids={h: self.host(h).pid for h in self.fabric.hosts})
         self.net.start()
+        if self.tcp_cc is not None and testbed_transport.allow_in_namespaces(self.tcp_cc):
+            self.log(f"[testbed] {self.tcp_cc} added to net.ipv4.tcp_allowed_congestion_control, so that "
+                     "host namespaces may make it their default")
         self._configure_hosts()
         self._shape_links()
         if self.use_controller:
@@ -301,6 +313,8 @@ class Testbed:
             cmds = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1",
                     # An idle connection must not fall back to slow start between steps.
                     "sysctl -qw net.ipv4.tcp_slow_start_after_idle=0"]
+            if self.tcp_cc is not None:  # per namespace: each host's own TCP stack
+                cmds.append(f"sysctl -qw net.ipv4.tcp_congestion_control={shlex.quote(self.tcp_cc)}")
             cmds += [f"ip link set {dev} mtu {self.mtu}" for dev in devs]
             # A 200 ms minimum RTO is 5 ms after the time dilation: far from a
             # lossless RDMA fabric. Keep recovery short.
@@ -316,6 +330,15 @@ class Testbed:
             if self.datapath != "kernel":
                 cmds.append(shaping.offload_cmd(devs))
             node.cmd("; ".join(cmds))
+            if self.tcp_cc is not None:
+                have = node.cmd("cat /proc/sys/net/ipv4/tcp_congestion_control").strip()
+                if have != self.tcp_cc:  # never run with another one than the file asks for
+                    raise TestbedError(f"host {h}: net.ipv4.tcp_congestion_control is {have!r} after setting "
+                                       f"{self.tcp_cc!r}")
+        if self.tcp_cc is None:  # say what the hosts inherited: engines compared with this run must know
+            cc = self.host(self.fabric.hosts[0]).cmd("cat /proc/sys/net/ipv4/tcp_congestion_control").strip()
+            self.log(f"[testbed] TCP congestion control in the hosts: {cc} (the kernel's default; "
+                     "transport.tcp.cc sets it)")
         sw_devs = [self.intf(s, nbr) for s in self.fabric.switches for nbr in self.fabric.graph.neighbors(s)]
         cmds = [f"ip link set {d} mtu {self.mtu}" for d in sw_devs]
         if self.datapath != "kernel":
@@ -336,16 +359,24 @@ class Testbed:
         shapes = []
         for a, b, d in self.fabric.links():
             mbps = d["link_gbps"] * 1000.0 * self.scale_link
-            delay = 0.0 if d.get("kind") == "nvlink" else self.link_delay_us
+            if self.kind_delay_us is not None:
+                delay = self.kind_delay_us.get(d.get("kind"), 0.0)
+            else:
+                delay = 0.0 if d.get("kind") == "nvlink" else self.link_delay_us
             for node, peer in ((a, b), (b, a)):
                 is_host = self.fabric.node(node)["role"] == "host"
+                # A switch's output port holds switch_buffer_bytes; a host's NIC keeps queue_packets.
+                limit = None if is_host else self.switch_queue_bytes
                 if (node, peer) in self.ns_ends:
                     # The peer's end carries what `node` sends (it egresses towards peer).
-                    shapes.append(LinkShape(self.ns_ends[peer, node], mbps, None, netns=self.link_ns, delay_us=delay))
+                    shapes.append(LinkShape(self.ns_ends[peer, node], mbps, None, netns=self.link_ns, delay_us=delay,
+                                            limit_bytes=limit))
                 elif self.datapath == "afxdp" and self._of_switch(node):
-                    shapes.append(LinkShape(self.intf(peer, node), mbps, peer, ingress=True, delay_us=delay))
+                    shapes.append(LinkShape(self.intf(peer, node), mbps, peer, ingress=True, delay_us=delay,
+                                            limit_bytes=limit))
                 else:
-                    shapes.append(LinkShape(self.intf(node, peer), mbps, node if is_host else None, delay_us=delay))
+                    shapes.append(LinkShape(self.intf(node, peer), mbps, node if is_host else None, delay_us=delay,
+                                            limit_bytes=limit))
         return shapes
 
     def _shape_links(self):
@@ -359,7 +390,8 @@ class Testbed:
                 dev = shaping.IFB_NAME
                 self.host(s.host).cmd(f"ip link add {dev} type ifb; ip link set {dev} mtu {self.mtu} up")
                 lines += shaping.ingress_redirect_cmds(s.dev, dev)
-            lines += shaping.htb_cmds(dev, s.rate_mbps, self.queue_packets, self.mtu, delay_us=s.delay_us)
+            lines += shaping.htb_cmds(dev, s.rate_mbps, self.queue_packets, self.mtu, delay_us=s.delay_us,
+                                      limit_bytes=s.limit_bytes)
         for (kind, name), lines in batches.items():
             self._tc_batch(kind, name, lines)
 

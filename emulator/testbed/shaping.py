@@ -40,7 +40,7 @@ def netem_limit_packets(rate_mbps: float, delay_us: float, queue_packets: int) -
 
 
 def htb_cmds(dev: str, rate_mbps: float, queue_packets: int, mtu: int = 1500,
-             delay_us: float = 0.0) -> list[str]:
+             delay_us: float = 0.0, limit_bytes: int | None = None) -> list[str]:
     """tc -batch lines shaping one interface's egress to rate_mbps.
 
     Two leaves share the link rate: pure TCP ACKs go first, everything
@@ -49,8 +49,9 @@ def htb_cmds(dev: str, rate_mbps: float, queue_packets: int, mtu: int = 1500,
     of ms late; the sender then stalls or retransmits for nothing, which a
     real fabric (where an ACK's queueing is negligible) would not do.
 
-    Each queue is bounded in bytes (queue_packets of 1500 B), so jumbo
-    frames do not make it deeper in time.
+    Each queue is bounded in bytes (queue_packets of 1500 B, or limit_bytes:
+    a switch buffer from transport.switch_buffer_bytes), so jumbo frames do not
+    make it deeper in time.
 
     delay_us > 0 (emulated microseconds; topology.latency_us times the time
     dilation) puts netem at the root with this HTB tree as its child: every
@@ -63,11 +64,14 @@ def htb_cmds(dev: str, rate_mbps: float, queue_packets: int, mtu: int = 1500,
     # the emulated size (often ~100 kB) pass at line rate, unshaped.
     burst_bytes = max(2 * mtu, int(rate_mbps * 1e6 / 8 * 0.001))
     shape = f"burst {burst_bytes} cburst {burst_bytes}"
-    limit = max(queue_packets * 1500, 2 * mtu)
+    if limit_bytes is not None and limit_bytes < 2 * mtu:
+        raise ValueError(f"limit_bytes: expected >= two frames ({2 * mtu}), found {limit_bytes!r}")
+    limit = max(queue_packets * 1500, 2 * mtu) if limit_bytes is None else limit_bytes
     ctl_mbps = rate_mbps * 0.05
     if delay_us > 0:
+        held = queue_packets if limit_bytes is None else math.ceil(limit_bytes / 64)
         head = [f"qdisc replace dev {dev} root handle 4: netem delay {delay_us:.3f}us "
-                f"limit {netem_limit_packets(rate_mbps, delay_us, queue_packets)}",
+                f"limit {netem_limit_packets(rate_mbps, delay_us, held)}",
                 f"qdisc replace dev {dev} parent 4:1 handle 5: htb default 20"]
     else:
         head = [f"qdisc replace dev {dev} root handle 5: htb default 20"]

@@ -81,3 +81,22 @@ def test_bad_pattern_specs(spec, msg):
     with pytest.raises(InputError) as e:
         build_workload(spec, 16, file="e.yaml")
     assert f"e.yaml: {msg}" in str(e.value), str(e.value)
+
+
+def test_synchronized_incast_waits_for_every_block_before_asking_again():
+    """request_bytes: the receiver's round-k requests go only after its round k-1 is done (every
+    block in), and each sender's block only after its request arrived."""
+    t = build_workload({"pattern": "incast", "size_bytes": 1000, "dst": 0, "request_bytes": 64,
+                        "iterations": 2}, 4)
+    recv_ops = {o.id: o for o in t.ops[0]}
+    requests = [o for o in t.ops[0] if o.kind == "send" and o.iteration == 1]
+    assert len(requests) == 3 and all(o.size_bytes == 64 for o in requests)
+    # Round 1's requests wait for the receiver's round-0 "done", which waits for all three blocks.
+    (done0,) = {d for o in requests for d in o.deps}
+    assert sorted(recv_ops[done0].deps) == sorted(o.id for o in t.ops[0] if o.kind == "recv" and o.iteration == 0
+                                                  and o.size_bytes == 1000)
+    for s in (1, 2, 3):
+        blocks = [o for o in t.ops[s] if o.kind == "send"]
+        got = {o.id: o for o in t.ops[s] if o.kind == "recv"}
+        assert all(len(b.deps) == 1 and got[b.deps[0]].size_bytes == 64 for b in blocks)
+    t.validate()

@@ -1,0 +1,179 @@
+"""The experiment file's `transport:` section: what the hosts' transport and the switches do.
+
+Engine-neutral: TCP's congestion control, the MTU, each switch output port's buffer, RED/ECN
+marking and the latency of each link kind (docs/transport.md). Every key is optional; a key
+left out means "the engine's own default" (the emulator: the kernel's congestion control, 9000-
+byte frames, testbed.queue_packets). Each engine models some keys, ignores others (and says so
+in summary.json `model`) and refuses the rest: SUPPORT is the table, check_transport() the one
+function every engine calls.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Callable
+
+from badinput import InputError
+from experiment.settings import setting
+
+CCS = ("newreno", "cubic", "dctcp", "bbr")
+# 576: the smallest IPv4 datagram every host must take (RFC 791); 65535: IPv4's total length.
+MIN_MTU_BYTES, MAX_MTU_BYTES = 576, 65535
+MAX_BUFFER_BYTES = 1 << 34  # 16 GiB: far beyond any switch's whole memory
+MAX_LATENCY_US = 1e6
+LINK_KINDS = ("host", "fabric", "nvlink")
+NUM = (int, float)
+
+
+@dataclass(frozen=True)
+class Tcp:
+    cc: str | None = setting(None, str, lambda v: v in CCS, "one of " + ", ".join(CCS))
+
+
+@dataclass(frozen=True)
+class Ecn:
+    """RED marking on every switch output port: no mark below min_bytes of queue, probability
+    rising linearly to max_prob at max_bytes, every packet marked above (DCTCP's K is min_bytes
+    with min_bytes == max_bytes and max_prob 1)."""
+    min_bytes: int = setting(65536, int, lambda v: 1 <= v <= MAX_BUFFER_BYTES, f"bytes in 1..{MAX_BUFFER_BYTES}")
+    max_bytes: int = setting(65536, int, lambda v: 1 <= v <= MAX_BUFFER_BYTES, f"bytes in 1..{MAX_BUFFER_BYTES}")
+    max_prob: float = setting(1.0, NUM, lambda v: 0 < v <= 1, "a probability in (0, 1]")
+
+
+@dataclass(frozen=True)
+class LatencyUs:
+    """One-way delay of each link of a kind, real-cluster microseconds: host (NIC to its
+    switch), fabric (switch to switch) and nvlink (inside a server)."""
+    host: float = setting(0.0, NUM, lambda v: 0 <= v <= MAX_LATENCY_US, f"microseconds in 0..{MAX_LATENCY_US:.0f}")
+    fabric: float = setting(0.0, NUM, lambda v: 0 <= v <= MAX_LATENCY_US,
+                             f"microseconds in 0..{MAX_LATENCY_US:.0f}")
+    nvlink: float = setting(0.0, NUM, lambda v: 0 <= v <= MAX_LATENCY_US,
+                             f"microseconds in 0..{MAX_LATENCY_US:.0f}")
+
+    def of(self, kind: str) -> float:
+        return getattr(self, kind)
+
+
+@dataclass(frozen=True)
+class Transport:
+    tcp: Tcp = Tcp()
+    mtu_bytes: int | None = setting(None, int, lambda v: MIN_MTU_BYTES <= v <= MAX_MTU_BYTES,
+                                     f"bytes in {MIN_MTU_BYTES}..{MAX_MTU_BYTES}")
+    # Per switch output port, real-cluster bytes.
+    switch_buffer_bytes: int | None = setting(None, int, lambda v: 1 <= v <= MAX_BUFFER_BYTES,
+                                               f"bytes in 1..{MAX_BUFFER_BYTES}")
+    ecn: Ecn | None = None
+    latency_us: LatencyUs | None = None
+
+    def given(self) -> dict:
+        """The keys the file set, by dotted name (tcp.cc, mtu_bytes, ...), with their values."""
+        out = {}
+        if self.tcp.cc is not None:
+            out["tcp.cc"] = self.tcp.cc
+        for k in ("mtu_bytes", "switch_buffer_bytes"):
+            if getattr(self, k) is not None:
+                out[k] = getattr(self, k)
+        if self.ecn is not None:
+            out["ecn"] = _plain(self.ecn)
+        if self.latency_us is not None:
+            out["latency_us"] = _plain(self.latency_us)
+        return out
+
+    def to_dict(self) -> dict:
+        """The section as a file writes it (only what was set)."""
+        out: dict = {}
+        for key, value in self.given().items():
+            if key == "tcp.cc":
+                out["tcp"] = {"cc": value}
+            else:
+                out[key] = value
+        return out
+
+
+KEYS = ("tcp.cc", "mtu_bytes", "switch_buffer_bytes", "ecn", "latency_us")
+
+
+def _plain(obj) -> dict:
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
+
+
+def parse(data, file, section_cls, read_settings) -> Transport:
+    """transport: {...} as a Transport. section_cls and read_settings are experiment.model's
+    readers (unknown keys refused, each setting checked)."""
+    sec = section_cls(data, "transport", file)
+    tcp_sec = section_cls(sec.get("tcp", dict, {}), "transport.tcp", file)
+    tcp = Tcp(**read_settings(Tcp, tcp_sec))
+    tcp_sec.done()
+    ecn = latency = None
+    if "ecn" in data:
+        es = section_cls(sec.get("ecn", dict), "transport.ecn", file)
+        ecn = Ecn(**read_settings(Ecn, es))
+        es.done()
+        if ecn.min_bytes > ecn.max_bytes:
+            raise InputError("transport.ecn.max_bytes", f"bytes >= min_bytes ({ecn.min_bytes})", ecn.max_bytes, file)
+    if "latency_us" in data:
+        ls = section_cls(sec.get("latency_us", dict), "transport.latency_us", file)
+        latency = LatencyUs(**read_settings(LatencyUs, ls))
+        ls.done()
+    sec.used.update(("ecn", "latency_us"))
+    kw = read_settings(Transport, sec)
+    sec.done()
+    t = Transport(tcp=tcp, ecn=ecn, latency_us=latency, **kw)
+    if t.tcp.cc == "dctcp" and t.ecn is None:
+        raise InputError("transport.ecn", "ECN marking (min_bytes, max_bytes, max_prob) with tcp.cc dctcp: "
+                         "DCTCP reacts only to marks", None, file)
+    if t.ecn is not None and t.switch_buffer_bytes is not None and t.ecn.max_bytes > t.switch_buffer_bytes:
+        raise InputError("transport.ecn.max_bytes", f"bytes <= switch_buffer_bytes ({t.switch_buffer_bytes}): "
+                         "a queue never grows past its buffer", t.ecn.max_bytes, file)
+    return t
+
+
+# What each engine does with each key: it models it, ignores it (summary.json `model` says so),
+# or refuses it (exit 2). A new engine is one line.
+MODELS, IGNORES, REFUSES = "models", "ignores", "refuses"
+SUPPORT = {
+    # The machine may refuse more (a congestion control its kernel lacks, no netem): the
+    # emulator passes its own `machine` check.
+    "emulate": {"tcp.cc": MODELS, "mtu_bytes": MODELS, "switch_buffer_bytes": MODELS, "ecn": REFUSES,
+                "latency_us": MODELS},
+    "flow": {"tcp.cc": IGNORES, "mtu_bytes": IGNORES, "switch_buffer_bytes": IGNORES, "ecn": IGNORES,
+             "latency_us": MODELS},
+    "packet": dict.fromkeys(KEYS, MODELS),
+}
+
+WHY_REFUSED = {
+    ("emulate", "ecn"): "no ECN marking with engine: emulate (the emulator's queues are HTB with bfifo leaves, "
+                        "which never mark; use engine: packet)",
+}
+
+
+def check_transport(exp, engine: str, machine: Callable[[str, object], str | None] | None = None) -> list[str]:
+    """Refuse (InputError naming transport.<key>) what `engine` cannot model of exp.transport;
+    return the keys it ignores, for summary.json `model`. machine(key, value) -> why this machine
+    cannot, or None: the engine's own detection (a missing qdisc or congestion control)."""
+    table = SUPPORT.get(engine)
+    given = exp.transport.given()
+    if table is None:
+        if given:
+            raise InputError("transport", f"no transport: section with engine: {engine} (it has no entry in "
+                             "experiment.transport.SUPPORT)", sorted(given), exp.source)
+        return []
+    ignored = []
+    for key, value in given.items():
+        what = table.get(key, REFUSES)
+        if what == REFUSES:
+            raise InputError(f"transport.{key}", WHY_REFUSED.get((engine, key), f"nothing (engine {engine} "
+                             f"cannot model it)"), value, exp.source)
+        if what == IGNORES:
+            ignored.append(key)
+            continue
+        why = machine(key, value) if machine is not None else None
+        if why:
+            raise InputError(f"transport.{key}", why, value, exp.source)
+    return ignored
+
+
+def ignored_note(exp, engine: str) -> dict:
+    """{key: value} of what `engine` ignores of every transport key, set or not (the flow engine
+    models none of TCP, MTU, buffers or ECN: a run's answer does not depend on them)."""
+    given = exp.transport.given()
+    return {k: given.get(k) for k, what in SUPPORT[engine].items() if what == IGNORES}
