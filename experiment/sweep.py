@@ -24,8 +24,6 @@ import re
 import time
 from dataclasses import dataclass
 
-import yaml
-
 from badinput import InputError
 from badinput.paths import check_name, inside, write_atomic
 from experiment import engine, model

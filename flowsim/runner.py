@@ -13,7 +13,6 @@ fidelity checks; docs/flow-engine.md says where it differs from TCP on shaped li
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import replace
 

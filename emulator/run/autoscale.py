@@ -28,7 +28,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from badinput import InputError
-from badinput.paths import inside
+from badinput.paths import inside, open_out
 from emulator.run import fidelity
 from emulator.testbed.datapath import AFXDP_MTU, MTU
 from experiment import model
@@ -238,7 +238,7 @@ def calibrate(exp: Experiment, out_dir: str, run, log=print) -> tuple[Experiment
             f"scale.bytes={p.bytes:g}: running")
         t = time.monotonic()
         try:
-            with open(inside(folder, LOG), "w") as f:
+            with open_out(folder, LOG) as f:
                 summary = run(pexp, folder, log=_file_log(f))
         except RunFailure as e:
             p.status, p.error = "failed", str(e)

@@ -20,11 +20,13 @@ Each applied fault is an event in events.jsonl and a row of summary "faults".
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 import time
 
 from badinput import InputError
+from badinput.paths import open_out
 from emulator.testbed.process import TestbedError, wait_for
 
 WAIT_CHUNK_S = 3600.0  # the timer waits in pieces: no wait ever exceeds threading.TIMEOUT_MAX
@@ -110,7 +112,7 @@ class FaultInjector:
 
     def _record(self, ev: dict) -> None:
         # O_APPEND and one write per line: safe beside the runner's own appends.
-        with open(self.events_path, "a") as fh:
+        with open_out(os.path.dirname(self.events_path), os.path.basename(self.events_path), append=True) as fh:
             fh.write(json.dumps(ev) + "\n")
         self.applied.append(ev)  # after the write: a failed write leaves it to _loop's report
 

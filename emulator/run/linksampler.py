@@ -10,11 +10,10 @@ controller's state has only smoothed loads.)
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 
-from badinput.paths import inside
+from badinput.paths import open_out
 from emulator.run.fidelity import LINK_SAMPLE_S
 from emulator.run.fidelity import read_counters as read_dev_counters
 from experiment.outputs.links import LinkSampler, directed_links
@@ -91,7 +90,7 @@ def start(tb, out_dir: str, scale_link: float, dilation: float, t0: float, log=p
     None (and a warning) when sampling cannot start: the run goes on without it."""
     try:
         read = counter_reader(tb.fabric, tb.intf)
-        out = open(inside(out_dir, "links.csv"), "w")
+        out = open_out(out_dir, "links.csv")
         sampler = LinkSampler(out, read, directed_links(tb.fabric), scale_link=scale_link, dilation=dilation, t0=t0)
     except Exception as e:  # noqa: BLE001: an output must never fail the run
         log(f"[run] warning: no links.csv: {type(e).__name__}: {e}")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from badinput import one_line
-from badinput.paths import inside
+from badinput.paths import inside, open_out
 from emulator.testbed.process import RUN_DIR_ENV, started_for_run
 from experiment.program import PYTHON_NAMES, marker_event, parse_marker
 
@@ -79,7 +79,8 @@ class Programs:
         argv = list(plan["argv"])
         if argv[0] in PYTHON_NAMES:
             argv[0] = sys.executable
-        with open(rp.out_path, "wb") as out, open(rp.err_path, "wb") as err:
+        with open_out(self.out_dir, os.path.relpath(rp.out_path, self.out_dir), binary=True) as out, \
+                open_out(self.out_dir, os.path.relpath(rp.err_path, self.out_dir), binary=True) as err:
             # mnexec -d makes the program a session (and process group) leader of its own.
             rp.popen = tb.host(host).popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=cwd, env=env)
         rp.pid, rp.started = rp.popen.pid, time.time()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from badinput.paths import inside
+from badinput.paths import inside, open_out
 from controller import config as controller_config
 from controller.registry import DEFAULT_POLICY
 from emulator.testbed import runstate, shaping
@@ -210,7 +210,7 @@ class Testbed:
         cmd = [sys.executable, "-m", "controller.run", cfg_path]
         # One log: Ryu logs to stderr, and a crash's traceback lands there too (a --log-file
         # would only repeat the log lines).
-        self._ctl_log = open(inside(self.run_dir, "controller.log"), "a" if restart else "w")
+        self._ctl_log = open_out(self.run_dir, "controller.log", append=restart)
         # Its own session, so a Ctrl-C at the terminal reaches us, not it:
         # we stop it ourselves during teardown.
         self.ctl_proc = subprocess.Popen(cmd, stdout=self._ctl_log, stderr=subprocess.STDOUT,
@@ -397,7 +397,7 @@ class Testbed:
 
     def _tc_batch(self, kind: str, name: str | None, lines: list[str]):
         path = inside(self.run_dir, f"tc-{name or kind}.batch")
-        with open(path, "w") as f:
+        with open_out(self.run_dir, f"tc-{name or kind}.batch") as f:
             f.write("\n".join(lines) + "\n")
         if kind == "host":
             # The path holds the user's --out: quoted, it stays one word of the host's shell.

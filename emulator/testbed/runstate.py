@@ -13,7 +13,7 @@ import string
 import subprocess
 import time
 
-from badinput.paths import inside
+from badinput.paths import inside, write_atomic
 from emulator.testbed.process import same_process, start_time
 
 LEASE_DIR = "/run/dtnet"
@@ -154,10 +154,8 @@ class RunState:
         self.save()
 
     def save(self) -> None:
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.data, f, indent=1)
-        os.replace(tmp, self.path)
+        write_atomic(os.path.dirname(self.path) or ".", os.path.basename(self.path),
+                     text=json.dumps(self.data, indent=1))
 
 
 def is_tag(tag) -> bool:

@@ -106,7 +106,7 @@ def test_the_controller_writes_one_log(tmp_path, monkeypatch):
     started = {}
 
     def popen(cmd, stdout, stderr, **_kw):
-        started.update(cmd=cmd, stdout=stdout.name, stderr=stderr)
+        started.update(cmd=cmd, stdout=os.readlink(f"/proc/self/fd/{stdout.fileno()}"), stderr=stderr)
         return type("Proc", (), {"pid": 4242})()
 
     monkeypatch.setattr(lifecycle.subprocess, "Popen", popen)
