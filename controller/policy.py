@@ -282,6 +282,9 @@ class Policy:
     PARAMS: ClassVar[Mapping[str, Param]] = {}
     sees_flows: ClassVar[bool] = False    # flow_started is called for every new flow
     sprays: ClassVar[bool] = False        # its base forwarding is a SprayForwarding (engines that cannot spray refuse it)
+    # The base forwarding the policy is, alone (no placement, move or answer ever changes a path),
+    # or None: an engine may then stand a table router of that type in for the policy's object.
+    static_forwarding: ClassVar[type | None] = None
     coschedules: ClassVar[bool] = False   # jobs announce their phases; announce answers them
     name: str = ""                        # what the registry calls it (set when it loads the class)
 

@@ -22,16 +22,24 @@ import numpy as np
 
 from controller.core import FabricController
 from controller.policy import EcmpForwarding, FlowKey, ShortestForwarding
-from controller.registry import make_policy
+from controller.registry import make_policy, policy_class
 from flowsim.routing import EcmpRouter, Router, ShortestRouter, SprayRouter
 
-TABLE_ONLY = ("shortest", "ecmp")  # built-ins that are their tables alone: no controller to drive
 CLOCK_PARAMS = ("poll_s", "tau_s", "hold_s")  # periods in the controller's clock
 
 
 def needs_controller(policy: str) -> bool:
-    """Whether the flow engine runs the policy's own object (every policy but the two tables)."""
-    return policy not in TABLE_ONLY
+    """Whether the flow engine runs the policy's own object: every policy that is not a static
+    table (Policy.static_forwarding), whatever its name."""
+    return policy_class(policy).static_forwarding is None
+
+
+def table_router(policy: str, seed: int) -> Router | None:
+    """The vectorized router that is the policy, for a static table (by its forwarding type), else None."""
+    fwd = policy_class(policy).static_forwarding
+    if fwd is None:
+        return None
+    return ShortestRouter() if issubclass(fwd, ShortestForwarding) else EcmpRouter(seed)
 
 
 def _ip(n: int) -> str:

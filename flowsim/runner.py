@@ -30,7 +30,7 @@ from experiment.outputs.summary import build as build_summary, job_results
 from experiment.outputs.write import write_json
 from experiment.pipeline import Engine, Run
 from experiment.plan import announcements, emulated_bytes, gpus_per_server, job_traces, predict_cct_s
-from flowsim.control import ControllerRouter, needs_controller
+from flowsim.control import ControllerRouter, needs_controller, table_router
 from flowsim.cosched import PhaseGates
 from flowsim.engine import Fault, JobSpec, Params, Simulation, Straggler
 from flowsim.network import LINK_KINDS, Net
@@ -63,7 +63,8 @@ def check(exp: Experiment) -> str:
                              exp.source)
     ignored = check_transport(exp, ENGINE)
     return (f"engine flow: {exp.flow.collective_model} collectives, routing {exp.routing}"
-            + (f" (ECMP seed {exp.flow.ecmp_seed})" if exp.routing != "shortest" else "")
+            + (f" (ECMP seed {exp.flow.ecmp_seed})" if not isinstance(table_router(exp.routing, 0), ShortestRouter)
+               else "")
             + f", slice {_fmt_bytes(slice_bytes(exp))}, latency {latency_s(exp) * 1e6:g} us"
             + (f" + {exp.latency_us:g} us a link" if exp.latency_us else "")
             + (f" + transport.latency_us {_fmt_kinds(exp.transport.latency_us)}" if exp.transport.latency_us else "")
@@ -160,10 +161,10 @@ def _transfers(op, n: int) -> int:
 
 
 def _router(exp: Experiment, fabric, outages):
-    if exp.routing == "shortest":
-        return ShortestRouter()
-    if exp.routing == "ecmp":
-        return EcmpRouter(exp.flow.ecmp_seed)
+    """A static table's vectorized router (by the policy's forwarding type), else the policy's object."""
+    table = table_router(exp.routing, exp.flow.ecmp_seed)
+    if table is not None:
+        return table
     return ControllerRouter(fabric, exp.routing, exp.policy_params, exp.flow.ecmp_seed, time_scale(exp), outages)
 
 

@@ -16,6 +16,7 @@ class Ecmp(Policy):
     """Every shortest path of every pair, as one select group per port set: each switch
     hashes each flow's five-tuple over its equal-cost next hops."""
     PARAMS = OBSERVE_PARAMS
+    static_forwarding = EcmpForwarding
 
     def forwarding(self, now: float, obs: Observation) -> Forwarding:
         return EcmpForwarding(obs.paths)
@@ -25,6 +26,7 @@ class Shortest(Policy):
     """One shortest path per (switch, destination host), spread over the equal-cost next
     hops by a stable hash of the switch and the destination."""
     PARAMS = OBSERVE_PARAMS
+    static_forwarding = ShortestForwarding
 
     def forwarding(self, now: float, obs: Observation) -> Forwarding:
         return ShortestForwarding(obs.paths)
