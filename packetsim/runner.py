@@ -1,0 +1,258 @@
+"""`dtnet run` with `engine: packet`: the experiment at packet level on ns-3, into the same run folder.
+
+Placement, traces, schedules, routes and outputs are the ones the other engines use; ns-3 moves
+every packet over TCP at the links' real rates, MTU, buffers and latency (packetsim.transport),
+in simulated time and real-cluster units (summary.json says dilation 1). What the model assumes
+is written into summary.json ("model"); docs/packet-engine.md says how it was built and how fast.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from badinput import InputError
+from experiment.engine import Interrupted, RunFailure, refuse_non_replay
+from experiment.model import write_resolved
+from experiment.outputs.announcements import summarize as announcement_summary
+from experiment.outputs.links import COLUMNS as LINK_COLUMNS, QUEUE_COLUMNS
+from experiment.outputs.summary import build as build_summary, job_results
+from experiment.outputs.write import write_after_run, write_json
+from experiment.plan import job_traces
+from flowsim.network import Net
+from flowsim.routing import EcmpRouter, ShortestRouter
+from flowsim.runner import _lock, exp_for_outputs, predictions
+from packetsim import ns3, scenario
+from packetsim.transport import settings
+
+ENGINE = "packet"
+ROUTINGS = ("shortest", "ecmp")
+BIN_S = 1e-3            # links.csv interval, simulated seconds
+RTO_MIN_S = 0.2         # Linux's minimum retransmission timeout
+END_S = 24 * 3600.0     # simulated seconds after which the driver gives up
+EVENTS_PER_S = 150_000  # ns-3 events a wall second on this machine kind (docs/packet-engine.md)
+MAX_WALL_S = 3600.0     # estimated longer: refused without force
+PROGRESS_EVERY_S = 5.0
+
+
+def check(exp) -> str:
+    """Refuse what the packet engine cannot model (InputError, exit 2); one line on what it runs."""
+    refuse_non_replay(exp, "packet", "it writes queue statistics instead")
+    if exp.routing not in ROUTINGS:
+        raise InputError("controller.routing", f"one of {', '.join(ROUTINGS)} with engine: packet (controller "
+                         "policies in the loop are not in the packet engine yet; run them with engine: flow)",
+                         exp.routing, exp.source)
+    if exp.faults:
+        raise InputError("faults", "no faults with engine: packet yet (run them with engine: flow or emulate)",
+                         f"{len(exp.faults)} faults", exp.source)
+    t = settings(exp)
+    if t.spray:
+        raise InputError("transport.spray", "per-flow routing with engine: packet (spraying is not in it yet)",
+                         True, exp.source)
+    return (f"engine packet: ns-3 {ns3.NS3_VERSION}, TCP {t.cc}, MTU {t.mtu_bytes} B, buffer "
+            f"{t.switch_buffer_bytes} B a port, " + (f"ECN {t.ecn.min_bytes}-{t.ecn.max_bytes} B, " if t.ecn else "")
+            + f"routing {exp.routing}" + (f" (ECMP seed {exp.flow.ecmp_seed})" if exp.routing == "ecmp" else ""))
+
+
+def slice_bytes(exp) -> float:
+    """The agents' pipelining slice in real bytes."""
+    return exp.testbed.slice_bytes / exp.scale.bytes
+
+
+def estimate_wall_s(sc, net, t) -> float:
+    """Wall seconds the run will take, from its data packets and their hops (events per packet hop
+    measured on one link, docs/packet-engine.md)."""
+    seg = t.mtu_bytes - 52
+    hops = sum(len(p) for p in sc.paths) / max(1, len(sc.paths))
+    packets = sc.payload_bytes / seg
+    return packets * (2 + 4 * hops) / EVENTS_PER_S  # about 10 events a packet over 2 hops, measured
+
+
+def run_experiment(exp, out_dir: str, log=print, prepare=None, force: bool = False) -> dict:
+    """Run exp on the packet engine into out_dir; returns the summary it wrote."""
+    if prepare is not None:
+        raise InputError("--auto-scale", "engine: emulate (the packet engine has no scale to calibrate)",
+                         "engine: packet", exp.source)
+    os.makedirs(out_dir, exist_ok=True)
+    lock = _lock(out_dir)
+    try:
+        return _run(exp, out_dir, log, force)
+    finally:
+        os.close(lock)
+
+
+def plan(exp, log=print):
+    """(fabric, jobs, net, scenario, transport): everything the driver needs, before anything is written."""
+    fabric = exp.fabric()
+    jobs = job_traces(exp, fabric)
+    net = Net.from_fabric(fabric)
+    sc = scenario.build(exp, fabric, jobs, slice_bytes(exp))
+    router = EcmpRouter(exp.flow.ecmp_seed) if exp.routing == "ecmp" else ShortestRouter()
+    scenario.route(sc, net, router)
+    return fabric, jobs, net, sc, settings(exp)
+
+
+def execute(sc, net, t, work_dir: str, *, seed: int = 1, log=print) -> tuple[dict, dict]:
+    """Run the scenario on ns-3: (the driver's results, the links it built). Progress in simulated time."""
+    path = os.path.join(work_dir, "packet-scenario.txt")
+    built = scenario.write(sc, net, t, path, seed=seed, bin_s=BIN_S, end_s=END_S, rto_min_s=RTO_MIN_S)
+    last = [0.0]
+
+    def progress(sim_s, done, total, wall_s, events):
+        if wall_s - last[0] >= PROGRESS_EVERY_S:
+            last[0] = wall_s
+            log(f"[packet] {sim_s * 1e3:.4g} ms simulated, {done}/{total} tasks, "
+                f"{events / max(wall_s, 1e-9):,.0f} events/s")
+
+    try:
+        res = ns3.execute(path, progress, log)
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+    return res, built
+
+
+def _run(exp, out_dir: str, log, force: bool) -> dict:
+    t_wall = time.monotonic()
+    verdict = check(exp)
+    ns3.build(log)  # no ns-3: the one-line error saying how to install it, before anything is written
+    fabric, jobs, net, sc, t = plan(exp, log)
+    est = estimate_wall_s(sc, net, t)
+    if est > MAX_WALL_S and not force:
+        raise InputError("engine", f"a run of at most an hour (this one: about {est / 3600:.1f} h at "
+                         f"{EVENTS_PER_S:,} events/s; run it with engine: flow, or force it)",
+                         "engine: packet", exp.source)
+    write_resolved(exp, os.path.join(out_dir, "config.yaml"), notes=[f"run by the packet engine: {verdict}"])
+    for stale in ("links.csv", "trace.json", "controller-state.json"):
+        if os.path.exists(os.path.join(out_dir, stale)):
+            os.remove(os.path.join(out_dir, stale))
+    log(f"[packet] {exp.name}: {sum(len(jp.hosts) for jp in jobs)} ranks, {len(sc.conns)} connections, "
+        f"{sc.transfers} transfers, {sc.payload_bytes / 2**20:.4g} MiB; estimated {est:.3g} s")
+    status, error, res = "incomplete", None, None
+    try:
+        res, built = execute(sc, net, t, out_dir, seed=exp.flow.ecmp_seed + 1, log=log)
+    except RuntimeError as e:
+        raise RunFailure(str(e)) from None
+    except Interrupted:
+        raise
+    meta = res["meta"]
+    events = _events(sc, jobs, res)
+    with open(os.path.join(out_dir, "events.jsonl"), "w") as f:
+        for ev in events:
+            f.write(json.dumps(ev, separators=(",", ":")) + "\n")
+    if meta["tasks_done"] == meta["tasks"]:
+        status = "complete"
+    else:
+        error = f"{meta['tasks'] - meta['tasks_done']} of {meta['tasks']} tasks unfinished at {meta['sim_end']:.6g} s"
+    log(f"[packet] {meta['events']:,} events in {meta['wall_s']:.3g} s: "
+        f"{meta['events'] / max(meta['wall_s'], 1e-9):,.0f} events/s")
+    queues = _queues(net, built, res)
+    summary = _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, time.monotonic() - t_wall)
+    write_json(os.path.join(out_dir, "summary.json"), summary)
+    _write_links(os.path.join(out_dir, "links.csv"), net, built, res)
+    write_after_run(out_dir, exp_for_outputs(exp), jobs, summary, 0.0, log, engine="packet engine")
+    return summary
+
+
+def _events(sc, jobs, res) -> list[dict]:
+    """The agents' op events (the kinds and fields of the other engines' events.jsonl)."""
+    tasks = res["tasks"]
+    out = []
+    for ot in sc.ops:
+        end = tasks[ot.end]["end"]
+        if end < 0:
+            continue
+        op, jp = ot.op, jobs[ot.job]
+        ready = tasks[ot.start]["end"]
+        start = tasks[ot.first]["start"] if ot.first is not None and tasks[ot.first]["start"] >= 0 else ready
+        ev = {"kind": op.kind, "job": jp.name, "rank": ot.rank, "op_id": op.id, "start": start, "end": end,
+              "ready": ready}
+        for k in ("op", "algorithm", "size_bytes", "iteration", "label", "group", "peer"):
+            v = getattr(op, k, None)
+            if v is not None and v != "":
+                ev[k] = v
+        if op.kind == "collective":
+            ev["ranks"] = len(jp.trace.members(op.group))
+            ev.setdefault("algorithm", "ring")
+        out.append(ev)
+    out.sort(key=lambda e: (e["end"], e["rank"]))
+    return out
+
+
+def _port_names(net, built):
+    for q in built["links"]:
+        a, b = q[0], q[1]
+        yield (net.names[a], net.names[b]), (net.names[b], net.names[a])
+
+
+def _queues(net, built, res) -> list[dict]:
+    """One entry per directed link: its output queue over the run (bytes), drops and ECN marks."""
+    names = list(_port_names(net, built))
+    out = []
+    for q in res["queues"]:
+        src, dst = names[q["link"]][q["dir"]]
+        out.append({"link": f"{src}-{dst}", "src": src, "dst": dst, "mean_bytes": q["mean"],
+                    "p99_bytes": q["p99"], "max_bytes": q["max"], "drops": q["drops"], "ecn_marks": q["marks"],
+                    "tx_bytes": sum(q["bins"])})
+    return out
+
+
+def _write_links(path: str, net, built, res) -> None:
+    """links.csv: each directed link that carried traffic, per interval, with its mean queue."""
+    names = list(_port_names(net, built))
+    with open(path, "w") as f:
+        f.write(",".join(LINK_COLUMNS + QUEUE_COLUMNS) + "\n")
+        for q in res["queues"]:
+            if not any(q["bins"]):
+                continue
+            src, dst = names[q["link"]][q["dir"]]
+            gbps_cap = built["links"][q["link"]][3]
+            qb = q["qbins"]
+            for k, b in enumerate(q["bins"]):
+                gbps = b * 8 / BIN_S / 1e9
+                f.write(f"{round((k + 1) * BIN_S, 9)!r},{src}-{dst},{src},{dst},{round(gbps / gbps_cap, 6)!r},"
+                        f"{round(gbps, 6)!r},{round(qb[k] if k < len(qb) else 0.0, 1)!r}\n")
+
+
+def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wall_s) -> dict:
+    cache: dict = {}
+    per_job = [job_results(jp.name, events, 1.0, predictions(exp, fabric, jp, cache)) for jp in jobs]
+    for jp, row in zip(jobs, per_job):
+        row["ranks_simulated"] = row["ranks"]
+    meta = res["meta"]
+    flows = [{"job": jobs[c[0]].name, "src_rank": c[1], "dst_rank": c[2], "src": c[3], "dst": c[4],
+              "bytes": r["bytes"], "retransmissions": r["retx"], "retransmitted_bytes": r["retx_bytes"]}
+             for c, r in zip(sc.conns, res["conns"])]
+    received = sum(r["bytes"] for r in res["conns"])
+    checks = [{"name": "complete", "ok": status == "complete",
+               "detail": "every op of every rank finished" if status == "complete" else error}]
+    model = {
+        "simulator": f"ns-3 {ns3.NS3_VERSION} (Debian libns3-dev) through dtnet's C++ driver",
+        "transport": {"cc": t.cc, "mtu_bytes": t.mtu_bytes, "segment_bytes": t.mtu_bytes - 52,
+                      "switch_buffer_bytes": t.switch_buffer_bytes,
+                      "ecn": vars(t.ecn) if t.ecn else None, "latency_us": t.latency_us,
+                      "rto_min_s": RTO_MIN_S, "routing": exp.routing},
+        "statements": [
+            "every packet over point-to-point links at their configured rates; each output port a FIFO "
+            "(RED marking when ECN is set) of switch_buffer_bytes, host NICs too",
+            "one TCP connection per ordered peer pair of a job, opened before the replay starts (t=0)",
+            "per-flow routes: each switch holds a host route per connection (its own addresses), filled "
+            "from the routing policy's paths; ECMP hashes the flow engine's five-tuple",
+            "segments of MTU - 52 bytes (IP, TCP and timestamp headers); timestamps and SACK on"],
+        "events": meta["events"], "events_per_s": meta["events"] / max(meta["wall_s"], 1e-9),
+        "run_s": meta["wall_s"], "wall_s": wall_s, "simulated_s": meta["sim_end"] - max(meta["t0"], 0.0),
+    }
+    return build_summary(exp, fabric, jobs, events, status=status, error=error, bytes_received=received,
+                         per_job=per_job, real_units=True, slice_bytes=slice_bytes(exp), engine={
+        "engine": ENGINE,
+        "model": model,
+        "fidelity": {"ok": status == "complete", "engine": ENGINE, "checks": checks,
+                     "note": "a packet-level simulation: what it assumed is under model"},
+        "controller": {"routing": exp.routing, "counters": {"reroutes": len(sc.reroutes)}},
+        "queues": queues,
+        "flows": flows,
+        "faults": [],
+        "capture": [],
+        "announcements": announcement_summary(events, 1.0),
+        "duration_s_wall": wall_s,
+    })
