@@ -208,7 +208,7 @@ def _signature(fabric, hosts: tuple) -> tuple:
 
 # -- running ----------------------------------------------------------------------------
 
-def _lock(out_dir: str) -> int:
+def lock_out_dir(out_dir: str) -> int:
     """Hold the run folder (the flock the emulator's runs take too): one live run per folder."""
     fd = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -226,7 +226,7 @@ def run_experiment(exp: Experiment, out_dir: str, log=print, prepare=None) -> di
         raise InputError("--auto-scale", "engine: emulate (the flow engine has no scale to calibrate)",
                          "engine: flow", exp.source)
     os.makedirs(out_dir, exist_ok=True)
-    lock = _lock(out_dir)
+    lock = lock_out_dir(out_dir)
     try:
         return _run(exp, out_dir, log)
     finally:

@@ -19,7 +19,7 @@ SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "driver.cc")
 NS3_VERSION = "3.37"
 NS3_LIBS = ("core", "network", "internet", "point-to-point", "traffic-control")
 HEADER = "/usr/include/ns3/tcp-cubic.h"
-INSTALL = "apt-get install -y libns3-dev g++ (or make packet)"
+INSTALL = "apt-get install -y libns3-dev g++, or make packet"
 
 
 class NotInstalled(InputError):
@@ -92,3 +92,7 @@ def execute(scenario_path: str, on_progress=None, log=print) -> dict:
                 res[kind + "s"].append(rec)
     os.unlink(out_path)
     return res
+
+
+if __name__ == "__main__":  # make packet: build the driver ahead of the first run
+    print(build())

@@ -21,7 +21,7 @@ from experiment.outputs.write import write_after_run, write_json
 from experiment.plan import job_traces
 from flowsim.network import Net
 from flowsim.routing import EcmpRouter, ShortestRouter
-from flowsim.runner import _lock, exp_for_outputs, predictions
+from flowsim.runner import lock_out_dir, exp_for_outputs, predictions
 from packetsim import ns3, scenario
 from packetsim.transport import settings
 
@@ -32,6 +32,7 @@ RTO_MIN_S = 0.2         # Linux's minimum retransmission timeout
 END_S = 24 * 3600.0     # simulated seconds after which the driver gives up
 EVENTS_PER_S = 150_000  # ns-3 events a wall second on this machine kind (docs/packet-engine.md)
 MAX_WALL_S = 3600.0     # estimated longer: refused without force
+MAX_RANKS = 4096        # more: refused without force before planning (the plan alone takes long)
 PROGRESS_EVERY_S = 5.0
 
 
@@ -74,7 +75,7 @@ def run_experiment(exp, out_dir: str, log=print, prepare=None, force: bool = Fal
         raise InputError("--auto-scale", "engine: emulate (the packet engine has no scale to calibrate)",
                          "engine: packet", exp.source)
     os.makedirs(out_dir, exist_ok=True)
-    lock = _lock(out_dir)
+    lock = lock_out_dir(out_dir)
     try:
         return _run(exp, out_dir, log, force)
     finally:
@@ -116,6 +117,10 @@ def _run(exp, out_dir: str, log, force: bool) -> dict:
     t_wall = time.monotonic()
     verdict = check(exp)
     ns3.build(log)  # no ns-3: the one-line error saying how to install it, before anything is written
+    ranks = exp.fabric().host_count  # the fabric's GPUs: a bound on the ranks, known before planning
+    if ranks > MAX_RANKS and not force:
+        raise InputError("engine", f"at most {MAX_RANKS:,} GPUs at packet level (more would take hours; run "
+                         "it with engine: flow, or force it)", f"engine: packet on {ranks:,} hosts", exp.source)
     fabric, jobs, net, sc, t = plan(exp, log)
     est = estimate_wall_s(sc, net, t)
     if est > MAX_WALL_S and not force:
