@@ -55,18 +55,19 @@ class FlowTable : public Ipv4RoutingProtocol {
     }
     bool RouteInput(Ptr<const Packet> p, const Ipv4Header& h, Ptr<const NetDevice> idev, UnicastForwardCallback ucb,
                     MulticastForwardCallback, LocalDeliverCallback lcb, ErrorCallback ecb) override {
+        // A node holds no entry for its own addresses: look up first, and only a miss pays for
+        // ns-3's scan of every interface (a switch forwards without it).
+        if (Ptr<Ipv4Route> r = Lookup(h.GetDestination())) {
+            ucb(r, p, h);
+            return true;
+        }
         uint32_t iif = uint32_t(ipv4->GetInterfaceForDevice(idev));
         if (ipv4->IsDestinationAddress(h.GetDestination(), iif)) {
             lcb(p, h, iif);
             return true;
         }
-        Ptr<Ipv4Route> r = Lookup(h.GetDestination());
-        if (!r) {
-            ecb(p, h, Socket::ERROR_NOROUTETOHOST);
-            return false;
-        }
-        ucb(r, p, h);
-        return true;
+        ecb(p, h, Socket::ERROR_NOROUTETOHOST);
+        return false;
     }
     void NotifyInterfaceUp(uint32_t) override {}
     void NotifyInterfaceDown(uint32_t) override {}
