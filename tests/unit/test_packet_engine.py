@@ -15,7 +15,7 @@ from badinput import InputError
 from dtnet.cli import main
 from experiment import model
 from packetsim import ns3, runner, scenario
-from packetsim.transport import Transport
+from packetsim.transport import Ecn, Transport
 
 needs_ns3 = pytest.mark.skipif(not ns3.available(), reason="ns-3 (libns3-dev) is not installed")
 MTU = 9000
@@ -37,7 +37,7 @@ def path(net, nodes):
     return np.array([ids[a, b] for a, b in zip(nodes, nodes[1:])])
 
 
-def simulate(net, flows, tmp_path, reroutes=(), buffer=1 << 20):
+def simulate(net, flows, tmp_path, reroutes=(), buffer=1 << 20, **transport):
     """Run transfers [(node path, bytes)] all ready at t=0; the driver's results."""
     sc = scenario.Scenario()
     for k, (nodes, size) in enumerate(flows):
@@ -46,7 +46,7 @@ def simulate(net, flows, tmp_path, reroutes=(), buffer=1 << 20):
         sc.paths.append(path(net, nodes))
     sc.slice_bytes = 1
     sc.reroutes = [(at, c, path(net, nodes)) for at, c, nodes in reroutes]
-    t = Transport(switch_buffer_bytes=buffer, latency_us={"host": 1.0})
+    t = Transport(switch_buffer_bytes=buffer, latency_us={"host": transport.pop("latency_us", 1.0)}, **transport)
     return runner.execute(sc, net, t, str(tmp_path))[0]
 
 
@@ -72,6 +72,22 @@ def test_two_flows_into_one_port_share_it_fairly(tmp_path):
     assert min(ends) >= 0.85 * max(ends), ends  # neither finished far ahead: they shared the port
     port = next(q for q in res["queues"] if q["link"] == 2 and q["dir"] == 0)
     assert port["max"] > 0  # the shared port is where the queue was
+
+
+@needs_ns3
+def test_dctcp_holds_the_queue_near_its_marking_threshold_where_cubic_fills_the_buffer(tmp_path):
+    # Alizadeh et al. (SIGCOMM 2010) in miniature: two long flows into one 10 Gb/s port, 1 MiB of buffer.
+    net = fake_net(["h0", "h1", "h2", "s"], [(0, 3, 10.0), (1, 3, 10.0), (3, 2, 10.0)])
+    size, k = 20_000_000, 90_000
+    ideal = 2 * size / (10e9 / 8 * GOODPUT)
+    port = {}
+    for cc, ecn in (("cubic", None), ("dctcp", Ecn(k, k, 1.0))):
+        res = simulate(net, [([0, 3, 2], size), ([1, 3, 2], size)], tmp_path, cc=cc, ecn=ecn, latency_us=5.0)
+        assert max(t["end"] for t in res["tasks"]) <= ideal * 1.03, cc  # full throughput either way
+        port[cc] = next(q for q in res["queues"] if q["link"] == 2 and q["dir"] == 0)
+    assert port["cubic"]["mean"] > 0.5 * (1 << 20) and port["cubic"]["drops"] > 0
+    assert port["dctcp"]["marks"] > 0 and port["dctcp"]["drops"] == 0
+    assert 0.5 * k < port["dctcp"]["mean"] < 1.5 * k and port["dctcp"]["p99"] < 2 * k
 
 
 @needs_ns3
