@@ -8,12 +8,14 @@
 //   conn ID SRC DST K N0 .. NK-1          (its path, node ids from SRC to DST)
 //   task ID KIND CONN SIZE DUR_S SLICE NE E.. NG G..   KIND: X transfer, C compute, J join
 //   reroute AT_S CONN K N0 .. NK-1
+//   linkstate AT_S LINK UP                (a cable down (0) or up (1): both ends drop what arrives)
 #include "ns3/core-module.h"
 #include "ns3/internet-module.h"
 #include "ns3/network-module.h"
 #include "ns3/point-to-point-module.h"
 #include "ns3/traffic-control-module.h"
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -214,11 +216,18 @@ static void OnRecv(int c, Ptr<Socket> s) {
 }
 
 static std::vector<std::tuple<double, int, std::vector<int>>> reroutes;
+static std::vector<std::tuple<double, int, int>> linkstates;
+static std::vector<std::array<Ptr<RateErrorModel>, 2>> cut;  // per link: each end's receive error model
 static void Reroute(int c, std::vector<int> path);
+
+static void SetLink(int link, int up) {
+    for (auto& em : cut[size_t(link)]) up ? em->Disable() : em->Enable();
+}
 
 static void StartReplay() {
     t0 = SimNow();
-    for (auto& [at, c, path] : reroutes) Simulator::Schedule(Seconds(at), &Reroute, c, path);  // at: since t0
+    for (auto& [at, l, up] : linkstates) Simulator::Schedule(Seconds(at), &SetLink, l, up);  // at: since t0
+    for (auto& [at, c, path] : reroutes) Simulator::Schedule(Seconds(at), &Reroute, c, path);
     for (size_t t = 0; t < tasks.size(); t++)
         if (tasks[t].pending == 0 && tasks[t].ready < 0) MakeReady(int(t));
     if (tasks.empty()) Simulator::Stop();
@@ -371,6 +380,11 @@ int main(int argc, char** argv) {
             int c;
             in >> at >> c;
             reroutes.emplace_back(at, c, ReadPath(in));
+        } else if (kind == "linkstate") {
+            double at;
+            int l, up;
+            in >> at >> l >> up;
+            linkstates.emplace_back(at, l, up);
         } else {
             std::cerr << "unknown record " << kind << "\n";
             return 2;
@@ -426,6 +440,15 @@ int main(int argc, char** argv) {
         p2p.SetChannelAttribute("Delay", TimeValue(Seconds(l.delay)));
         p2p.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", StringValue("2p"));
         NetDeviceContainer d = p2p.Install(nodes.Get(l.a), nodes.Get(l.b));
+        std::array<Ptr<RateErrorModel>, 2> ems;
+        for (int dir = 0; dir < 2; dir++) {
+            ems[dir] = CreateObject<RateErrorModel>();
+            ems[dir]->SetRate(1.0);
+            ems[dir]->SetUnit(RateErrorModel::ERROR_UNIT_PACKET);
+            ems[dir]->Disable();
+            d.Get(dir)->SetAttribute("ReceiveErrorModel", PointerValue(ems[dir]));
+        }
+        cut.push_back(ems);
         QueueDiscContainer qds = tch.Install(d);
         addr.Assign(d);
         addr.NewNetwork();

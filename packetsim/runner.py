@@ -8,6 +8,7 @@ is written into summary.json ("model"); docs/packet-engine.md says how it was bu
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 
@@ -27,7 +28,7 @@ from packetsim.transport import settings
 
 ENGINE = "packet"
 ROUTINGS = ("shortest", "ecmp")
-BIN_S = 1e-3            # links.csv interval, simulated seconds
+LINK_BINS = 200         # links.csv intervals over the run's bandwidth-bound duration, about
 RTO_MIN_S = 0.2         # Linux's minimum retransmission timeout
 END_S = 24 * 3600.0     # simulated seconds after which the driver gives up
 EVENTS_PER_S = 150_000  # ns-3 events a wall second on this machine kind (docs/packet-engine.md)
@@ -43,9 +44,11 @@ def check(exp) -> str:
         raise InputError("controller.routing", f"one of {', '.join(ROUTINGS)} with engine: packet (controller "
                          "policies in the loop are not in the packet engine yet; run them with engine: flow)",
                          exp.routing, exp.source)
-    if exp.faults:
-        raise InputError("faults", "no faults with engine: packet yet (run them with engine: flow or emulate)",
-                         f"{len(exp.faults)} faults", exp.source)
+    for i, f in enumerate(exp.faults):
+        if f.link is None and f.switch is None:
+            raise InputError(f"faults[{i}]", "a link or switch fault with engine: packet (stragglers and "
+                             "controller restarts are not in it yet; run them with engine: flow)",
+                             f.describe(), exp.source)
     t = settings(exp)
     if t.spray:
         raise InputError("transport.spray", "per-flow routing with engine: packet (spraying is not in it yet)",
@@ -90,13 +93,26 @@ def plan(exp, log=print):
     sc = scenario.build(exp, fabric, jobs, slice_bytes(exp))
     router = EcmpRouter(exp.flow.ecmp_seed) if exp.routing == "ecmp" else ShortestRouter()
     scenario.route(sc, net, router)
+    sc.fault_log = scenario.apply_faults(sc, net, router, exp.faults)
     return fabric, jobs, net, sc, settings(exp)
+
+
+def bin_s(sc, net) -> float:
+    """links.csv's interval: a 1-2-5 value near the run's bandwidth-bound time over LINK_BINS (every
+    byte leaving its sender's NIC at the line rate), so short runs get samples and long ones no flood."""
+    senders = {c[3] for c in sc.conns}
+    nic = sum(net.host_nic_Bps(net.host_index(h)) for h in senders) or 1.0
+    want = max(1e-6, min(1e-1, sc.payload_bytes / nic / LINK_BINS))
+    exp10 = 10.0 ** math.floor(math.log10(want))
+    return next(m * exp10 for m in (1, 2, 5, 10) if m * exp10 >= want)
 
 
 def execute(sc, net, t, work_dir: str, *, seed: int = 1, log=print) -> tuple[dict, dict]:
     """Run the scenario on ns-3: (the driver's results, the links it built). Progress in simulated time."""
     path = os.path.join(work_dir, "packet-scenario.txt")
-    built = scenario.write(sc, net, t, path, seed=seed, bin_s=BIN_S, end_s=END_S, rto_min_s=RTO_MIN_S)
+    w = sc.bin_s or bin_s(sc, net)
+    built = scenario.write(sc, net, t, path, seed=seed, bin_s=w, end_s=END_S, rto_min_s=RTO_MIN_S)
+    built["bin_s"] = w
     last = [0.0]
 
     def progress(sim_s, done, total, wall_s, events):
@@ -110,6 +126,7 @@ def execute(sc, net, t, work_dir: str, *, seed: int = 1, log=print) -> tuple[dic
     finally:
         if os.path.exists(path):
             os.unlink(path)
+    res["bin_s"] = w
     return res, built
 
 
@@ -141,7 +158,7 @@ def _run(exp, out_dir: str, log, force: bool) -> dict:
     except Interrupted:
         raise
     meta = res["meta"]
-    events = _events(sc, jobs, res)
+    events = _events(sc, jobs, res) + _fault_events(sc, res)
     with open(os.path.join(out_dir, "events.jsonl"), "w") as f:
         for ev in events:
             f.write(json.dumps(ev, separators=(",", ":")) + "\n")
@@ -184,6 +201,23 @@ def _events(sc, jobs, res) -> list[dict]:
     return out
 
 
+def _fault_events(sc, res) -> list[dict]:
+    """The fault events (the flow engine's fields): when each link or switch fault was applied."""
+    end = res["meta"]["sim_end"] - max(res["meta"]["t0"], 0.0)
+    out = []
+    for rec in sc.fault_log:
+        f = rec["fault"]
+        ev = {"kind": "fault", "job": None, "rank": None, "at_ms": f.at_ms, "start": rec["at_s"],
+              "end": rec["at_s"], "ok": rec["at_s"] <= end, "error": None if rec["at_s"] <= end else
+              "the run ended before its time", "links": rec["links"], "flows_moved": rec["moved"]}
+        if f.link is not None:
+            ev.update(fault=f"link {f.state}", link=f"{f.link[0]}-{f.link[1]}")
+        else:
+            ev.update(fault=f"switch {f.state}", switch=f.switch)
+        out.append(ev)
+    return out
+
+
 def _port_names(net, built):
     for q in built["links"]:
         a, b = q[0], q[1]
@@ -205,6 +239,7 @@ def _queues(net, built, res) -> list[dict]:
 def _write_links(path: str, net, built, res) -> None:
     """links.csv: each directed link that carried traffic, per interval, with its mean queue."""
     names = list(_port_names(net, built))
+    w = built["bin_s"]
     with open(path, "w") as f:
         f.write(",".join(LINK_COLUMNS + QUEUE_COLUMNS) + "\n")
         for q in res["queues"]:
@@ -214,8 +249,8 @@ def _write_links(path: str, net, built, res) -> None:
             gbps_cap = built["links"][q["link"]][3]
             qb = q["qbins"]
             for k, b in enumerate(q["bins"]):
-                gbps = b * 8 / BIN_S / 1e9
-                f.write(f"{round((k + 1) * BIN_S, 9)!r},{src}-{dst},{src},{dst},{round(gbps / gbps_cap, 6)!r},"
+                gbps = b * 8 / w / 1e9
+                f.write(f"{round((k + 1) * w, 9)!r},{src}-{dst},{src},{dst},{round(gbps / gbps_cap, 6)!r},"
                         f"{round(gbps, 6)!r},{round(qb[k] if k < len(qb) else 0.0, 1)!r}\n")
 
 
@@ -244,6 +279,7 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
             "per-flow routes: each switch holds a host route per connection (its own addresses), filled "
             "from the routing policy's paths; ECMP hashes the flow engine's five-tuple",
             "segments of MTU - 52 bytes (IP, TCP and timestamp headers); timestamps and SACK on"],
+        "link_bin_s": res["bin_s"],
         "events": meta["events"], "events_per_s": meta["events"] / max(meta["wall_s"], 1e-9),
         "run_s": meta["wall_s"], "wall_s": wall_s, "simulated_s": meta["sim_end"] - max(meta["t0"], 0.0),
     }
@@ -256,7 +292,7 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
         "controller": {"routing": exp.routing, "counters": {"reroutes": len(sc.reroutes)}},
         "queues": queues,
         "flows": flows,
-        "faults": [],
+        "faults": [e for e in events if e.get("kind") == "fault"],
         "capture": [],
         "announcements": announcement_summary(events, 1.0),
         "duration_s_wall": wall_s,

@@ -44,6 +44,9 @@ class Scenario:
     paths: list = field(default_factory=list)  # per connection: net link ids
     ops: list = field(default_factory=list)    # OpTasks
     reroutes: list = field(default_factory=list)  # (at_s, conn, net link ids)
+    linkstates: list = field(default_factory=list)  # (at_s, directed net link ids, up)
+    slice_bytes: int = 1
+    bin_s: float | None = None  # links.csv interval; None: runner.bin_s
 
     def add(self, kind: str, size: int = 0, dur: float = 0.0, conn: int = -1, earlier=(), gate=()) -> int:
         self.kinds.append(kind)
@@ -134,7 +137,7 @@ def _collective(sc: Scenario, fabric, j: int, hosts, group: list[int], op, at) -
         sc.earlier[at[m, op.id].end].extend((base + mine).tolist())
 
 
-def route(sc: Scenario, net, router) -> None:
+def route(sc: Scenario, net, router, strict: bool = True) -> None:
     """Each connection's path from the router: the five-tuple the flow engine hashes (the agents'
     connection: an ephemeral source port, the job's listening port)."""
     if not sc.conns:
@@ -148,9 +151,34 @@ def route(sc: Scenario, net, router) -> None:
     indptr, links = router.route(net, hs, hd, keys)
     sc.paths = [links[indptr[i]:indptr[i + 1]] for i in range(len(sc.conns))]
     bad = [i for i, p in enumerate(sc.paths) if len(p) == 0]
-    if bad:
+    if bad and strict:
         c = sc.conns[bad[0]]
         raise ValueError(f"no path from {c[3]} to {c[4]}")
+
+
+def apply_faults(sc: Scenario, net, router, faults) -> list[dict]:
+    """Link and switch faults at their times: the links go down (or up) and every connection
+    the router now sends another way gets its new path then, as the controller reinstalls its
+    routes (the flow engine's links_changed). One record per fault: its links and flows moved."""
+    out = []
+    initial, current = list(sc.paths), list(sc.paths)
+    for f in sorted(faults, key=lambda f: f.at_ms):
+        at = f.at_ms / 1000.0
+        up = f.state == "up"
+        ids = net.set_cable(f.link[0], f.link[1], up) if f.link is not None else net.set_switch(f.switch, up)
+        sc.linkstates.append((at, ids, up))
+        route(sc, net, router, strict=False)
+        moved = 0
+        for c, p in enumerate(sc.paths):
+            if len(p) and not np.array_equal(p, current[c]):
+                sc.reroutes.append((at, c, p))
+                current[c] = p
+                moved += 1
+        out.append({"fault": f, "at_s": at, "links": [f"{net.names[int(net.link_src[i])]}-"
+                                                      f"{net.names[int(net.link_dst[i])]}" for i in ids],
+                    "moved": moved})
+    sc.paths = initial  # the scenario starts on these; the reroutes carry the rest
+    return out
 
 
 def write(sc: Scenario, net, transport, path: str, *, seed: int, bin_s: float, end_s: float,
@@ -182,6 +210,10 @@ def write(sc: Scenario, net, transport, path: str, *, seed: int, bin_s: float, e
         for at_s, c, p in sc.reroutes:
             nodes = _nodes(net, p)
             f.write(f"reroute {at_s!r} {c} {len(nodes)} {' '.join(map(str, nodes))}\n")
+        for at_s, ids, up in sc.linkstates:
+            for lk in sorted({pairs.get((int(net.link_src[i]), int(net.link_dst[i])),
+                                        pairs.get((int(net.link_dst[i]), int(net.link_src[i])))) for i in ids}):
+                f.write(f"linkstate {at_s!r} {lk} {int(up)}\n")
     return {"links": links}
 
 

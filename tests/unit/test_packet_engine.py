@@ -44,7 +44,7 @@ def simulate(net, flows, tmp_path, reroutes=(), buffer=1 << 20, **transport):
         c = sc.conn(0, k, k + 1000, list(range(2000)))
         sc.add(scenario.TRANSFER, size, conn=c)
         sc.paths.append(path(net, nodes))
-    sc.slice_bytes = 1
+    sc.slice_bytes, sc.bin_s = 1, 1e-3
     sc.reroutes = [(at, c, path(net, nodes)) for at, c, nodes in reroutes]
     t = Transport(switch_buffer_bytes=buffer, latency_us={"host": transport.pop("latency_us", 1.0)}, **transport)
     return runner.execute(sc, net, t, str(tmp_path))[0]
@@ -153,3 +153,24 @@ def test_a_run_without_ns3_says_how_to_install_it(tmp_path, monkeypatch, capsys)
     assert main(["run", write(tmp_path, ring()), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "apt-get install -y libns3-dev" in err[0], err
+
+
+@needs_ns3
+def test_a_link_that_fails_mid_run_loses_its_flows_to_the_other_paths(tmp_path):
+    data = {"name": "down", "engine": "packet", "topology": {"kind": "fat-tree", "k": 4, "link_gbps": 100},
+            "controller": {"routing": "ecmp"},
+            "jobs": [{"name": "s", "hosts": "all", "workload": {"pattern": "stride", "stride": 8,
+                                                                "size_bytes": 20_000_000, "iterations": 1}}],
+            # ECMP seed 0 puts two of the 16 flows on agg0_1 -> core3
+            "faults": [{"at_ms": 1, "link": ["agg0_1", "core3"], "state": "down"}]}
+    out = tmp_path / "out"
+    assert main(["run", write(tmp_path, data), "--out", str(out)]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "complete"
+    (fault,) = s["faults"]
+    assert fault["ok"] and fault["fault"] == "link down" and fault["flows_moved"] >= 2
+    assert s["controller"]["counters"]["reroutes"] == fault["flows_moved"]
+    (cut,) = [q for q in s["queues"] if q["link"] == "agg0_1-core3"]
+    frames = 2 * 20_000_000 / (MTU - 52) * (MTU + 2)
+    assert 0 < cut["tx_bytes"] < 0.9 * frames  # it carried the two flows only until it failed
+    assert sum(f["retransmissions"] for f in s["flows"]) > 0  # what was in flight through it was lost
