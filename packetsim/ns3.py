@@ -64,6 +64,14 @@ def execute(scenario_path: str, on_progress=None, log=print) -> dict:
     on_progress(sim_s, tasks_done, tasks, wall_s, events) about once a wall second."""
     exe = build(log)
     out_path = scenario_path + ".out"
+    try:
+        return _run(exe, scenario_path, out_path, on_progress)
+    finally:
+        if os.path.exists(out_path):  # a run interrupted or failed keeps no half-read results
+            os.unlink(out_path)
+
+
+def _run(exe: str, scenario_path: str, out_path: str, on_progress) -> dict:
     with open(out_path, "w") as out:
         p = subprocess.Popen([exe, scenario_path], stdout=out, stderr=subprocess.PIPE, text=True)
         err = []
@@ -90,9 +98,7 @@ def execute(scenario_path: str, on_progress=None, log=print) -> dict:
                 res["meta"] = rec
             else:
                 res[kind + "s"].append(rec)
-    os.unlink(out_path)
     return res
-
 
 if __name__ == "__main__":  # make packet: build the driver ahead of the first run
     print(build())
