@@ -4,7 +4,7 @@ DTNET = $(VENV)/bin/dtnet
 PY = $(VENV)/bin/python
 DEMO ?= experiments/demo.yaml
 
-.PHONY: setup torch demo test unit integration clean bench lab-box lab-check
+.PHONY: setup torch packet demo test unit integration clean bench lab-box lab-check
 
 setup:
 	bash scripts/bootstrap.sh
@@ -13,12 +13,16 @@ setup:
 torch:
 	DTNET_TORCH=1 bash scripts/bootstrap.sh
 
+# ns-3 3.37 (Debian's libns3-dev) and the packet engine's driver; see docs/packet-engine.md.
+packet:
+	DTNET_NS3=1 bash scripts/bootstrap.sh
+
 demo: setup
 	$(DTNET) run $(DEMO)
 
 # Unit and integration tiers in one run; exit 5 ("no tests ran") fails too.
-# torch: the real-program tests run a gloo job.
-test: torch
+# torch: the real-program tests run a gloo job; packet: the packet engine's tests run ns-3.
+test: torch packet
 	$(PY) -m pytest tests examples -v -p no:cacheprovider
 
 unit: setup

@@ -151,10 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="output folder (default results/<name>/)")
     r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a value, e.g. --set scale.link=1e-5 --set jobs.0.workload.size_bytes=1e9")
-    r.add_argument("--engine", choices=("emulate", "flow"),
+    r.add_argument("--engine", choices=("emulate", "flow", "packet"),
                    help="run on this engine, whatever the file's engine: says (emulate: Mininet, OVS and Ryu, "
                         "needs root; flow: the flow-level model, no root, real-cluster units; "
-                        "docs/flow-engine.md). Same as --set engine=NAME")
+                        "docs/flow-engine.md; packet: ns-3 at packet level, real-cluster units, docs/packet-engine.md). "
+                        "Same as --set engine=NAME")
     r.add_argument("--force", action="store_true",
                    help="overwrite the run folder even when it holds a finished run (without it a finished run "
                         "is refused with exit 2, and an unfinished run of the same experiment is run again in "
@@ -193,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("experiment", help="experiment YAML file")
     c.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a value as `dtnet run --set` does, e.g. --set controller.routing=ecmp")
-    c.add_argument("--engine", choices=("emulate", "flow"),
+    c.add_argument("--engine", choices=("emulate", "flow", "packet"),
                    help="check for this engine, whatever the file's engine: says (same as --set engine=NAME)")
     c.set_defaults(func=cmd_check)
 

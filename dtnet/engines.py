@@ -1,6 +1,6 @@
 """Engines by name: an experiment's ``engine:`` (or ``Experiment.run(engine=...)``) picks one.
 
-The table is experiment.engine.ENGINES (``emulate``, ``flow``); each engine's code is
+The table is experiment.engine.ENGINES (``emulate``, ``flow``, ``packet``); each engine's code is
 imported only when asked for, so ``import dtnet`` imports no engine: the emulator's Mininet
 and psutil load only when an emulator run starts.
 """

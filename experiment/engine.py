@@ -22,6 +22,7 @@ import importlib
 ENGINES = {
     "emulate": ("emulator.run.runner:EmulatorEngine", "emulator.check:check"),
     "flow": ("flowsim.runner:FlowEngine", "flowsim.runner:check"),
+    "packet": ("packetsim.runner:PacketEngine", "packetsim.runner:check"),
 }
 
 DEFAULT_ENGINE = "emulate"
@@ -50,3 +51,17 @@ def check(exp) -> str | None:
     """The engine's own refusals (InputError) and its one-line verdict, or None when it has none."""
     ref = ENGINES[exp.engine][1]
     return load(ref)(exp) if ref else None
+
+
+def refuse_non_replay(exp, engine: str, capture_hint: str) -> None:
+    """The refusals of every engine without real hosts: packet captures and real programs (InputError)."""
+    from badinput import InputError
+    from experiment import program
+    if exp.capture.links:
+        raise InputError("capture.links", f"no packet capture with engine: {engine} ({capture_hint}; capture with "
+                         "engine: emulate)", [list(x) for x in exp.capture.links], exp.source)
+    for i, job in enumerate(exp.jobs):
+        if program.is_program(job.workload):
+            raise InputError(f"jobs[{i}].workload.command", f"a workload dtnet replays with engine: {engine} (a "
+                             "real program runs only on the emulator's hosts)", " ".join(job.workload["command"])[:60],
+                             exp.source)

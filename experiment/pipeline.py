@@ -88,6 +88,7 @@ class Engine:
     label = ""  # in the plots' titles
     keep_events = False  # the engine's summary reads run.events.events, not the file
     calibrates = False  # accepts --auto-scale's prepare step
+    force = False  # --force: the user asked to go on (a finished run overwritten, a long run started)
 
     def check(self, exp: Experiment) -> str | None:
         """Refuse what the engine cannot model (InputError); one line on what it will run."""
@@ -193,6 +194,7 @@ def run(engine: Engine, exp: Experiment, out_dir: str, log=print, prepare=None, 
     if prepare is not None and not engine.calibrates:
         raise InputError("--auto-scale", "engine: emulate (only the emulator has a scale to calibrate)",
                          f"engine: {engine.name}", exp.source)
+    engine.force = force
     os.makedirs(out_dir, exist_ok=True)
     lock = lock_folder(out_dir)
     try:

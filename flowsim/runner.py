@@ -20,8 +20,7 @@ import numpy as np
 
 from badinput import InputError
 from badinput.paths import open_out
-from experiment import program
-from experiment.engine import Interrupted, RunFailure
+from experiment.engine import Interrupted, RunFailure, refuse_non_replay
 from experiment.model import Experiment, Scale
 from experiment.transport import check_transport, ignored_note
 from experiment.outputs.announcements import summarize as announcement_summary
@@ -53,14 +52,7 @@ EMULATOR_SAMPLE_S = 0.25  # the emulator reads its link counters every quarter w
 
 def check(exp: Experiment) -> str:
     """Refuse what the flow engine cannot model (InputError, exit 2); one line on what it runs."""
-    if exp.capture.links:
-        raise InputError("capture.links", "no packet capture with engine: flow (it moves no packets; "
-                         "capture with engine: emulate)", [list(x) for x in exp.capture.links], exp.source)
-    for i, job in enumerate(exp.jobs):
-        if program.is_program(job.workload):
-            raise InputError(f"jobs[{i}].workload.command", "a workload dtnet replays with engine: flow (a real "
-                             "program runs only on the emulator's hosts)", " ".join(job.workload["command"])[:60],
-                             exp.source)
+    refuse_non_replay(exp, "flow", "it moves no packets")
     ignored = check_transport(exp, ENGINE)
     return (f"engine flow: {exp.flow.collective_model} collectives, routing {exp.routing}"
             + (f" (ECMP seed {exp.flow.ecmp_seed})" if not isinstance(table_router(exp.routing, 0), ShortestRouter)

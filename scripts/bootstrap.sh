@@ -16,6 +16,12 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${DTNET_VENV:-$ROOT/.venv}"
 APT_PKGS=(mininet python3-networkx python3-yaml openvswitch-switch iperf3 ethtool iputils-ping tcpdump iproute2 python3-venv python3-dev gcc make python3-simgrid)
+# ns-3 for `engine: packet`, with DTNET_NS3=1 (`make packet`, `make test`): Debian's C++ library
+# and a compiler for the engine's driver (docs/packet-engine.md says why not the PyPI bindings).
+NS3_APT_PKGS=(libns3-dev g++)
+if [[ "${DTNET_NS3:-0}" == 1 ]]; then
+    APT_PKGS+=("${NS3_APT_PKGS[@]}")
+fi
 
 # pip requirements, installed in this order (each line one pip call).
 PIP_BASE=("pip<25" "setuptools<68" wheel)
@@ -150,5 +156,9 @@ if [[ "${DTNET_TORCH:-0}" == 1 ]] && ! "$PY" -c "import torch, sys; sys.exit(tor
     log "installing torch==$TORCH_VERSION (CPU build, from local disk)"
     "$PY" -m pip install -q --no-deps "torch==$TORCH_VERSION"
     "$PY" -m pip install -q filelock "typing-extensions>=4.10.0" "sympy>=1.13.3" jinja2 "fsspec>=0.8.5"
+fi
+if [[ "${DTNET_NS3:-0}" == 1 ]]; then
+    log "building the packet engine's ns-3 driver"
+    (cd "$ROOT" && "$PY" -m packetsim.ns3)
 fi
 log "ready: $VENV"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 
 COLUMNS = ("t_s", "link", "src", "dst", "util", "gbps")
+QUEUE_COLUMNS = ("queue_mean_bytes",)  # the packet engine's: mean backlog of the link's output queue
 
 
 class LinkSampler:
@@ -71,7 +72,7 @@ def read_csv(path: str) -> list[dict]:
     """links.csv rows with numbers as floats; raises ValueError on a bad header."""
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        if tuple(reader.fieldnames or ()) != COLUMNS:
+        if tuple(reader.fieldnames or ()) not in (COLUMNS, COLUMNS + QUEUE_COLUMNS):
             raise ValueError(f"expected the columns {','.join(COLUMNS)}, found {reader.fieldnames}")
         return [{**r, "t_s": float(r["t_s"]), "util": float(r["util"]), "gbps": float(r["gbps"])} for r in reader]
 

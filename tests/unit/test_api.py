@@ -63,8 +63,8 @@ def test_build_checks_a_mapping_as_a_file():
 
 
 def test_an_engine_is_picked_by_name():
-    assert engines.names() == ["emulate", "flow"] and callable(engines.get("flow"))
-    with pytest.raises(dtnet.InputError, match="engine: expected one of emulate, flow, found warp"):
+    assert engines.names() == ["emulate", "flow", "packet"] and callable(engines.get("flow"))
+    with pytest.raises(dtnet.InputError, match="engine: expected one of emulate, flow, packet, found warp"):
         engines.get("warp")
 
 

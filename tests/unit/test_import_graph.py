@@ -5,7 +5,7 @@
   ``module._x`` (tests may reach into what they test; the project, bench/ and examples/ may not);
 - layers: each package imports only the packages below it, and the engine-neutral ones
   (traffic/, topologies/, experiment/, the controller's policy modules), like the flow-level
-  engine (flowsim/), import no Mininet, Ryu or psutil.
+  engine (flowsim/) and the ns-3 engine (packetsim/), import no Mininet, Ryu or psutil.
 """
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import os
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PACKAGES = ("badinput", "topologies", "traffic", "controller", "experiment", "emulator", "flowsim", "dtnet")
+PACKAGES = ("badinput", "topologies", "traffic", "controller", "experiment", "emulator", "flowsim", "packetsim",
+            "dtnet")
 # Each package and the project packages it may import: arrows point one way, down this list.
 MAY_IMPORT = {
     "badinput": set(),
@@ -25,13 +26,14 @@ MAY_IMPORT = {
     "experiment": {"badinput", "topologies", "traffic", "controller"},
     "emulator": {"badinput", "topologies", "traffic", "controller", "experiment"},
     "flowsim": {"badinput", "topologies", "traffic", "controller", "experiment"},
+    "packetsim": {"badinput", "topologies", "traffic", "controller", "experiment", "flowsim"},  # its routers, Net
     "dtnet": set(PACKAGES) - {"dtnet"},
 }
 HEAVY = ("mininet", "ryu", "os_ken", "eventlet", "psutil")
 # The only modules of an engine-neutral package that may import a HEAVY package.
 ADAPTERS = {"controller.ryu_app", "controller.run", "controller.ofwire"}  # ofwire: rules to OpenFlow messages
 # What must run without root: the engine-neutral layers, and the flow-level engine.
-NEUTRAL = ("badinput", "topologies", "traffic", "controller", "experiment", "flowsim")
+NEUTRAL = ("badinput", "topologies", "traffic", "controller", "experiment", "flowsim", "packetsim")
 
 
 def _modules(folders) -> dict[str, str]:

@@ -1,0 +1,547 @@
+// dtnet's ns-3 driver: reads a scenario (text records, written by packetsim/scenario.py), runs it
+// at packet level and writes JSON lines. Per-packet work stays in C++; Python only plans and reads.
+//
+// Records (one a line, whitespace-separated):
+//   cfg CC MTU BUFFER_BYTES ECN_MIN ECN_MAX ECN_PROB SEED BIN_S END_S RTO_MIN_S
+//   nodes N
+//   link ID A B GBPS DELAY_S
+//   conn ID SRC DST K N0 .. NK-1          (its path, node ids from SRC to DST)
+//   task ID KIND CONN SIZE DUR_S SLICE NE E.. NG G..   KIND: X transfer, C compute, J join
+//   reroute AT_S CONN K N0 .. NK-1
+//   linkstate AT_S LINK UP                (a cable down (0) or up (1): both ends drop what arrives)
+#include "ns3/core-module.h"
+#include "ns3/internet-module.h"
+#include "ns3/network-module.h"
+#include "ns3/point-to-point-module.h"
+#include "ns3/traffic-control-module.h"
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <unordered_map>
+
+using namespace ns3;
+
+// The engine's own flow table in every node: destination address (one a connection, plus each
+// sender's interface address for its ACKs) -> output interface, in a hash map. ns-3's static
+// routing scans its routes linearly per packet, which a switch of thousands of flows cannot afford.
+class FlowTable : public Ipv4RoutingProtocol {
+  public:
+    static TypeId GetTypeId() {
+        static TypeId tid = TypeId("dtnet::FlowTable").SetParent<Ipv4RoutingProtocol>().AddConstructor<FlowTable>();
+        return tid;
+    }
+    void Set(Ipv4Address dest, int iface) {
+        if (iface < 0) table.erase(dest.Get());
+        else table[dest.Get()] = uint32_t(iface);
+    }
+    Ptr<Ipv4Route> Lookup(Ipv4Address dest) const {
+        auto it = table.find(dest.Get());
+        if (it == table.end()) return nullptr;
+        Ptr<Ipv4Route> r = Create<Ipv4Route>();
+        r->SetDestination(dest);
+        r->SetGateway(Ipv4Address::GetZero());
+        r->SetSource(ipv4->GetAddress(it->second, 0).GetLocal());
+        r->SetOutputDevice(ipv4->GetNetDevice(it->second));
+        return r;
+    }
+    Ptr<Ipv4Route> RouteOutput(Ptr<Packet>, const Ipv4Header& h, Ptr<NetDevice>, Socket::SocketErrno& err) override {
+        Ptr<Ipv4Route> r = Lookup(h.GetDestination());
+        err = r ? Socket::ERROR_NOTERROR : Socket::ERROR_NOROUTETOHOST;
+        return r;
+    }
+    bool RouteInput(Ptr<const Packet> p, const Ipv4Header& h, Ptr<const NetDevice> idev, UnicastForwardCallback ucb,
+                    MulticastForwardCallback, LocalDeliverCallback lcb, ErrorCallback ecb) override {
+        // A node holds no entry for its own addresses: look up first, and only a miss pays for
+        // ns-3's scan of every interface (a switch forwards without it).
+        if (Ptr<Ipv4Route> r = Lookup(h.GetDestination())) {
+            ucb(r, p, h);
+            return true;
+        }
+        uint32_t iif = uint32_t(ipv4->GetInterfaceForDevice(idev));
+        if (ipv4->IsDestinationAddress(h.GetDestination(), iif)) {
+            lcb(p, h, iif);
+            return true;
+        }
+        ecb(p, h, Socket::ERROR_NOROUTETOHOST);
+        return false;
+    }
+    void NotifyInterfaceUp(uint32_t) override {}
+    void NotifyInterfaceDown(uint32_t) override {}
+    void NotifyAddAddress(uint32_t, Ipv4InterfaceAddress) override {}
+    void NotifyRemoveAddress(uint32_t, Ipv4InterfaceAddress) override {}
+    void SetIpv4(Ptr<Ipv4> i) override { ipv4 = i; }
+    void PrintRoutingTable(Ptr<OutputStreamWrapper> s, Time::Unit) const override {
+        *s->GetStream() << table.size() << " flow entries\n";
+    }
+
+  private:
+    Ptr<Ipv4> ipv4;
+    std::unordered_map<uint32_t, uint32_t> table;
+};
+
+class FlowTableHelper : public Ipv4RoutingHelper {
+  public:
+    Ipv4RoutingHelper* Copy() const override { return new FlowTableHelper(*this); }
+    Ptr<Ipv4RoutingProtocol> Create(Ptr<Node>) const override { return CreateObject<FlowTable>(); }
+};
+
+struct Task {
+    char kind = 'J';
+    int conn = -1;
+    uint64_t size = 0, slice = 0, sent = 0, recv = 0;
+    double dur = 0;
+    std::vector<int> earlier, gate, waiters, gateWaiters;
+    int pending = 0;
+    double ready = -1, start = -1, end = -1;
+    bool done = false;
+};
+
+struct Conn {
+    int src = 0, dst = 0;
+    std::vector<int> path;
+    Ipv4Address saddr, daddr;
+    Ptr<Socket> tx;
+    std::vector<int> sendq, recvq;  // task ids in stream order
+    size_t sendHead = 0, recvHead = 0;
+    uint64_t bytesRx = 0, retx = 0, retxBytes = 0;
+    uint32_t highTx = 0;
+    bool up = false;
+};
+
+struct Port {  // one directed link: the queue at A's end toward B
+    int link, dir;
+    Ptr<QueueDisc> qd;
+    double last = 0, area = 0;
+    uint32_t cur = 0, max = 0;
+    std::vector<double> hist;  // seconds spent at each backlog bin
+    std::vector<uint64_t> txBins;
+    std::vector<double> qBins;  // byte-seconds of backlog in each bin (charged to the bin it began in)
+};
+
+static std::vector<Task> tasks;
+static std::vector<Conn> conns;
+static std::vector<Port> ports;
+static std::map<std::pair<int, int>, std::pair<uint32_t, int>> ifaceOf;  // (a,b) -> (a's interface, port)
+static NodeContainer nodes;
+static double t0 = -1, binS = 1e-3, histW = 1;
+static size_t doneCount = 0, connected = 0;
+static std::chrono::steady_clock::time_point wallStart, lastPrint;
+
+static double SimNow() { return Simulator::Now().GetSeconds(); }
+
+static void Pump(int c);
+static void Complete(int t);
+
+static void MakeReady(int t) {
+    Task& k = tasks[t];
+    k.ready = SimNow();
+    if (k.kind == 'C') {
+        k.start = k.ready;
+        Simulator::Schedule(Seconds(k.dur), &Complete, t);
+    } else if (k.kind == 'J' || k.size == 0) {
+        k.start = k.ready;
+        Complete(t);
+    } else {
+        Pump(k.conn);
+    }
+}
+
+static void Complete(int t) {
+    Task& k = tasks[t];
+    if (k.done) return;
+    k.done = true;
+    k.end = SimNow();
+    if (++doneCount == tasks.size()) Simulator::Stop();
+    for (int w : k.waiters)
+        if (--tasks[w].pending == 0) MakeReady(w);
+}
+
+static uint64_t Allowed(const Task& k) {
+    if (k.gate.empty()) return k.size;
+    double frac = 1.0;
+    for (int g : k.gate) frac = std::min(frac, tasks[g].size ? double(tasks[g].recv) / tasks[g].size : 1.0);
+    if (frac >= 1.0) return k.size;
+    uint64_t sl = k.slice ? k.slice : k.size;
+    return std::min(k.size, uint64_t(frac * k.size / sl) * sl);
+}
+
+static void Pump(int c) {
+    Conn& cn = conns[c];
+    if (!cn.up) return;
+    while (cn.sendHead < cn.sendq.size()) {
+        Task& k = tasks[cn.sendq[cn.sendHead]];
+        if (k.ready < 0) return;
+        uint64_t allowed = Allowed(k);
+        while (k.sent < allowed) {
+            uint32_t room = cn.tx->GetTxAvailable();
+            if (room == 0) return;
+            uint32_t n = uint32_t(std::min<uint64_t>({allowed - k.sent, room, 1u << 20}));
+            int r = cn.tx->Send(Create<Packet>(n));
+            if (r <= 0) return;
+            if (k.start < 0) k.start = SimNow();
+            k.sent += uint64_t(r);
+        }
+        if (k.sent < k.size) return;
+        cn.sendHead++;
+    }
+}
+
+static void OnSendRoom(int c, Ptr<Socket>, uint32_t) { Pump(c); }
+
+static void OnRecv(int c, Ptr<Socket> s) {
+    Conn& cn = conns[c];
+    Ptr<Packet> p;
+    while ((p = s->Recv())) {
+        uint64_t n = p->GetSize();
+        cn.bytesRx += n;
+        while (n > 0 && cn.recvHead < cn.recvq.size()) {
+            int t = cn.recvq[cn.recvHead];
+            Task& k = tasks[t];
+            uint64_t take = std::min(n, k.size - k.recv);
+            k.recv += take;
+            n -= take;
+            for (int w : k.gateWaiters) Pump(tasks[w].conn);
+            if (k.recv == k.size) {
+                cn.recvHead++;
+                Complete(t);
+            }
+        }
+    }
+}
+
+static std::vector<std::tuple<double, int, std::vector<int>>> reroutes;
+static std::vector<std::tuple<double, int, int>> linkstates;
+static std::vector<std::array<Ptr<RateErrorModel>, 2>> cut;  // per link: each end's receive error model
+static void Reroute(int c, std::vector<int> path);
+
+static void SetLink(int link, int up) {
+    for (auto& em : cut[size_t(link)]) up ? em->Disable() : em->Enable();
+}
+
+static void StartReplay() {
+    t0 = SimNow();
+    for (auto& [at, l, up] : linkstates) Simulator::Schedule(Seconds(at), &SetLink, l, up);  // at: since t0
+    for (auto& [at, c, path] : reroutes) Simulator::Schedule(Seconds(at), &Reroute, c, path);
+    for (size_t t = 0; t < tasks.size(); t++)
+        if (tasks[t].pending == 0 && tasks[t].ready < 0) MakeReady(int(t));
+    if (tasks.empty()) Simulator::Stop();
+}
+
+static void OnConnected(int c, Ptr<Socket>) {
+    conns[c].up = true;
+    if (++connected == conns.size()) StartReplay();
+}
+
+static void OnConnectFail(int c, Ptr<Socket>) {
+    std::cerr << "connection " << c << " failed to open\n";
+    Simulator::Stop();
+}
+
+static void OnAccept(int c, Ptr<Socket> s, const Address&) { s->SetRecvCallback(MakeBoundCallback(&OnRecv, c)); }
+
+static void OnTcpTx(int c, Ptr<const Packet> p, const TcpHeader& h, Ptr<const TcpSocketBase>) {
+    Conn& cn = conns[c];
+    uint32_t len = p->GetSize();
+    if (len == 0) return;
+    uint32_t end = h.GetSequenceNumber().GetValue() + len;
+    if (cn.highTx != 0 && int32_t(end - cn.highTx) <= 0) {
+        cn.retx++;
+        cn.retxBytes += len;
+    } else {
+        cn.highTx = end;
+    }
+}
+
+static void OnBacklog(int port, uint32_t, uint32_t now) {
+    Port& q = ports[port];
+    double t = SimNow(), dt = t - q.last;
+    q.area += q.cur * dt;
+    size_t b = size_t(q.cur / histW);
+    if (b >= q.hist.size()) q.hist.resize(b + 1, 0.0);
+    q.hist[b] += dt;
+    if (t0 >= 0 && q.last >= t0) {
+        size_t qb = size_t((q.last - t0) / binS);
+        if (qb >= q.qBins.size()) q.qBins.resize(qb + 1, 0.0);
+        q.qBins[qb] += q.cur * dt;
+    }
+    q.cur = now;
+    q.last = t;
+    q.max = std::max(q.max, now);
+}
+
+static void OnPhyTx(int port, Ptr<const Packet> p) {
+    Port& q = ports[port];
+    if (t0 < 0) return;
+    size_t b = size_t((SimNow() - t0) / binS);
+    if (b >= q.txBins.size()) q.txBins.resize(b + 1, 0);
+    q.txBins[b] += p->GetSize();
+}
+
+static void SetRoute(Ptr<Node> n, Ipv4Address dest, int iface) {
+    DynamicCast<FlowTable>(n->GetObject<Ipv4>()->GetRoutingProtocol())->Set(dest, iface);
+}
+
+static void InstallPath(int c, const std::vector<int>& path) {
+    // Forward: every node of the path holds a host route for the connection's own destination
+    // address. Back (ACKs): toward the sender's interface address, which connections leaving by
+    // that interface share; any of their paths is a right way back.
+    Conn& cn = conns[c];
+    for (size_t i = 0; i + 1 < path.size(); i++) {
+        SetRoute(nodes.Get(path[i]), cn.daddr, int(ifaceOf.at({path[i], path[i + 1]}).first));
+        SetRoute(nodes.Get(path[i + 1]), cn.saddr, int(ifaceOf.at({path[i + 1], path[i]}).first));
+    }
+    cn.path = path;
+}
+
+static void Reroute(int c, std::vector<int> path) {
+    for (size_t i = 1; i + 1 < conns[c].path.size(); i++)  // switches of the old path forget the flow
+        SetRoute(nodes.Get(conns[c].path[i]), conns[c].daddr, -1);
+    InstallPath(c, path);
+}
+
+static void Progress(double endS) {
+    auto w = std::chrono::steady_clock::now();
+    if (std::chrono::duration<double>(w - lastPrint).count() >= 1.0) {
+        lastPrint = w;
+        double el = std::chrono::duration<double>(w - wallStart).count();
+        fprintf(stderr, "progress %.9g %zu %zu %.3f %llu\n", t0 < 0 ? 0.0 : SimNow() - t0, doneCount, tasks.size(), el,
+                (unsigned long long)Simulator::GetEventCount());
+        fflush(stderr);
+    }
+    if (doneCount < tasks.size()) Simulator::Schedule(MicroSeconds(50), &Progress, endS);
+}
+
+static void DebugDrop(int n, const Ipv4Header& h, Ptr<const Packet>, Ipv4L3Protocol::DropReason r, Ptr<Ipv4>, uint32_t i) {
+    std::cerr << "drop at node " << n << " iface " << i << " reason " << int(r) << " " << h.GetSource() << " -> " << h.GetDestination() << "\n";
+}
+
+static void OpenAll() {
+    for (auto& cn : conns) cn.tx->Connect(InetSocketAddress(cn.daddr, 5000));
+}
+
+static std::vector<int> ReadPath(std::istringstream& in) {
+    int k;
+    in >> k;
+    std::vector<int> p(k);
+    for (int& x : p) in >> x;
+    return p;
+}
+
+int main(int argc, char** argv) {
+    if (argc != 2) {
+        std::cerr << "usage: dtnet-ns3 SCENARIO\n";
+        return 2;
+    }
+    std::ifstream f(argv[1]);
+    std::string line, cc = "cubic";
+    uint32_t mtu = 9000, seed = 1;
+    uint64_t buffer = 1 << 20;
+    double ecnMin = 0, ecnMax = 0, ecnProb = 0, endS = 3600, rtoMin = 0.2;
+    struct L { int a, b; double gbps, delay; };
+    std::vector<L> links;
+    int nNodes = 0;
+    while (std::getline(f, line)) {
+        std::istringstream in(line);
+        std::string kind;
+        if (!(in >> kind)) continue;
+        if (kind == "cfg") {
+            in >> cc >> mtu >> buffer >> ecnMin >> ecnMax >> ecnProb >> seed >> binS >> endS >> rtoMin;
+        } else if (kind == "nodes") {
+            in >> nNodes;
+        } else if (kind == "link") {
+            int id;
+            L l;
+            in >> id >> l.a >> l.b >> l.gbps >> l.delay;
+            links.push_back(l);
+        } else if (kind == "conn") {
+            int id;
+            Conn c;
+            in >> id >> c.src >> c.dst;
+            c.path = ReadPath(in);
+            conns.push_back(c);
+        } else if (kind == "task") {
+            int id, ne, ng;
+            Task t;
+            in >> id >> t.kind >> t.conn >> t.size >> t.dur >> t.slice >> ne;
+            t.earlier.resize(ne);
+            for (int& x : t.earlier) in >> x;
+            in >> ng;
+            t.gate.resize(ng);
+            for (int& x : t.gate) in >> x;
+            tasks.push_back(t);
+        } else if (kind == "reroute") {
+            double at;
+            int c;
+            in >> at >> c;
+            reroutes.emplace_back(at, c, ReadPath(in));
+        } else if (kind == "linkstate") {
+            double at;
+            int l, up;
+            in >> at >> l >> up;
+            linkstates.emplace_back(at, l, up);
+        } else {
+            std::cerr << "unknown record " << kind << "\n";
+            return 2;
+        }
+        if (in.fail()) {
+            std::cerr << "bad record: " << line.substr(0, 80) << "\n";
+            return 2;
+        }
+    }
+    RngSeedManager::SetSeed(seed);
+    std::map<std::string, std::string> ccType = {{"newreno", "ns3::TcpNewReno"}, {"cubic", "ns3::TcpCubic"},
+                                                 {"dctcp", "ns3::TcpDctcp"}, {"bbr", "ns3::TcpBbr"}};
+    if (!ccType.count(cc)) {
+        std::cerr << "unknown cc " << cc << "\n";
+        return 2;
+    }
+    Config::SetDefault("ns3::TcpL4Protocol::SocketType", StringValue(ccType[cc]));
+    Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(mtu - 52));  // IP 20 + TCP 20 + timestamps 12
+    // Linux's default tcp_wmem/tcp_rmem maxima are 4 and 6 MiB; ns-3 scans its send buffer per ACK,
+    // so a bigger one costs time with nothing gained at datacenter round trips.
+    Config::SetDefault("ns3::TcpSocket::SndBufSize", UintegerValue(4 << 20));
+    Config::SetDefault("ns3::TcpSocket::RcvBufSize", UintegerValue(6 << 20));
+    Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(10));
+    Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(Seconds(rtoMin)));
+    Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MicroSeconds(1)));
+    if (cc == "dctcp" || ecnMax > 0) Config::SetDefault("ns3::TcpSocketBase::UseEcn", StringValue("On"));
+
+    nodes.Create(nNodes);
+    InternetStackHelper stack;
+    FlowTableHelper flowTables;
+    stack.SetRoutingHelper(flowTables);
+    stack.Install(nodes);
+    TrafficControlHelper tch;
+    QueueSizeValue qsize(QueueSize(QueueSizeUnit::BYTES, uint32_t(std::min<uint64_t>(buffer, 0xffffffffu))));
+    if (ecnMax > 0) {
+        tch.SetRootQueueDisc("ns3::RedQueueDisc", "MaxSize", qsize, "MinTh", DoubleValue(ecnMin), "MaxTh",
+                             DoubleValue(ecnMax), "LInterm", DoubleValue(1.0 / std::max(ecnProb, 1e-9)), "UseEcn",
+                             BooleanValue(true), "UseHardDrop", BooleanValue(false), "QW", DoubleValue(1.0),
+                             "MeanPktSize", UintegerValue(mtu));
+    } else {
+        tch.SetRootQueueDisc("ns3::FifoQueueDisc", "MaxSize", qsize);
+    }
+    histW = std::max(1.0, double(buffer) / 2000.0);
+    Ipv4AddressHelper addr;
+    addr.SetBase("10.0.0.0", "255.255.255.252");
+    for (size_t i = 0; i < links.size(); i++) {
+        const L& l = links[i];
+        PointToPointHelper p2p;
+        std::ostringstream rate;
+        rate << uint64_t(l.gbps * 1e9) << "bps";
+        p2p.SetDeviceAttribute("DataRate", StringValue(rate.str()));
+        p2p.SetDeviceAttribute("Mtu", UintegerValue(mtu));
+        p2p.SetChannelAttribute("Delay", TimeValue(Seconds(l.delay)));
+        p2p.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", StringValue("2p"));
+        NetDeviceContainer d = p2p.Install(nodes.Get(l.a), nodes.Get(l.b));
+        std::array<Ptr<RateErrorModel>, 2> ems;
+        for (int dir = 0; dir < 2; dir++) {
+            ems[dir] = CreateObject<RateErrorModel>();
+            ems[dir]->SetRate(1.0);
+            ems[dir]->SetUnit(RateErrorModel::ERROR_UNIT_PACKET);
+            ems[dir]->Disable();
+            d.Get(dir)->SetAttribute("ReceiveErrorModel", PointerValue(ems[dir]));
+        }
+        cut.push_back(ems);
+        QueueDiscContainer qds = tch.Install(d);
+        addr.Assign(d);
+        addr.NewNetwork();
+        for (int dir = 0; dir < 2; dir++) {
+            int a = dir ? l.b : l.a, b = dir ? l.a : l.b;
+            Port q;
+            q.link = int(i);
+            q.dir = dir;
+            q.qd = qds.Get(dir);
+            int pi = int(ports.size());
+            ports.push_back(q);
+            q.qd->TraceConnectWithoutContext("BytesInQueue", MakeBoundCallback(&OnBacklog, pi));
+            d.Get(dir)->TraceConnectWithoutContext("PhyTxEnd", MakeBoundCallback(&OnPhyTx, pi));
+            uint32_t iface = uint32_t(nodes.Get(a)->GetObject<Ipv4>()->GetInterfaceForDevice(d.Get(dir)));
+            ifaceOf[{a, b}] = {iface, pi};
+        }
+    }
+    for (size_t c = 0; c < conns.size(); c++) {
+        Conn& cn = conns[c];
+        cn.daddr = Ipv4Address(0x0B000000u + uint32_t(c) + 1);  // 11.0.0.0/8: one address a connection
+        int sp = cn.path[0], dp = cn.path.back();
+        Ptr<Ipv4> sip = nodes.Get(sp)->GetObject<Ipv4>(), dip = nodes.Get(dp)->GetObject<Ipv4>();
+        cn.saddr = sip->GetAddress(ifaceOf.at({sp, cn.path[1]}).first, 0).GetLocal();  // TCP takes the route's
+        dip->AddAddress(ifaceOf.at({dp, cn.path[cn.path.size() - 2]}).first,
+                        Ipv4InterfaceAddress(cn.daddr, "255.255.255.255"));
+        InstallPath(int(c), cn.path);
+    }
+    for (size_t t = 0; t < tasks.size(); t++) {
+        Task& k = tasks[t];
+        k.pending = int(k.earlier.size());
+        for (int e : k.earlier) tasks[e].waiters.push_back(int(t));
+        for (int g : k.gate) tasks[g].gateWaiters.push_back(int(t));
+        if (k.kind == 'X' && k.size > 0) {
+            conns[k.conn].sendq.push_back(int(t));
+            conns[k.conn].recvq.push_back(int(t));
+        }
+    }
+    for (size_t c = 0; c < conns.size(); c++) {
+        Conn& cn = conns[c];
+        const uint16_t port = 5000;
+        Ptr<Socket> ls = Socket::CreateSocket(nodes.Get(cn.dst), TcpSocketFactory::GetTypeId());
+        ls->Bind(InetSocketAddress(cn.daddr, port));
+        ls->Listen();
+        ls->SetAcceptCallback(MakeNullCallback<bool, Ptr<Socket>, const Address&>(),
+                              MakeBoundCallback(&OnAccept, int(c)));
+        cn.tx = Socket::CreateSocket(nodes.Get(cn.src), TcpSocketFactory::GetTypeId());
+        cn.tx->Bind();
+        cn.tx->SetConnectCallback(MakeBoundCallback(&OnConnected, int(c)), MakeBoundCallback(&OnConnectFail, int(c)));
+        cn.tx->SetSendCallback(MakeBoundCallback(&OnSendRoom, int(c)));
+        cn.tx->TraceConnectWithoutContext("Tx", MakeBoundCallback(&OnTcpTx, int(c)));
+    }
+    Simulator::Schedule(Seconds(0), &OpenAll);  // sockets send only once the stack is initialized
+    if (conns.empty()) Simulator::Schedule(Seconds(0), &StartReplay);
+    wallStart = lastPrint = std::chrono::steady_clock::now();
+    Simulator::Schedule(MicroSeconds(50), &Progress, endS);
+    if (getenv("DTNET_NS3_DROPS"))  // why packets vanish, when a scenario stalls
+        for (uint32_t i = 0; i < nodes.GetN(); i++)
+            nodes.Get(i)->GetObject<Ipv4L3Protocol>()->TraceConnectWithoutContext("Drop", MakeBoundCallback(&DebugDrop, int(i)));
+    Simulator::Stop(Seconds(endS));
+    Simulator::Run();
+    double simEnd = SimNow();
+    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wallStart).count();
+    printf("{\"type\":\"meta\",\"ns3\":\"3.37\",\"events\":%llu,\"t0\":%.12g,\"sim_end\":%.12g,\"wall_s\":%.6f,"
+           "\"tasks_done\":%zu,\"tasks\":%zu}\n",
+           (unsigned long long)Simulator::GetEventCount(), t0, simEnd, wall, doneCount, tasks.size());
+    auto rel = [](double x) { return x < 0 || t0 < 0 ? -1.0 : x - t0; };
+    for (size_t t = 0; t < tasks.size(); t++)
+        printf("{\"type\":\"task\",\"id\":%zu,\"ready\":%.12g,\"start\":%.12g,\"end\":%.12g,\"recv\":%llu}\n", t,
+               rel(tasks[t].ready), rel(tasks[t].start), rel(tasks[t].end), (unsigned long long)tasks[t].recv);
+    for (size_t c = 0; c < conns.size(); c++)
+        printf("{\"type\":\"conn\",\"id\":%zu,\"bytes\":%llu,\"retx\":%llu,\"retx_bytes\":%llu}\n", c,
+               (unsigned long long)conns[c].bytesRx, (unsigned long long)conns[c].retx,
+               (unsigned long long)conns[c].retxBytes);
+    for (size_t i = 0; i < ports.size(); i++) {
+        Port& q = ports[i];
+        OnBacklog(int(i), q.cur, q.cur);  // close the last interval
+        double span = q.last > 0 ? q.last : 1.0, acc = 0, p99 = 0;
+        for (size_t b = 0; b < q.hist.size(); b++) {
+            acc += q.hist[b];
+            if (acc >= 0.99 * span) {
+                p99 = b * histW;
+                break;
+            }
+        }
+        const QueueDisc::Stats& st = q.qd->GetStats();
+        printf("{\"type\":\"queue\",\"link\":%d,\"dir\":%d,\"mean\":%.6g,\"p99\":%.6g,\"max\":%u,\"drops\":%u,"
+               "\"marks\":%u,\"bins\":[",
+               q.link, q.dir, q.area / span, p99, q.max, st.nTotalDroppedPackets, st.nTotalMarkedPackets);
+        for (size_t b = 0; b < q.txBins.size(); b++) printf(b ? ",%llu" : "%llu", (unsigned long long)q.txBins[b]);
+        printf("],\"qbins\":[");
+        for (size_t b = 0; b < q.qBins.size(); b++) printf(b ? ",%.6g" : "%.6g", q.qBins[b] / binS);
+        printf("]}\n");
+    }
+    Simulator::Destroy();
+    return doneCount == tasks.size() ? 0 : 3;
+}

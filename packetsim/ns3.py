@@ -1,0 +1,104 @@
+"""The ns-3 side: building the C++ driver against Debian's libns3-dev and running a scenario.
+
+The driver is built once per source version into the user's cache folder (make test and
+scripts/bootstrap.sh build it ahead); `execute` runs it on a scenario file and reads back its
+JSON lines. Nothing here knows about experiments.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+from badinput import InputError
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "driver.cc")
+NS3_VERSION = "3.37"
+NS3_LIBS = ("core", "network", "internet", "point-to-point", "traffic-control")
+HEADER = "/usr/include/ns3/tcp-cubic.h"
+INSTALL = "apt-get install -y libns3-dev g++, or make packet"
+
+
+class NotInstalled(InputError):
+    """ns-3 or a compiler is missing: the one-line error says how to install them (exit 2)."""
+
+
+def available() -> bool:
+    """True when the driver can be built or is built: the tests that need ns-3 skip otherwise."""
+    return os.path.exists(binary_path()) or (os.path.exists(HEADER) and shutil.which("g++") is not None)
+
+
+def binary_path() -> str:
+    with open(SOURCE, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:12]
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "dtnet", f"dtnet-ns3-{NS3_VERSION}-{digest}")
+
+
+def build(log=print) -> str:
+    """The driver's path, compiling it first when this source version was not built yet."""
+    path = binary_path()
+    if os.path.exists(path):
+        return path
+    if not os.path.exists(HEADER) or shutil.which("g++") is None:
+        raise NotInstalled("engine", f"ns-3 {NS3_VERSION} and g++ ({INSTALL})", "not installed")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    log(f"[packet] building the ns-3 driver ({os.path.basename(path)}), once")
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".build-")
+    os.close(fd)
+    cmd = ["g++", "-O2", "-std=c++17", "-o", tmp, SOURCE] + [f"-lns3-{x}" for x in NS3_LIBS]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        os.unlink(tmp)
+        raise RuntimeError(f"building the ns-3 driver failed: {r.stderr.strip()[-400:]}")
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, path)  # whole or not at all: a concurrent build loses nothing
+    return path
+
+
+def execute(scenario_path: str, on_progress=None, log=print) -> dict:
+    """Run the driver on a scenario file: {meta, tasks, conns, queues} as it printed them.
+    on_progress(sim_s, tasks_done, tasks, wall_s, events) about once a wall second."""
+    exe = build(log)
+    out_path = scenario_path + ".out"
+    try:
+        return _run(exe, scenario_path, out_path, on_progress)
+    finally:
+        if os.path.exists(out_path):  # a run interrupted or failed keeps no half-read results
+            os.unlink(out_path)
+
+
+def _run(exe: str, scenario_path: str, out_path: str, on_progress) -> dict:
+    with open(out_path, "w") as out:
+        p = subprocess.Popen([exe, scenario_path], stdout=out, stderr=subprocess.PIPE, text=True)
+        err = []
+        try:
+            for line in p.stderr:
+                parts = line.split()
+                if parts and parts[0] == "progress" and len(parts) == 6 and on_progress is not None:
+                    on_progress(float(parts[1]), int(parts[2]), int(parts[3]), float(parts[4]), int(parts[5]))
+                elif parts:
+                    err.append(line.strip())
+            rc = p.wait()
+        except BaseException:
+            p.kill()
+            p.wait()
+            raise
+    if rc not in (0, 3):  # 3: it ended before every task finished (the results say which)
+        raise RuntimeError(f"the ns-3 driver failed (exit {rc}): {' | '.join(err[-3:]) or 'no message'}")
+    res: dict = {"meta": None, "tasks": [], "conns": [], "queues": [], "stderr": err}
+    with open(out_path) as f:
+        for line in f:
+            rec = json.loads(line)
+            kind = rec.pop("type")
+            if kind == "meta":
+                res["meta"] = rec
+            else:
+                res[kind + "s"].append(rec)
+    return res
+
+if __name__ == "__main__":  # make packet: build the driver ahead of the first run
+    print(build())

@@ -1,0 +1,305 @@
+"""`dtnet run` with `engine: packet`: the experiment at packet level on ns-3, into the same run folder.
+
+Placement, traces, schedules, routes and outputs are the ones the other engines use; ns-3 moves
+every packet over TCP at the links' real rates, MTU, buffers and latency (packetsim.transport),
+in simulated time and real-cluster units (summary.json says dilation 1). What the model assumes
+is written into summary.json ("model"); docs/packet-engine.md says how it was built and how fast.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+
+from badinput import InputError
+from badinput.paths import open_out
+from experiment.engine import RunFailure, refuse_non_replay
+from experiment.pipeline import Engine, Run
+from experiment.transport import check_transport
+from experiment.outputs.announcements import summarize as announcement_summary
+from experiment.outputs.links import COLUMNS as LINK_COLUMNS, QUEUE_COLUMNS
+from experiment.outputs.summary import build as build_summary, job_results
+from experiment.plan import job_traces
+from flowsim.network import Net
+from flowsim.control import table_router
+from flowsim.routing import EcmpRouter
+from flowsim.runner import exp_for_outputs, predictions
+from packetsim import ns3, scenario
+from packetsim.transport import settings
+
+ENGINE = "packet"
+LINK_BINS = 200         # links.csv intervals over the run's bandwidth-bound duration, about
+RTO_MIN_S = 0.2         # Linux's minimum retransmission timeout
+END_S = 24 * 3600.0     # simulated seconds after which the driver gives up
+EVENTS_PER_S = 150_000  # ns-3 events a wall second on this machine kind (docs/packet-engine.md)
+MAX_WALL_S = 3600.0     # estimated longer: refused without force
+MAX_RANKS = 4096        # more: refused without force before planning (the plan alone takes long)
+PROGRESS_EVERY_S = 5.0
+
+
+def check(exp) -> str:
+    """Refuse what the packet engine cannot model (InputError, exit 2); one line on what it runs."""
+    refuse_non_replay(exp, "packet", "it writes queue statistics instead")
+    if table_router(exp.routing, 0) is None:
+        raise InputError("controller.routing", "a static table policy (shortest or ecmp) with engine: packet "
+                         "(controller policies in the loop are not in the packet engine yet; run them with "
+                         "engine: flow)", exp.routing, exp.source)
+    check_transport(exp, ENGINE)
+    for i, f in enumerate(exp.faults):
+        if f.link is None and f.switch is None:
+            raise InputError(f"faults[{i}]", "a link or switch fault with engine: packet (stragglers and "
+                             "controller restarts are not in it yet; run them with engine: flow)",
+                             f.describe(), exp.source)
+    t = settings(exp)
+    if t.spray:
+        raise InputError("transport.spray", "per-flow routing with engine: packet (spraying is not in it yet)",
+                         True, exp.source)
+    return (f"engine packet: ns-3 {ns3.NS3_VERSION}, TCP {t.cc}, MTU {t.mtu_bytes} B, buffer "
+            f"{t.switch_buffer_bytes} B a port, " + (f"ECN {t.ecn.min_bytes}-{t.ecn.max_bytes} B, " if t.ecn else "")
+            + f"routing {exp.routing}" + (f" (ECMP seed {exp.flow.ecmp_seed})"
+                                          if isinstance(table_router(exp.routing, 0), EcmpRouter) else ""))
+
+
+def slice_bytes(exp) -> float:
+    """The agents' pipelining slice in real bytes."""
+    return exp.testbed.slice_bytes / exp.scale.bytes
+
+
+def estimate_wall_s(sc, net, t) -> float:
+    """Wall seconds the run will take, from its data packets and their hops (events per packet hop
+    measured on one link, docs/packet-engine.md)."""
+    seg = t.mtu_bytes - 52
+    hops = sum(len(p) for p in sc.paths) / max(1, len(sc.paths))
+    packets = sc.payload_bytes / seg
+    return packets * (2 + 4 * hops) / EVENTS_PER_S  # about 10 events a packet over 2 hops, measured
+
+
+def run_experiment(exp, out_dir: str, log=print, prepare=None, force: bool = False) -> dict:
+    """The packet engine's run through the pipeline (benches and tests call it by this name)."""
+    from experiment.pipeline import run
+
+    return run(PacketEngine(), exp, out_dir, log=log, prepare=prepare, force=force)
+
+
+def plan(exp, log=print):
+    """(fabric, jobs, net, scenario, transport): everything the driver needs, before anything is written."""
+    fabric = exp.fabric()
+    jobs = job_traces(exp, fabric)
+    net = Net.from_fabric(fabric)
+    sc = scenario.build(exp, fabric, jobs, slice_bytes(exp))
+    router = table_router(exp.routing, exp.flow.ecmp_seed)
+    scenario.route(sc, net, router)
+    sc.fault_log = scenario.apply_faults(sc, net, router, exp.faults)
+    return fabric, jobs, net, sc, settings(exp)
+
+
+def bin_s(sc, net) -> float:
+    """links.csv's interval: a 1-2-5 value near the run's bandwidth-bound time over LINK_BINS (every
+    byte leaving its sender's NIC at the line rate), so short runs get samples and long ones no flood."""
+    senders = {c[3] for c in sc.conns}
+    nic = sum(net.host_nic_Bps(net.host_index(h)) for h in senders) or 1.0
+    want = max(1e-6, min(1e-1, sc.payload_bytes / nic / LINK_BINS))
+    exp10 = 10.0 ** math.floor(math.log10(want))
+    return next(m * exp10 for m in (1, 2, 5, 10) if m * exp10 >= want)
+
+
+def execute(sc, net, t, work_dir: str, *, seed: int = 1, log=print) -> tuple[dict, dict]:
+    """Run the scenario on ns-3: (the driver's results, the links it built). Progress in simulated time."""
+    path = os.path.join(work_dir, "packet-scenario.txt")
+    w = sc.bin_s or bin_s(sc, net)
+    built = scenario.write(sc, net, t, path, seed=seed, bin_s=w, end_s=END_S, rto_min_s=RTO_MIN_S)
+    built["bin_s"] = w
+    last = [0.0]
+
+    def progress(sim_s, done, total, wall_s, events):
+        if wall_s - last[0] >= PROGRESS_EVERY_S:
+            last[0] = wall_s
+            log(f"[packet] {sim_s * 1e3:.4g} ms simulated, {done}/{total} tasks, "
+                f"{events / max(wall_s, 1e-9):,.0f} events/s")
+
+    try:
+        res = ns3.execute(path, progress, log)
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+    res["bin_s"] = w
+    return res, built
+
+
+class PacketEngine(Engine):
+    """The packet engine's part of a run (experiment.pipeline owns the folder)."""
+    name, label, keep_events = ENGINE, "packet engine", True
+
+    def check(self, exp) -> str:
+        verdict = check(exp)
+        ns3.build(print)  # no ns-3: the one-line error saying how to install it, before anything is written
+        return verdict
+
+    def plan(self, exp, fabric) -> list:
+        ranks = fabric.host_count  # the fabric's GPUs: a bound on the ranks, known before planning
+        if ranks > MAX_RANKS and not self.force:
+            raise InputError("engine", f"at most {MAX_RANKS:,} GPUs at packet level (more would take hours; run "
+                             "it with engine: flow, or --force it)", f"engine: packet on {ranks:,} hosts", exp.source)
+        _, jobs, self.net, self.sc, self.t = plan(exp)
+        self.est = estimate_wall_s(self.sc, self.net, self.t)
+        if self.est > MAX_WALL_S and not self.force:
+            raise InputError("engine", f"a run of at most an hour (this one: about {self.est / 3600:.1f} h at "
+                             f"{EVENTS_PER_S:,} events/s; run it with engine: flow, or --force it)",
+                             "engine: packet", exp.source)
+        return jobs
+
+    def outputs_exp(self, exp):
+        return exp_for_outputs(exp)
+
+    def execute(self, run: Run) -> None:
+        exp, sc = run.exp, self.sc
+        run.t_start = 0.0
+        self.res = None
+        run.log(f"[packet] {exp.name}: {sum(len(jp.hosts) for jp in run.jobs)} ranks, {len(sc.conns)} connections, "
+                f"{sc.transfers} transfers, {sc.payload_bytes / 2**20:.4g} MiB; estimated {self.est:.3g} s")
+        try:
+            self.res, self.built = execute(sc, self.net, self.t, run.out_dir, seed=exp.flow.ecmp_seed + 1, log=run.log)
+        except RuntimeError as e:
+            raise RunFailure(str(e)) from None
+        meta = self.res["meta"]
+        for ev in _events(sc, run.jobs, self.res) + _fault_events(sc, self.res):
+            run.events.add(ev)
+        if meta["tasks_done"] == meta["tasks"]:
+            run.status = "complete"
+        else:
+            run.error = f"{meta['tasks'] - meta['tasks_done']} of {meta['tasks']} tasks unfinished at {meta['sim_end']:.6g} s"
+        run.log(f"[packet] {meta['events']:,} events in {meta['wall_s']:.3g} s: "
+                f"{meta['events'] / max(meta['wall_s'], 1e-9):,.0f} events/s")
+
+    def summary(self, run: Run) -> dict | None:
+        if self.res is None:
+            return None  # ns-3 never ran to its end: nothing to summarize
+        self.queues = _queues(self.net, self.built, self.res)
+        return _summarize(run.exp, run.fabric, run.jobs, run.events.events, self.sc, self.res, self.t, self.queues,
+                          run.status, run.error, time.monotonic() - run.wall_t0)
+
+    def write_files(self, run: Run) -> None:
+        _write_links(run, self.net, self.built, self.res)
+
+
+def _events(sc, jobs, res) -> list[dict]:
+    """The agents' op events (the kinds and fields of the other engines' events.jsonl)."""
+    tasks = res["tasks"]
+    out = []
+    for ot in sc.ops:
+        end = tasks[ot.end]["end"]
+        if end < 0:
+            continue
+        op, jp = ot.op, jobs[ot.job]
+        ready = tasks[ot.start]["end"]
+        start = tasks[ot.first]["start"] if ot.first is not None and tasks[ot.first]["start"] >= 0 else ready
+        ev = {"kind": op.kind, "job": jp.name, "rank": ot.rank, "op_id": op.id, "start": start, "end": end,
+              "ready": ready}
+        for k in ("op", "algorithm", "size_bytes", "iteration", "label", "group", "peer"):
+            v = getattr(op, k, None)
+            if v is not None and v != "":
+                ev[k] = v
+        if op.kind == "collective":
+            ev["ranks"] = len(jp.trace.members(op.group))
+            ev.setdefault("algorithm", "ring")
+        out.append(ev)
+    out.sort(key=lambda e: (e["end"], e["rank"]))
+    return out
+
+
+def _fault_events(sc, res) -> list[dict]:
+    """The fault events (the flow engine's fields): when each link or switch fault was applied."""
+    end = res["meta"]["sim_end"] - max(res["meta"]["t0"], 0.0)
+    out = []
+    for rec in sc.fault_log:
+        f = rec["fault"]
+        ev = {"kind": "fault", "job": None, "rank": None, "at_ms": f.at_ms, "start": rec["at_s"],
+              "end": rec["at_s"], "ok": rec["at_s"] <= end, "error": None if rec["at_s"] <= end else
+              "the run ended before its time", "links": rec["links"], "flows_moved": rec["moved"]}
+        if f.link is not None:
+            ev.update(fault=f"link {f.state}", link=f"{f.link[0]}-{f.link[1]}")
+        else:
+            ev.update(fault=f"switch {f.state}", switch=f.switch)
+        out.append(ev)
+    return out
+
+
+def _port_names(net, built):
+    for q in built["links"]:
+        a, b = q[0], q[1]
+        yield (net.names[a], net.names[b]), (net.names[b], net.names[a])
+
+
+def _queues(net, built, res) -> list[dict]:
+    """One entry per directed link: its output queue over the run (bytes), drops and ECN marks."""
+    names = list(_port_names(net, built))
+    out = []
+    for q in res["queues"]:
+        src, dst = names[q["link"]][q["dir"]]
+        out.append({"link": f"{src}-{dst}", "src": src, "dst": dst, "mean_bytes": q["mean"],
+                    "p99_bytes": q["p99"], "max_bytes": q["max"], "drops": q["drops"], "ecn_marks": q["marks"],
+                    "tx_bytes": sum(q["bins"])})
+    return out
+
+
+def _write_links(run: Run, net, built, res) -> None:
+    """links.csv: each directed link that carried traffic, per interval, with its mean queue."""
+    names = list(_port_names(net, built))
+    w = built["bin_s"]
+    with open_out(run.out_dir, "links.csv") as f:
+        f.write(",".join(LINK_COLUMNS + QUEUE_COLUMNS) + "\n")
+        for q in res["queues"]:
+            if not any(q["bins"]):
+                continue
+            src, dst = names[q["link"]][q["dir"]]
+            gbps_cap = built["links"][q["link"]][3]
+            qb = q["qbins"]
+            for k, b in enumerate(q["bins"]):
+                gbps = b * 8 / w / 1e9
+                f.write(f"{round((k + 1) * w, 9)!r},{src}-{dst},{src},{dst},{round(gbps / gbps_cap, 6)!r},"
+                        f"{round(gbps, 6)!r},{round(qb[k] if k < len(qb) else 0.0, 1)!r}\n")
+
+
+def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wall_s) -> dict:
+    cache: dict = {}
+    per_job = [job_results(jp.name, events, 1.0, predictions(exp, fabric, jp, cache)) for jp in jobs]
+    for jp, row in zip(jobs, per_job):
+        row["ranks_simulated"] = row["ranks"]
+    meta = res["meta"]
+    flows = [{"job": jobs[c[0]].name, "src_rank": c[1], "dst_rank": c[2], "src": c[3], "dst": c[4],
+              "bytes": r["bytes"], "retransmissions": r["retx"], "retransmitted_bytes": r["retx_bytes"]}
+             for c, r in zip(sc.conns, res["conns"])]
+    received = sum(r["bytes"] for r in res["conns"])
+    checks = [{"name": "complete", "ok": status == "complete",
+               "detail": "every op of every rank finished" if status == "complete" else error}]
+    model = {
+        "simulator": f"ns-3 {ns3.NS3_VERSION} (Debian libns3-dev) through dtnet's C++ driver",
+        "transport": {"cc": t.cc, "mtu_bytes": t.mtu_bytes, "segment_bytes": t.mtu_bytes - 52,
+                      "switch_buffer_bytes": t.switch_buffer_bytes,
+                      "ecn": vars(t.ecn) if t.ecn else None, "latency_us": t.latency_us,
+                      "rto_min_s": RTO_MIN_S, "routing": exp.routing},
+        "statements": [
+            "every packet over point-to-point links at their configured rates; each output port a FIFO "
+            "(RED marking when ECN is set) of switch_buffer_bytes, host NICs too",
+            "one TCP connection per ordered peer pair of a job, opened before the replay starts (t=0)",
+            "per-flow routes: each switch holds a host route per connection (its own addresses), filled "
+            "from the routing policy's paths; ECMP hashes the flow engine's five-tuple",
+            "segments of MTU - 52 bytes (IP, TCP and timestamp headers); timestamps and SACK on"],
+        "link_bin_s": res["bin_s"],
+        "events": meta["events"], "events_per_s": meta["events"] / max(meta["wall_s"], 1e-9),
+        "run_s": meta["wall_s"], "wall_s": wall_s, "simulated_s": meta["sim_end"] - max(meta["t0"], 0.0),
+    }
+    return build_summary(exp, fabric, jobs, events, status=status, error=error, bytes_received=received,
+                         per_job=per_job, real_units=True, slice_bytes=slice_bytes(exp), engine={
+        "engine": ENGINE,
+        "model": model,
+        "fidelity": {"ok": status == "complete", "engine": ENGINE, "checks": checks,
+                     "note": "a packet-level simulation: what it assumed is under model"},
+        "controller": {"routing": exp.routing, "counters": {"reroutes": len(sc.reroutes)}},
+        "queues": queues,
+        "flows": flows,
+        "faults": [e for e in events if e.get("kind") == "fault"],
+        "capture": [],
+        "announcements": announcement_summary(events, 1.0),
+        "duration_s_wall": wall_s,
+    })

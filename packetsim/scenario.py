@@ -1,0 +1,222 @@
+"""The experiment as the ns-3 driver's scenario: nodes, links, TCP connections and a task graph.
+
+Every rank's ops become tasks the driver runs: compute (a delay), transfers (bytes on the
+connection of one ordered peer pair of a job, in stream order) and joins (an op's start and
+end). A collective expands into its schedule's transfers with their chunk dependencies:
+`earlier` must be complete first, `gate` is followed slice by slice, as the agents pipeline
+(traffic.collectives.templates, the arrays the flow engine reads too).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from experiment.plan import BASE_PORT, gpus_per_server
+from flowsim.network import LINK_KINDS
+from flowsim.routing import five_tuple_hash
+from traffic.collectives.templates import template
+
+COMPUTE, TRANSFER, JOIN = "C", "X", "J"
+
+
+@dataclass
+class OpTasks:
+    """One op of one rank: the join tasks that mark when it was ready and when it ended."""
+    job: int
+    rank: int
+    op: object
+    start: int
+    end: int
+    first: int | None = None  # a send's transfer: its first byte is the op's start
+
+
+@dataclass
+class Scenario:
+    kinds: list = field(default_factory=list)
+    conn_of_task: list = field(default_factory=list)
+    sizes: list = field(default_factory=list)
+    durations: list = field(default_factory=list)
+    earlier: list = field(default_factory=list)
+    gates: list = field(default_factory=list)
+    conns: list = field(default_factory=list)  # (job, src rank, dst rank, src host, dst host)
+    conn_index: dict = field(default_factory=dict)
+    paths: list = field(default_factory=list)  # per connection: net link ids
+    ops: list = field(default_factory=list)    # OpTasks
+    reroutes: list = field(default_factory=list)  # (at_s, conn, net link ids)
+    linkstates: list = field(default_factory=list)  # (at_s, directed net link ids, up)
+    slice_bytes: int = 1
+    bin_s: float | None = None  # links.csv interval; None: runner.bin_s
+
+    def add(self, kind: str, size: int = 0, dur: float = 0.0, conn: int = -1, earlier=(), gate=()) -> int:
+        self.kinds.append(kind)
+        self.sizes.append(int(size))
+        self.durations.append(float(dur))
+        self.conn_of_task.append(conn)
+        self.earlier.append(list(earlier))
+        self.gates.append(list(gate))
+        return len(self.kinds) - 1
+
+    def conn(self, job: int, src: int, dst: int, hosts) -> int:
+        """The TCP connection of one ordered peer pair of a job (made on first use)."""
+        key = (job, src, dst)
+        c = self.conn_index.get(key)
+        if c is None:
+            c = self.conn_index[key] = len(self.conns)
+            self.conns.append((job, src, dst, hosts[src], hosts[dst]))
+        return c
+
+    @property
+    def transfers(self) -> int:
+        return sum(1 for k in self.kinds if k == TRANSFER)
+
+    @property
+    def payload_bytes(self) -> int:
+        return sum(s for k, s in zip(self.kinds, self.sizes) if k == TRANSFER)
+
+
+def build(exp, fabric, jobs, slice_bytes: float) -> Scenario:
+    """The task graph of every job's trace (real-cluster bytes and seconds)."""
+    sc = Scenario()
+    for j, jp in enumerate(jobs):
+        tr, hosts = jp.trace, jp.hosts
+        start_s = exp.jobs[jp.index].start_ms / 1000.0
+        root = [sc.add(COMPUTE, dur=start_s)] if start_s > 0 else []
+        streams: dict[int, list] = {}
+        for r in range(tr.nranks):
+            try:
+                streams[r] = tr.ops_of(r)
+            except KeyError:  # a rank without ops
+                streams[r] = []
+        at: dict[tuple[int, str], OpTasks] = {}
+        for r, ops in streams.items():
+            for op in ops:
+                ot = OpTasks(j, r, op, sc.add(JOIN), -1)
+                ot.end = sc.add(COMPUTE if op.kind == "compute" else JOIN, dur=op.duration_s
+                                if op.kind == "compute" else 0.0, earlier=[ot.start])
+                at[r, op.id] = ot
+                sc.ops.append(ot)
+        for r, ops in streams.items():
+            for op in ops:
+                sc.earlier[at[r, op.id].start].extend([at[r, d].end for d in op.deps] or root)
+        sends: dict[tuple[int, int, str], int] = {}
+        done_groups: set = set()
+        for r, ops in streams.items():
+            for op in ops:
+                ot = at[r, op.id]
+                if op.kind == "send":
+                    x = sc.add(TRANSFER, op.size_bytes, conn=sc.conn(j, r, int(op.peer), hosts), earlier=[ot.start])
+                    sends[r, int(op.peer), op.id] = ot.first = x
+                    sc.earlier[ot.end].append(x)
+                elif op.kind == "collective" and (op.group, op.id) not in done_groups:
+                    done_groups.add((op.group, op.id))
+                    _collective(sc, fabric, j, hosts, tr.members(op.group), op, at)
+        for r, ops in streams.items():
+            for op in ops:
+                if op.kind == "recv":
+                    sc.earlier[at[r, op.id].end].append(sends[int(op.peer), r, op.id])
+    sc.slice_bytes = max(1, int(round(slice_bytes)))
+    return sc
+
+
+def _collective(sc: Scenario, fabric, j: int, hosts, group: list[int], op, at) -> None:
+    n = len(group)
+    if n < 2:
+        return
+    gps = gpus_per_server(fabric, [hosts[g] for g in group])  # the rail-aware schedules, as the plan
+    t = template(op.op, op.algorithm or "ring", n, int(op.size_bytes), op.root or 0, gps)
+    base = len(sc.kinds)
+    for k in range(t.n):
+        s, d = group[int(t.src[k])], group[int(t.dst[k])]
+        sc.add(TRANSFER, int(t.size[k]), conn=sc.conn(j, s, d, hosts),
+               earlier=[base + int(e) for e in t.earlier[t.earlier_ptr[k]:t.earlier_ptr[k + 1]]]
+               + [at[s, op.id].start],
+               gate=[base + int(g) for g in t.gate[t.gate_ptr[k]:t.gate_ptr[k + 1]]])
+    for local, m in enumerate(group):
+        mine = np.flatnonzero((t.src == local) | (t.dst == local))
+        sc.earlier[at[m, op.id].end].extend((base + mine).tolist())
+
+
+def route(sc: Scenario, net, router, strict: bool = True) -> None:
+    """Each connection's path from the router: the five-tuple the flow engine hashes (the agents'
+    connection: an ephemeral source port, the job's listening port)."""
+    if not sc.conns:
+        return
+    hs = np.array([net.host_index(c[3]) for c in sc.conns], np.int64)
+    hd = np.array([net.host_index(c[4]) for c in sc.conns], np.int64)
+    ids = np.arange(len(sc.conns))
+    sport = 32768 + ids % 28232
+    dport = BASE_PORT + np.array([c[0] for c in sc.conns], np.int64)
+    keys = five_tuple_hash(net.host_ip[hs], net.host_ip[hd], sport, dport)
+    indptr, links = router.route(net, hs, hd, keys)
+    sc.paths = [links[indptr[i]:indptr[i + 1]] for i in range(len(sc.conns))]
+    bad = [i for i, p in enumerate(sc.paths) if len(p) == 0]
+    if bad and strict:
+        c = sc.conns[bad[0]]
+        raise ValueError(f"no path from {c[3]} to {c[4]}")
+
+
+def apply_faults(sc: Scenario, net, router, faults) -> list[dict]:
+    """Link and switch faults at their times: the links go down (or up) and every connection
+    the router now sends another way gets its new path then, as the controller reinstalls its
+    routes (the flow engine's links_changed). One record per fault: its links and flows moved."""
+    out = []
+    initial, current = list(sc.paths), list(sc.paths)
+    for f in sorted(faults, key=lambda f: f.at_ms):
+        at = f.at_ms / 1000.0
+        up = f.state == "up"
+        ids = net.set_cable(f.link[0], f.link[1], up) if f.link is not None else net.set_switch(f.switch, up)
+        sc.linkstates.append((at, ids, up))
+        route(sc, net, router, strict=False)
+        moved = 0
+        for c, p in enumerate(sc.paths):
+            if len(p) and not np.array_equal(p, current[c]):
+                sc.reroutes.append((at, c, p))
+                current[c] = p
+                moved += 1
+        out.append({"fault": f, "at_s": at, "links": [f"{net.names[int(net.link_src[i])]}-"
+                                                      f"{net.names[int(net.link_dst[i])]}" for i in ids],
+                    "moved": moved})
+    sc.paths = initial  # the scenario starts on these; the reroutes carry the rest
+    return out
+
+
+def write(sc: Scenario, net, transport, path: str, *, seed: int, bin_s: float, end_s: float,
+          rto_min_s: float) -> dict:
+    """The scenario file; returns the undirected links as (name, a, b, kind, gbps) by link id."""
+    pairs: dict[tuple[int, int], int] = {}
+    links = []
+    for l in range(len(net.link_src)):
+        a, b = int(net.link_src[l]), int(net.link_dst[l])
+        if (b, a) not in pairs:
+            pairs[a, b] = len(links)
+            links.append((a, b, LINK_KINDS[int(net.link_kind[l])], float(net.link_gbps[l])))
+    ecn = transport.ecn
+    with open(path, "w") as f:
+        f.write(f"cfg {transport.cc} {transport.mtu_bytes} {transport.switch_buffer_bytes} "
+                f"{ecn.min_bytes if ecn else 0} {ecn.max_bytes if ecn else 0} {ecn.max_prob if ecn else 0} "
+                f"{seed} {bin_s!r} {end_s!r} {rto_min_s!r}\n")
+        f.write(f"nodes {len(net.names)}\n")
+        for i, (a, b, kind, gbps) in enumerate(links):
+            f.write(f"link {i} {a} {b} {gbps!r} {transport.latency_us.get(kind, 0.0) * 1e-6!r}\n")
+        for c, p in enumerate(sc.paths):
+            nodes = _nodes(net, p)
+            f.write(f"conn {c} {nodes[0]} {nodes[-1]} {len(nodes)} {' '.join(map(str, nodes))}\n")
+        for t, kind in enumerate(sc.kinds):
+            e, g = sc.earlier[t], sc.gates[t]
+            f.write(f"task {t} {kind} {sc.conn_of_task[t]} {sc.sizes[t]} {sc.durations[t]!r} "
+                    f"{sc.slice_bytes if g else 0} {len(e)} {' '.join(map(str, e))} {len(g)} "
+                    f"{' '.join(map(str, g))}\n")
+        for at_s, c, p in sc.reroutes:
+            nodes = _nodes(net, p)
+            f.write(f"reroute {at_s!r} {c} {len(nodes)} {' '.join(map(str, nodes))}\n")
+        for at_s, ids, up in sc.linkstates:
+            for lk in sorted({pairs.get((int(net.link_src[i]), int(net.link_dst[i])),
+                                        pairs.get((int(net.link_dst[i]), int(net.link_src[i])))) for i in ids}):
+                f.write(f"linkstate {at_s!r} {lk} {int(up)}\n")
+    return {"links": links}
+
+
+def _nodes(net, links) -> list[int]:
+    links = [int(x) for x in links]
+    return [int(net.link_src[links[0]])] + [int(net.link_dst[l]) for l in links]

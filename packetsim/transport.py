@@ -1,0 +1,44 @@
+"""The transport the packet engine runs: the one place that reads the experiment's settings.
+
+It reads the engine-neutral `transport:` section (experiment.transport) and fills in what the
+file leaves out with the defaults below.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+CCS = ("newreno", "cubic", "dctcp", "bbr")
+
+
+@dataclass(frozen=True)
+class Ecn:
+    min_bytes: int
+    max_bytes: int
+    max_prob: float
+
+
+@dataclass(frozen=True)
+class Transport:
+    cc: str = "cubic"
+    mtu_bytes: int = 9000
+    switch_buffer_bytes: int = 4 << 20  # per output port: a few MiB, as shallow-buffer datacenter switches
+    ecn: Ecn | None = None
+    latency_us: dict = field(default_factory=dict)  # link kind (host, fabric, nvlink) -> one-way us
+    spray: bool = False
+
+
+def settings(exp) -> Transport:
+    """The experiment's transport: section (experiment.transport), each key it leaves out at the
+    packet engine's default; a link kind without latency gets topology.latency_us on host and
+    fabric links, as the other engines delay them. Spraying is the policy's choice."""
+    from controller.registry import policy_class
+
+    t = exp.transport
+    lat = {"host": exp.latency_us, "fabric": exp.latency_us, "nvlink": 0.0}
+    if t.latency_us is not None:
+        lat = {k: t.latency_us.of(k) for k in lat}
+    d = Transport()
+    return Transport(cc=t.tcp.cc or d.cc, mtu_bytes=t.mtu_bytes or d.mtu_bytes,
+                     switch_buffer_bytes=t.switch_buffer_bytes or d.switch_buffer_bytes,
+                     ecn=Ecn(t.ecn.min_bytes, t.ecn.max_bytes, t.ecn.max_prob) if t.ecn else None,
+                     latency_us=lat, spray=policy_class(exp.routing).sprays)

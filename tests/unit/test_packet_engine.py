@@ -1,0 +1,176 @@
+"""`engine: packet` (ns-3) on hand-computable cases: the driver on tiny fabrics written by hand,
+and whole runs through `dtnet run`. Tests that need ns-3 skip only when it is absent."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import yaml
+
+from badinput import InputError
+from dtnet.cli import main
+from experiment import model
+from packetsim import ns3, runner, scenario
+from packetsim.transport import Ecn, Transport
+
+needs_ns3 = pytest.mark.skipif(not ns3.available(), reason="ns-3 (libns3-dev) is not installed")
+MTU = 9000
+GOODPUT = (MTU - 52) / (MTU + 2)  # TCP payload of each frame on the wire (PPP adds 2 bytes)
+
+
+def fake_net(names, links):
+    """The Net fields scenario.write reads: nodes by name, directed links (host kind)."""
+    src = [a for a, b, _ in links] + [b for a, b, _ in links]
+    dst = [b for a, b, _ in links] + [a for a, b, _ in links]
+    gbps = [g for _, _, g in links] * 2
+    return SimpleNamespace(names=names, link_src=np.array(src), link_dst=np.array(dst),
+                           link_kind=np.zeros(len(src), int), link_gbps=np.array(gbps, float))
+
+
+def path(net, nodes):
+    """Directed link ids along a node path."""
+    ids = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(net.link_src, net.link_dst))}
+    return np.array([ids[a, b] for a, b in zip(nodes, nodes[1:])])
+
+
+def simulate(net, flows, tmp_path, reroutes=(), buffer=1 << 20, **transport):
+    """Run transfers [(node path, bytes)] all ready at t=0; the driver's results."""
+    sc = scenario.Scenario()
+    for k, (nodes, size) in enumerate(flows):
+        c = sc.conn(0, k, k + 1000, list(range(2000)))
+        sc.add(scenario.TRANSFER, size, conn=c)
+        sc.paths.append(path(net, nodes))
+    sc.slice_bytes, sc.bin_s = 1, 1e-3
+    sc.reroutes = [(at, c, path(net, nodes)) for at, c, nodes in reroutes]
+    t = Transport(switch_buffer_bytes=buffer, latency_us={"host": transport.pop("latency_us", 1.0)}, **transport)
+    return runner.execute(sc, net, t, str(tmp_path))[0]
+
+
+@needs_ns3
+def test_one_flow_on_one_link_reaches_the_line_rate_less_headers(tmp_path):
+    net = fake_net(["h0", "h1"], [(0, 1, 10.0)])
+    size = 50_000_000
+    res = simulate(net, [([0, 1], size)], tmp_path)
+    end = res["tasks"][0]["end"]
+    ideal = size / (10e9 / 8 * GOODPUT)
+    assert ideal <= end <= ideal * 1.01, (end, ideal)
+    assert res["conns"][0]["bytes"] == size
+
+
+@needs_ns3
+def test_two_flows_into_one_port_share_it_fairly(tmp_path):
+    net = fake_net(["h0", "h1", "h2", "s"], [(0, 3, 10.0), (1, 3, 10.0), (3, 2, 10.0)])
+    size = 20_000_000
+    res = simulate(net, [([0, 3, 2], size), ([1, 3, 2], size)], tmp_path)
+    ends = [t["end"] for t in res["tasks"]]
+    ideal = 2 * size / (10e9 / 8 * GOODPUT)
+    assert max(ends) <= ideal * 1.03, (ends, ideal)
+    assert min(ends) >= 0.85 * max(ends), ends  # neither finished far ahead: they shared the port
+    port = next(q for q in res["queues"] if q["link"] == 2 and q["dir"] == 0)
+    assert port["max"] > 0  # the shared port is where the queue was
+
+
+@needs_ns3
+def test_dctcp_holds_the_queue_near_its_marking_threshold_where_cubic_fills_the_buffer(tmp_path):
+    # Alizadeh et al. (SIGCOMM 2010) in miniature: two long flows into one 10 Gb/s port, 1 MiB of buffer.
+    net = fake_net(["h0", "h1", "h2", "s"], [(0, 3, 10.0), (1, 3, 10.0), (3, 2, 10.0)])
+    size, k = 20_000_000, 90_000
+    ideal = 2 * size / (10e9 / 8 * GOODPUT)
+    port = {}
+    for cc, ecn in (("cubic", None), ("dctcp", Ecn(k, k, 1.0))):
+        res = simulate(net, [([0, 3, 2], size), ([1, 3, 2], size)], tmp_path, cc=cc, ecn=ecn, latency_us=5.0)
+        assert max(t["end"] for t in res["tasks"]) <= ideal * 1.03, cc  # full throughput either way
+        port[cc] = next(q for q in res["queues"] if q["link"] == 2 and q["dir"] == 0)
+    assert port["cubic"]["mean"] > 0.5 * (1 << 20) and port["cubic"]["drops"] > 0
+    assert port["dctcp"]["marks"] > 0 and port["dctcp"]["drops"] == 0
+    assert 0.5 * k < port["dctcp"]["mean"] < 1.5 * k and port["dctcp"]["p99"] < 2 * k
+
+
+@needs_ns3
+def test_a_flow_table_moved_mid_run_carries_the_flow_on_its_new_path(tmp_path):
+    # h0 - A, then A - B - D or A - C - D, then D - h1
+    names = ["h0", "h1", "A", "B", "C", "D"]
+    net = fake_net(names, [(0, 2, 10.0), (2, 3, 10.0), (2, 4, 10.0), (3, 5, 10.0), (4, 5, 10.0), (5, 1, 10.0)])
+    size = 20_000_000
+    half = size / (10e9 / 8 * GOODPUT) / 2
+    res = simulate(net, [([0, 2, 3, 5, 1], size)], tmp_path, reroutes=[(half, 0, [0, 2, 4, 5, 1])])
+    sent = {q["link"]: sum(q["bins"]) for q in res["queues"] if q["dir"] == 0}
+    assert res["tasks"][0]["end"] > 0
+    via_b, via_c = sent[1], sent[2]  # A->B and A->C
+    frames = size / (MTU - 52) * (MTU + 2)
+    assert 0.3 * frames < via_b < 0.7 * frames and 0.3 * frames < via_c < 0.7 * frames, (via_b, via_c)
+    assert via_b + via_c >= frames
+
+
+def write(tmp_path, data: dict, name="exp.yaml") -> str:
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data))
+    return str(p)
+
+
+def ring(n=4, size=64 << 20, **extra):
+    return {"name": "ring", "engine": "packet", "topology": {"kind": "single-switch", "hosts": n, "link_gbps": 100},
+            "controller": {"routing": "ecmp"},
+            "jobs": [{"name": "j0", "hosts": "all", "workload": {"collective": "all_reduce", "algorithm": "ring",
+                                                                  "size_bytes": size, "iterations": 1}}], **extra}
+
+
+@needs_ns3
+def test_a_ring_runs_at_the_line_rate_and_writes_the_shared_outputs(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", write(tmp_path, ring()), "--out", str(out)]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["engine"] == "packet" and s["status"] == "complete"
+    assert "ns-3 3.37" in s["model"]["simulator"] and s["model"]["transport"]["cc"] == "cubic"
+    busbw = s["jobs"][0]["collectives"][0]["busbw_gbps"]
+    assert 0.95 * 100 * GOODPUT <= busbw <= 100 * GOODPUT, busbw  # slices pipeline the steps
+    assert len(s["queues"]) == 8 and {"mean_bytes", "p99_bytes", "max_bytes", "drops", "ecn_marks"} <= set(s["queues"][0])
+    assert len(s["flows"]) == 4 and all("retransmissions" in f for f in s["flows"])
+    with open(out / "links.csv") as f:
+        header = next(csv.reader(f))
+    assert header[-1] == "queue_mean_bytes"
+    kinds = {json.loads(line)["kind"] for line in (out / "events.jsonl").read_text().splitlines()}
+    assert kinds == {"collective"}
+    assert "events/s" in capsys.readouterr().out
+
+
+def test_check_refuses_what_it_cannot_model_in_one_line(tmp_path):
+    for extra, key in (({"controller": {"routing": "congestion-aware"}}, "controller.routing"),
+                       ({"capture": {"links": [["h1", "s0"]]}}, "capture.links")):
+        exp = model.load(write(tmp_path, ring(**extra)))
+        with pytest.raises(InputError) as e:
+            runner.check(exp)
+        assert e.value.key == key and "\n" not in str(e.value)
+
+
+def test_a_run_without_ns3_says_how_to_install_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(ns3, "HEADER", str(tmp_path / "absent.h"))
+    monkeypatch.setattr(ns3, "binary_path", lambda: str(tmp_path / "absent-binary"))
+    assert main(["run", write(tmp_path, ring()), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "apt-get install -y libns3-dev" in err[0], err
+
+
+@needs_ns3
+def test_a_link_that_fails_mid_run_loses_its_flows_to_the_other_paths(tmp_path):
+    data = {"name": "down", "engine": "packet", "topology": {"kind": "fat-tree", "k": 4, "link_gbps": 100},
+            "controller": {"routing": "ecmp"},
+            "jobs": [{"name": "s", "hosts": "all", "workload": {"pattern": "stride", "stride": 8,
+                                                                "size_bytes": 20_000_000, "iterations": 1}}],
+            # ECMP seed 0 puts two of the 16 flows on agg0_1 -> core3
+            "faults": [{"at_ms": 1, "link": ["agg0_1", "core3"], "state": "down"}]}
+    out = tmp_path / "out"
+    assert main(["run", write(tmp_path, data), "--out", str(out)]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "complete"
+    (fault,) = s["faults"]
+    assert fault["ok"] and fault["fault"] == "link down" and fault["flows_moved"] >= 2
+    assert s["controller"]["counters"]["reroutes"] == fault["flows_moved"]
+    (cut,) = [q for q in s["queues"] if q["link"] == "agg0_1-core3"]
+    frames = 2 * 20_000_000 / (MTU - 52) * (MTU + 2)
+    assert 0 < cut["tx_bytes"] < 0.9 * frames  # it carried the two flows only until it failed
+    assert sum(f["retransmissions"] for f in s["flows"]) > 0  # what was in flight through it was lost
