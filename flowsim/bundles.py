@@ -84,6 +84,10 @@ class Bundles:
         steps, chunk = self.B_steps[b], self.B_chunk[b]
         per_step = self._bundle_lat(b) + min(self.p.slice_bytes, chunk) / x_alone
         self.B_cap[b] = self.B_work[b] / (steps * per_step)
+        wcap = self._window_caps(self.B_conns[b])
+        if wcap is not None:  # the tied rate moves w bytes a unit on each connection
+            w = np.maximum(self.B_w[b], 1e-300)
+            self.B_cap[b] = min(self.B_cap[b], float((wcap / w).min()))
 
     def _bundle_lat(self, b: int) -> float:
         """A bundle's step latency: its slowest connection's (every step waits for all of them)."""

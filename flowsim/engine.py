@@ -57,6 +57,9 @@ class Params:
     base_port: int = 20000
     max_events: int = 50_000_000
     record_transfers: bool = False  # keep each transfer's first-byte and delivery times (Result.transfers)
+    # Bytes a connection keeps in flight (TCP's window, NCCL's buffers): its rate is at most
+    # window_bytes / RTT, RTT twice its delivery latency. None: no limit (latency costs no bandwidth).
+    window_bytes: float | None = None
 
     def __post_init__(self):
         if not self.slice_bytes > 0:
@@ -68,8 +71,23 @@ class Params:
         if self.collective_model not in COLLECTIVE_MODELS:
             raise ValueError(f"collective_model: expected one of {', '.join(COLLECTIVE_MODELS)}, "
                              f"found {self.collective_model!r}")
+        if self.window_bytes is not None and not self.window_bytes > 0:
+            raise ValueError(f"window_bytes: expected > 0 or None, found {self.window_bytes!r}")
         if self.series_bin_s is not None and not self.series_bin_s > 0:
             raise ValueError(f"series_bin_s: expected > 0 or None, found {self.series_bin_s!r}")
+
+
+# NCCL's default buffer of one connection (NCCL_BUFFSIZE, Simple protocol): the data it may
+# have sent and not yet had acknowledged by the receiver.
+NCCL_WINDOW_BYTES = 4 << 20
+WINDOW_CHOICES = {"nccl": NCCL_WINDOW_BYTES}
+
+
+def window_bytes_of(value) -> float | None:
+    """flow.window_bytes as bytes: a number, a named choice (nccl), or None (no window)."""
+    if value is None:
+        return None
+    return float(WINDOW_CHOICES[value] if isinstance(value, str) else value)
 
 
 @dataclass

@@ -127,6 +127,7 @@ class RateSolver:
         if len(q):
             np.logical_or.at(has_free, seg, free)
         ent_cap = np.concatenate([np.full(len(conns), np.inf), self.B_cap[blive]])
+        wcap = self._window_caps(conns)
         rates_q = warm
         prev = None
         for it in range(self.p.max_fixed_point_iters):
@@ -136,7 +137,7 @@ class RateSolver:
             if len(q):
                 sums = np.bincount(seg, weights=np.where(free, 0.0, track), minlength=len(conns))
                 demand = np.where(has_free, np.inf, sums)
-            ent_cap[:len(conns)] = demand
+            ent_cap[:len(conns)] = demand if wcap is None else np.minimum(demand, wcap)
             want = ent_cap > 0
             want[:len(conns)] &= ~unrouted
             r = np.zeros(n_ent)
@@ -165,6 +166,15 @@ class RateSolver:
             self.link_load = np.bincount(links, weights=wts * rf[ent_of], minlength=len(capacity))[:self.net.n_links]
         else:
             self.link_load = (sp.csr_matrix(a_csc) @ rf)[:self.net.n_links]
+
+    def _window_caps(self, conns: np.ndarray) -> np.ndarray | None:
+        """Each connection's window limit, window_bytes / RTT (RTT: twice its delivery latency;
+        none at zero latency), or None when no window is modelled."""
+        if self.p.window_bytes is None or not len(conns):
+            return None
+        rtt = 2.0 * np.array([self.C_lat[c] for c in conns.tolist()])
+        with np.errstate(divide="ignore"):
+            return np.where(rtt > 0, self.p.window_bytes / rtt, np.inf)
 
     def _pacers(self, conns: np.ndarray, blive: np.ndarray):
         """Rows of the paced senders (one virtual link per paced rank, at share x its NIC rate) that

@@ -32,7 +32,7 @@ from experiment.outputs.write import write_after_run, write_json
 from experiment.plan import emulated_bytes, gpus_per_server, job_traces, predict_cct_s
 from flowsim.control import ControllerRouter, needs_controller
 from flowsim.cosched import PhaseGates, announcements
-from flowsim.engine import Fault, JobSpec, Params, Simulation, Straggler
+from flowsim.engine import Fault, JobSpec, Params, Simulation, Straggler, window_bytes_of
 from flowsim.network import Net
 from flowsim.routing import EcmpRouter, ShortestRouter
 from traffic.collectives.templates import template
@@ -362,7 +362,7 @@ def _run(exp: Experiment, out_dir: str, log) -> dict:
     bin_s = (exp.flow.link_bin_ms / 1000.0 if exp.flow.link_bin_ms
              else (EMULATOR_SAMPLE_S / exp.scale.dilation if exp.scale_given else 1e-3))
     params = Params(slice_bytes=slice_bytes(exp), latency_s=latency_s(exp), hop_latency_s=hop_latency_s(exp),
-                    collective_model=model,
+                    collective_model=model, window_bytes=window_bytes_of(exp.flow.window_bytes),
                     series_bin_s=bin_s, record_transfers=model == "detailed" and transfers <= TRANSFER_EVENTS_MAX)
     phases = None
     if exp.coschedules:
