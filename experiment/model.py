@@ -29,6 +29,7 @@ from topologies import load_fabric_file
 ROUTINGS = tuple(BUILTINS)  # the built-in policies; any package.module:Class is one too
 ENGINES = tuple(ENGINE_TABLE)  # the names experiment.engine maps to code
 COLLECTIVE_MODELS = ("auto", "detailed", "bundle")
+WINDOW_CHOICES = ("nccl",)  # flow.window_bytes by name (flowsim.engine.WINDOW_CHOICES gives the bytes)
 DATAPATHS = ("auto", "kernel", "userspace", "afxdp")
 ORDERS = ("as-listed", "rail-aligned")
 # Mininet's TCLink refuses bw above 1000 Mb/s; below 0.1 Mb/s HTB is coarse.
@@ -142,6 +143,8 @@ class Flow:
     latency_us: float | None = None  # per-transfer delivery latency; None: prediction.latency_us
     slice_bytes: int | None = None   # pipelining slice, real bytes; None: testbed.slice_bytes / scale.bytes
     link_bin_ms: float | None = None  # links.csv interval; None: the emulator's (0.25 s wall / dilation), or 1 ms
+    # bytes a connection keeps in flight (rate <= window / RTT), or "nccl" (its 4 MiB buffers); None: no window
+    window_bytes: int | str | None = None
 
 
 @dataclass(frozen=True)
@@ -540,6 +543,9 @@ def _flow(data, file) -> Flow:
         slice_bytes=fs.get("slice_bytes", int, None, check=lambda v: 1 <= v <= 1 << 40,
                            expected="bytes in 1..1099511627776"),
         link_bin_ms=None if bin_ms is None else float(bin_ms),
+        window_bytes=fs.get("window_bytes", (int, str), None,
+                            check=lambda v: v in WINDOW_CHOICES if isinstance(v, str) else 1 <= v <= 1 << 40,
+                            expected="bytes in 1..1099511627776 or one of " + ", ".join(WINDOW_CHOICES)),
     )
     fs.done()
     return flow

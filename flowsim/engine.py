@@ -24,21 +24,18 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 
-from flowsim.maxmin import max_min_rates
+from flowsim.bundles import Bundles
 from flowsim.network import LINK_KINDS, Net
+from flowsim.rates import BYTE_TOL, DONE, INFLIGHT, QUEUED, RateSolver
 from flowsim.routing import Observation, Router, five_tuple_hash, path_weights
 from traffic.collectives.templates import bundle_shape, template
 from traffic.layout import parse_peer
 from traffic.collectives.algorithms import effective_gpus_per_server
 
-QUEUED, DONE, INFLIGHT = 1, 2, 3
-SMALL_NNZ = 50_000  # incidence entries below which a solve uses bincounts, not sparse products
-BYTE_TOL = 1e-3          # bytes: a transfer this close to its end is done
 COLLECTIVE_MODELS = ("detailed", "bundle")
 
 
@@ -61,6 +58,9 @@ class Params:
     base_port: int = 20000
     max_events: int = 50_000_000
     record_transfers: bool = False  # keep each transfer's first-byte and delivery times (Result.transfers)
+    # Bytes a connection keeps in flight (TCP's window, NCCL's buffers): its rate is at most
+    # window_bytes / RTT, RTT twice its delivery latency. None: no limit (latency costs no bandwidth).
+    window_bytes: float | None = None
 
     def __post_init__(self):
         if not self.slice_bytes > 0:
@@ -76,6 +76,8 @@ class Params:
         if self.collective_model not in COLLECTIVE_MODELS:
             raise ValueError(f"collective_model: expected one of {', '.join(COLLECTIVE_MODELS)}, "
                              f"found {self.collective_model!r}")
+        if self.window_bytes is not None and not self.window_bytes > 0:
+            raise ValueError(f"window_bytes: expected > 0 or None, found {self.window_bytes!r}")
         if self.series_bin_s is not None and not self.series_bin_s > 0:
             raise ValueError(f"series_bin_s: expected > 0 or None, found {self.series_bin_s!r}")
 
@@ -89,6 +91,19 @@ class Params:
     @property
     def has_link_latency(self) -> bool:
         return bool((self.kind_latency_s > 0).any())
+
+
+# NCCL's default buffer of one connection (NCCL_BUFFSIZE, Simple protocol): the data it may
+# have sent and not yet had acknowledged by the receiver.
+NCCL_WINDOW_BYTES = 4 << 20
+WINDOW_CHOICES = {"nccl": NCCL_WINDOW_BYTES}
+
+
+def window_bytes_of(value) -> float | None:
+    """flow.window_bytes as bytes: a number, a named choice (nccl), or None (no window)."""
+    if value is None:
+        return None
+    return float(WINDOW_CHOICES[value] if isinstance(value, str) else value)
 
 
 @dataclass
@@ -145,41 +160,9 @@ class _Inst:
     members_done: int = 0
 
 
-def fill_rates(ent: np.ndarray, link: np.ndarray, w: np.ndarray, cap_link: np.ndarray,
-               cap_ent: np.ndarray) -> tuple[np.ndarray, int]:
-    """Max-min rates by progressive filling over a small problem given as triples (entity, local
-    link, weight): the same rounds as flowsim.maxmin.max_min_rates, with bincounts in place of
-    sparse products (cheaper below ~10^5 entries). Returns (rate per entity, rounds)."""
-    k, n_l = len(cap_ent), len(cap_link)
-    rate = np.zeros(k)
-    live = np.ones(k, bool)
-    rem = np.asarray(cap_link, float).copy()
-    rounds = 0
-    while live.any():
-        rounds += 1
-        lw = w * live[ent]
-        n = np.bincount(link, weights=lw, minlength=n_l)
-        used = n > 0
-        share = np.full(n_l, np.inf)
-        share[used] = np.maximum(rem[used], 0.0) / n[used]
-        c = np.where(live, cap_ent, np.inf)
-        lvl = min(share.min() if n_l else np.inf, c.min())
-        if not np.isfinite(lvl):
-            rate[live] = np.inf
-            break
-        limit = lvl * (1 + 1e-9) + 1e-300
-        sat = used & (share <= limit)
-        capped = live & (c <= limit)
-        newly = capped | (live & (np.bincount(ent, weights=(sat[link] & (lw > 0)).astype(float), minlength=k) > 0))
-        r = np.where(capped, np.minimum(c, lvl), lvl) * newly
-        rate[newly] = r[newly]
-        rem -= np.bincount(link, weights=w * r[ent], minlength=n_l)
-        live &= ~newly
-    return rate, rounds
-
-
-class Simulation:
-    """Run jobs over a Net with a router; ``run()`` returns a ``Result``."""
+class Simulation(Bundles, RateSolver):
+    """Run jobs over a Net with a router; ``run()`` returns a ``Result``. The rate solver
+    (flowsim.rates) and the bundles (flowsim.bundles) are its two other rooms."""
 
     def __init__(self, net: Net, jobs: list[JobSpec], router: Router, params: Params = Params(),
                  faults: list[Fault] = (), stragglers: list[Straggler] = (), phases=None):
@@ -930,145 +913,6 @@ class Simulation:
             return np.zeros(len(tids))
         return np.array([self.C_lat[c] for c in self.T_conn[tids].tolist()])
 
-    # ---- bundles -----------------------------------------------------------------------
-    def _start_bundle(self, inst: _Inst):
-        b = len(self.B_inst)
-        inst.bundle = b
-        steps, chunk = 1, float(inst.op.size_bytes)
-        key = None  # bundles of one key have the same connections and weights, hence one column
-        if inst.pairs is not None:  # a class's sends: every pair one connection, all of one size
-            ck = (inst.job, "p2p", inst.members[0], inst.members[1], len(inst.pairs[0]), int(inst.pairs[0][0]))
-            key = ck
-            conns = self._conn_cache.get(ck)
-            if conns is None:
-                conns = self._conn_cache[ck] = self._conns(inst.job, *inst.pairs)
-            nbytes = np.full(len(conns), float(inst.op.size_bytes))
-        elif inst.groups is not None:  # a class collective: the shape in every group it covers
-            shape, rows = inst.tmpl, inst.groups
-            if shape is None:
-                conns, nbytes = np.zeros(0, np.int64), np.zeros(0)
-            else:
-                ck = (inst.job, id(rows), id(shape))  # groups and shapes are cached objects
-                key = ck
-                hit = self._conn_cache.get(ck)
-                if hit is None:
-                    hit = self._conn_cache[ck] = (self._conns(inst.job, rows[:, shape.src].ravel(),
-                                                              rows[:, shape.dst].ravel()), np.tile(shape.bytes, len(rows)))
-                conns, nbytes = hit
-                steps, chunk = shape.num_steps, shape.chunk_bytes
-        else:
-            shape = inst.tmpl
-            g = np.asarray(inst.group, np.int64)
-            conns = self._conns(inst.job, g[shape.src], g[shape.dst])
-            nbytes = shape.bytes
-            steps, chunk = shape.num_steps, shape.chunk_bytes
-        work = float(nbytes.max()) if len(nbytes) else 0.0
-        self.B_inst.append(inst)
-        self.B_key.append(key)
-        self.B_conns.append(conns)
-        self.B_w.append(nbytes / work if work else nbytes)
-        if b >= len(self.B_work):  # grow by doubling: a run may start 10^5 bundles
-            grow = max(1024, len(self.B_work))
-            self.B_work = np.concatenate([self.B_work, np.zeros(grow)])
-            self.B_done = np.concatenate([self.B_done, np.zeros(grow)])
-            self.B_rate = np.concatenate([self.B_rate, np.zeros(grow)])
-            self.B_cap = np.concatenate([self.B_cap, np.full(grow, np.inf)])
-        self.B_work[b], self.B_done[b], self.B_rate[b], self.B_cap[b] = work, 0.0, 0.0, np.inf
-        self.B_steps.append(steps)
-        self.B_chunk.append(chunk)
-        self.counters["bundles"] += 1
-        self.dirty = True
-        if work <= 0 or not len(conns):
-            self._bundle_done(b)
-        else:
-            self.B_live.add(b)
-            self._blive_v += 1
-            self._changed.add(b)
-            self._latency_cap(b)
-
-    def _latency_cap(self, b: int):
-        """A step cannot take less than the latency plus one slice (or chunk) at the bundle's
-        uncontended rate: cap the tied rate so that the schedule's steps fit."""
-        if (self.p.latency_s <= 0 and not self.p.has_link_latency) or not self.B_steps[b]:
-            return
-        self._route_missing(self.B_conns[b])
-        cols = self._bundle_column(b)
-        cap = self.net.capacity_Bps
-        load = np.bincount(cols[0], weights=cols[1], minlength=self.net.n_links)
-        used = load > 0
-        x_alone = float((cap[used] / load[used]).min()) if used.any() else math.inf
-        steps, chunk = self.B_steps[b], self.B_chunk[b]
-        per_step = self._bundle_lat(b) + min(self.p.slice_bytes, chunk) / x_alone
-        self.B_cap[b] = self.B_work[b] / (steps * per_step)
-
-    def _bundle_lat(self, b: int) -> float:
-        """A bundle's step latency: its slowest connection's (every step waits for all of them)."""
-        if self.p.latency_s <= 0 and not self.p.has_link_latency:
-            return 0.0
-        self._route_missing(self.B_conns[b])
-        return max((self.C_lat[c] for c in self.B_conns[b].tolist()), default=self.p.latency_s)
-
-    def _bundle_column(self, b: int) -> tuple[np.ndarray, np.ndarray]:
-        """(distinct links, bytes per unit of the bundle's rate on each), kept until a route changes."""
-        col = self._cols.get(b)
-        if col is not None and col[2] == self._path_version:
-            return col[0], col[1]
-        shared = self._cols.get(("key", self.B_key[b])) if self.B_key[b] is not None else None
-        if shared is not None and shared[2] == self._path_version:
-            self._cols[b] = shared
-            return shared[0], shared[1]
-        conns, w = self.B_conns[b], self.B_w[b]
-        paths = [self.C_path[c] for c in conns]
-        lens = np.array([len(p) for p in paths], np.int64)
-        links = np.concatenate(paths) if paths else np.zeros(0, np.int64)
-        u, inv = np.unique(links, return_inverse=True)
-        per_entry = np.repeat(w, lens)
-        if self.router.splits and len(links):  # a sprayed connection puts 1/k of its rate on each of k paths
-            per_entry = per_entry * np.concatenate([path_weights(p) for p in paths])
-        uw = np.bincount(inv, weights=per_entry, minlength=len(u))
-        self._cols[b] = (u, uw, self._path_version)
-        if self.B_key[b] is not None:
-            self._cols[("key", self.B_key[b])] = self._cols[b]
-        return u, uw
-
-    def _bundle_done(self, b: int):
-        if b in self.B_live:
-            self.B_live.discard(b)
-            self._blive_v += 1
-            self._changed.add(b)
-        self._done_cols.append(b)
-        self.dirty = True
-        self._flush()
-        if len(self.C_bytes) < len(self.C_src):
-            self.C_bytes = np.concatenate([self.C_bytes, np.zeros(len(self.C_src) - len(self.C_bytes))])
-        np.add.at(self.C_bytes, self.B_conns[b], self.B_work[b] * self.B_w[b])
-        self.B_rate[b] = 0
-        lat = self._bundle_lat(b)
-        if lat > 0 and self.B_work[b] > 0:
-            self._push(self.now + lat, "bundle_end", b)  # the last bytes' delivery
-        else:
-            self._bundle_members_done(b)
-
-    def _bundle_members_done(self, b: int):
-        inst = self.B_inst[b]
-        if inst.pairs is not None:
-            fifo = self.p2p_fifo[inst.members[0] * self.n_ranks + inst.members[1]]
-            fifo.pop(0)
-            if fifo:
-                self._start_bundle(fifo[0])
-        inst.sends_left[:] = 0
-        inst.recvs_left[:] = 0
-        for local in range(len(inst.members)):
-            self._maybe_member_done(inst, local)
-
-    def _finish_bundles(self):
-        if not self.B_live:
-            return
-        live = self._blive_arr()
-        fin = live[self.B_work[live] - self.B_done[live] <= BYTE_TOL + 1e-12 * self.B_work[live]]
-        for b in fin.tolist():
-            self.B_done[b] = self.B_work[b]
-            self._bundle_done(b)
 
     # ---- routing, faults and polls -------------------------------------------------------
     def _route_missing(self, conns):
@@ -1135,414 +979,6 @@ class Simulation:
         self.counters["polls"] += 1
         self._apply_paths(self.router.poll(self.now, self.observation()))
 
-    # ---- the rates -----------------------------------------------------------------------
-    def _solve(self):
-        """Rates of every queued transfer and live bundle for the current state."""
-        self._flush()
-        if not self.queued and not self.pace and not self._had_queued:
-            self._solve_bundles()
-        else:
-            self._solve_rates()
-            self._had_queued = bool(self.queued)
-            self._sync_slots(full=True)
-        if self._had_queued or self.queued:
-            self._crate_nz = np.flatnonzero(self.C_rate)
-
-    # ---- incremental solves: bundles only -------------------------------------------------------
-    def _sync_slots(self, full: bool = False):
-        """Rows of the live bundles in _on (live bundle x link: it crosses it), for the changed ones."""
-        if full:
-            todo = set(self._slot_of) | self.B_live
-        else:
-            todo = self._changed
-        for b in todo:
-            live = b in self.B_live
-            slot = self._slot_of.get(b)
-            if slot is not None and (not live or full):
-                self._on[slot, self._slot_cols[slot]] = False
-                if not live:
-                    del self._slot_of[b]
-                    self._free_slots.append(slot)
-                    continue
-            if not live:
-                continue
-            if slot is None:
-                if not self._free_slots:
-                    grow = max(16, len(self._on))
-                    self._free_slots = list(range(len(self._on) + grow - 1, len(self._on) - 1, -1))
-                    self._on = np.concatenate([self._on, np.zeros((grow, self.net.n_links), bool)])
-                    self._slot_b = np.concatenate([self._slot_b, np.full(grow, -1, np.int64)])
-                    self._slot_cols += [np.zeros(0, np.int64)] * grow
-                slot = self._slot_of[b] = self._free_slots.pop()
-            else:
-                self._on[slot, self._slot_cols[slot]] = False
-            self._slot_b[slot] = b
-            self._route_missing(self.B_conns[b])
-            cols = self._slot_cols[slot] = self._bundle_column(b)[0]
-            self._on[slot, cols] = True
-
-    def _solve_bundles(self):
-        """Only the bundles that share links, directly or through others, with one that changed are
-        solved again: max-min fairness decomposes over such components, and the rest keep their
-        rates (a tensor-parallel all-reduce on one server's NVLink is a component of its own)."""
-        self.counters["solves"] += 1
-        self.dirty = False
-        changed = self._changed
-        self._changed = set()
-        if not changed:
-            return
-        self._drop_done_cols()
-        for b in changed:
-            if b in self.B_live:
-                self._route_missing(self.B_conns[b])
-        # The links of what changed: live bundles' columns, and ended ones' as their slots held them.
-        seed = [self._bundle_column(b)[0] if b in self.B_live else self._slot_cols[self._slot_of[b]]
-                for b in changed if b in self.B_live or b in self._slot_of]
-        self._changed = changed
-        self._sync_slots()
-        self._changed = set()
-        links = np.concatenate(seed) if seed else np.zeros(0, np.int64)
-        if not len(self._on):
-            self.link_load[links] = 0
-            return
-        seen = np.zeros(len(self._on), bool)
-        frontier = links
-        while len(frontier):
-            hit = self._on[:, frontier].any(axis=1) & ~seen
-            if not hit.any():
-                break
-            seen |= hit
-            frontier = np.concatenate([self._bundle_column(int(b))[0] for b in self._slot_b[hit]])
-        comp = self._slot_b[seen]
-        self.counters["component_bundles"] += len(comp)
-        self.link_load[links] = 0
-        if not len(comp):
-            return
-        if len(comp) == 1:  # alone on its links: the tightest one sets its rate
-            ul, w = self._bundle_column(int(comp[0]))
-            r = min(float((self.net.capacity_Bps[ul] / np.maximum(w, 1e-300)).min()), float(self.B_cap[comp[0]]))
-            self.counters["maxmin_rounds"] += 1
-            self.B_rate[comp] = r
-            self.link_load[ul] = w * (r if math.isfinite(r) else 0.0)
-            return
-        cols = [self._bundle_column(int(b)) for b in comp]
-        lens = np.array([len(c[0]) for c in cols], np.int64)
-        lk = np.concatenate([c[0] for c in cols])
-        w = np.concatenate([c[1] for c in cols])
-        ent = np.repeat(np.arange(len(comp)), lens)
-        ul, inv = np.unique(lk, return_inverse=True)
-        rate, rounds = fill_rates(ent, inv, w, self.net.capacity_Bps[ul], self.B_cap[comp])
-        self.counters["maxmin_rounds"] += rounds
-        self.B_rate[comp] = rate
-        self.link_load[ul] = np.bincount(inv, weights=w * np.where(np.isfinite(rate), rate, 0.0)[ent],
-                                         minlength=len(ul))
-
-    def _drop_done_cols(self):
-        """Columns of bundles that ended before the last solve are not needed any more."""
-        keep = []
-        for b in self._done_cols:
-            if b in self._slot_of:
-                keep.append(b)
-            else:
-                self._cols.pop(b, None)
-        self._done_cols = keep
-
-    def _solve_rates(self):
-        self.counters["solves"] += 1
-        self.dirty = False
-        q = np.fromiter(self.queued, np.int64, len(self.queued)) if self.queued else np.zeros(0, np.int64)
-        q = q[self.T_earlier[q] == 0]
-        if len(q):
-            q = q[np.lexsort((self.T_seq[q], self.T_conn[q]))]
-        self._route_missing(self.T_conn[q])
-        for b in self.B_live:
-            self._route_missing(self.B_conns[b])
-        warm = self.T_rate[q].copy()  # last solve's rates: the fixed point starts there
-        self.T_rate[:self.n_T][self.T_state[:self.n_T] == QUEUED] = 0
-        self._q = q
-        nc = len(self.C_src)
-        if len(self.C_rate) < nc:
-            self.C_rate = np.concatenate([self.C_rate, np.zeros(nc - len(self.C_rate))])
-            self.C_bytes = np.concatenate([self.C_bytes, np.zeros(nc - len(self.C_bytes))])
-        self.C_rate[:] = 0
-        blive = np.array(sorted(self.B_live), np.int64)
-        if not len(q) and not len(blive):
-            self.link_load[:] = 0
-            self._gate_info = None
-            return
-        conns, seg = np.unique(self.T_conn[q], return_inverse=True) if len(q) else (np.zeros(0, np.int64), np.zeros(0, np.int64))
-        # Gate structure of the queued sends (fixed during this solve: positions do not move).
-        gi = self._gates(q)
-        self._gate_info = gi
-        free, track_of = gi["free"], gi["track"]
-        # Incidence: connections, then bundles.
-        paths = [self.C_path[c] for c in conns]
-        lens = [len(p) for p in paths]
-        cols_links = list(paths)
-        cols_w = [path_weights(p) if self.router.splits else np.ones(len(p)) for p in paths]
-        for b in blive:
-            lk, w = self._bundle_column(int(b))
-            cols_links.append(lk)
-            cols_w.append(w)
-            lens.append(len(lk))
-        capacity = self.net.capacity_Bps
-        path_lens = list(lens)
-        pace_rows, pace_cap = self._pacers(conns, blive)
-        if pace_rows is not None:
-            for k in range(len(cols_links)):
-                extra = pace_rows[k]
-                if len(extra[0]):
-                    cols_links[k] = np.concatenate([cols_links[k], extra[0]])
-                    cols_w[k] = np.concatenate([cols_w[k], extra[1]])
-                    lens[k] += len(extra[0])
-            capacity = np.concatenate([capacity, pace_cap])
-        indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
-        links = np.concatenate(cols_links) if cols_links else np.zeros(0, np.int64)
-        wts = np.concatenate(cols_w) if cols_w else np.zeros(0)
-        n_ent = len(conns) + len(blive)
-        ent_of = np.repeat(np.arange(n_ent), np.diff(indptr))  # the same incidence as triples
-        small = len(links) <= SMALL_NNZ  # numpy bincounts beat scipy's overhead on small problems
-        a_csc = None if small else sp.csr_matrix((wts, links, indptr), shape=(n_ent, len(capacity))).T.tocsc()
-        unrouted = np.array(path_lens[:len(conns)], np.int64) == 0
-        has_free = np.zeros(len(conns), bool)
-        if len(q):
-            np.logical_or.at(has_free, seg, free)
-        ent_cap = np.concatenate([np.full(len(conns), np.inf), self.B_cap[blive]])
-        rates_q = warm
-        prev = None
-        for it in range(self.p.max_fixed_point_iters):
-            self.counters["fixed_point_iters"] += 1
-            track = track_of(rates_q)
-            demand = np.full(len(conns), np.inf)
-            if len(q):
-                sums = np.bincount(seg, weights=np.where(free, 0.0, track), minlength=len(conns))
-                demand = np.where(has_free, np.inf, sums)
-            ent_cap[:len(conns)] = demand
-            want = ent_cap > 0
-            want[:len(conns)] &= ~unrouted
-            r = np.zeros(n_ent)
-            if want.any():
-                if small:
-                    keep = want[ent_of]
-                    local = np.cumsum(want) - 1
-                    rr, rounds = fill_rates(local[ent_of[keep]], links[keep], wts[keep], capacity, ent_cap[want])
-                else:
-                    sub = a_csc[:, np.flatnonzero(want)]
-                    rr, rounds = max_min_rates(sub, capacity, cap=ent_cap[want], return_rounds=True)
-                self.counters["maxmin_rounds"] += rounds
-                r[want] = rr
-            rc = r[:len(conns)]
-            rates_q = self._distribute(q, seg, rc, free, track) if len(q) else rates_q
-            if prev is not None and np.allclose(rates_q, prev, rtol=1e-9, atol=1e-6):
-                break
-            prev = rates_q
-        else:
-            self.counters["fixed_point_unconverged"] += 1
-        self.T_rate[q] = rates_q
-        self.C_rate[conns] = rc if len(conns) else 0
-        self.B_rate[blive] = r[len(conns):]
-        rf = np.where(np.isfinite(r), r, 0.0)
-        if small:
-            self.link_load = np.bincount(links, weights=wts * rf[ent_of], minlength=len(capacity))[:self.net.n_links]
-        else:
-            self.link_load = (sp.csr_matrix(a_csc) @ rf)[:self.net.n_links]
-
-    def _pacers(self, conns: np.ndarray, blive: np.ndarray):
-        """Rows of the paced senders (one virtual link per paced rank, at share x its NIC rate) that
-        each entity crosses, as (row ids, weights) per entity, and their capacities; (None, None)
-        when no pace is on now."""
-        on = {j: share for j, (share, t0, t1) in self.pace.items() if t0 <= self.now < t1}
-        if not on:
-            return None, None
-        row_of: dict[int, int] = {}
-        caps = []
-        for j, share in on.items():
-            for h in self.job_host[j].tolist():
-                if h not in row_of:
-                    row_of[h] = self.net.n_links + len(caps)
-                    caps.append(share * self.net.host_nic_Bps(h))
-        rows = []
-        for c in conns.tolist():
-            row = row_of.get(self.C_src[c]) if self.C_job[c] in on else None
-            rows.append((np.array([row] if row is not None else [], np.int64), np.ones(1 if row is not None else 0)))
-        for b in blive.tolist():
-            members = self.B_conns[b]
-            src = [row_of.get(self.C_src[c]) if self.C_job[c] in on else None for c in members.tolist()]
-            keep = np.array([x is not None for x in src], bool)
-            if not keep.any():
-                rows.append((np.zeros(0, np.int64), np.zeros(0)))
-                continue
-            ids = np.array([x for x in src if x is not None], np.int64)
-            uniq, inv = np.unique(ids, return_inverse=True)
-            rows.append((uniq, np.bincount(inv, weights=self.B_w[b][keep], minlength=len(uniq))))
-        return rows, np.array(caps)
-
-    def _gates(self, q: np.ndarray) -> dict:
-        """For each queued send: free (may send at any rate now) or held at its gate, the
-        rate at which its gate opens, and data for the catch-up and gate-switch events."""
-        n = len(q)
-        lens = self.T_ge[q] - self.T_gs[q]
-        owner = np.repeat(np.arange(n), lens)
-        starts = np.repeat(self.T_gs[q], lens)
-        idx = starts + (np.arange(len(owner)) - np.repeat(np.cumsum(lens) - lens, lens))
-        g = self.G[idx] if len(idx) else np.zeros(0, np.int64)
-        live = self.T_state[g] != DONE
-        owner, g = owner[live], g[live]
-        size_x = self.T_size[q]
-        lag = np.minimum(self.p.slice_bytes, size_x)
-        a = self._lat_of(g)
-        size_g = np.maximum(self.T_size[g], 1e-300)
-
-        def gate_rate(rates_q):
-            """Delivered-progress rate of each live gate entry."""
-            r = np.where(self.T_state[g] == INFLIGHT, self.T_last[g], 0.0)
-            pos = self._pos_of(g)
-            inq = pos >= 0
-            r[inq] = rates_q[pos[inq]]
-            return r
-
-        delivered0 = lambda r_g: np.maximum(self.T_sent[g] - a * r_g, 0.0)  # noqa: E731
-        r_g0 = gate_rate(np.maximum(self.T_rate[q], 0))
-        frac = delivered0(r_g0) / size_g
-        minfrac = np.ones(n)
-        if len(owner):
-            np.minimum.at(minfrac, owner, frac)
-        F = size_x * np.minimum(minfrac, 1.0)
-        gated = np.zeros(n, bool)
-        gated[owner] = True
-        sent = self.T_sent[q]
-        allowance = F - lag - sent
-        tol = BYTE_TOL + 1e-9 * size_x
-        # free: ahead of its gates by more than a slice; held: exactly one slice behind them,
-        # so it sends at the rate they open; blocked: not a slice of room yet.
-        blocked = gated & (allowance < -tol)
-        held = gated & ~blocked & (allowance <= tol)
-        free = ~(held | blocked)
-        binding = held[owner] & (frac <= minfrac[owner] + 1e-12)
-
-        def track(rates_q):
-            if not held.any():
-                return np.zeros(n)
-            rg = gate_rate(rates_q)
-            d = np.full(n, np.inf)
-            np.minimum.at(d, owner[binding], rg[binding] / size_g[binding])
-            out = np.where(held, size_x * np.where(np.isfinite(d), d, 0.0), 0.0)
-            return out
-
-        return {"free": free, "track": track, "owner": owner, "g": g, "frac": frac, "minfrac": minfrac,
-                "held": held, "blocked": blocked, "binding": binding, "size_x": size_x, "lag": lag,
-                "size_g": size_g, "gate_rate": gate_rate}
-
-    def _pos_of(self, tids: np.ndarray) -> np.ndarray:
-        """Position of each transfer in the current solve's queue, or -1."""
-        q = self._q
-        if not len(q):
-            return np.full(len(tids), -1, np.int64)
-        order = np.argsort(q)
-        p = np.searchsorted(q[order], tids)
-        p = np.minimum(p, len(q) - 1)
-        hit = q[order][p] == tids
-        return np.where(hit, order[p], -1)
-
-    @staticmethod
-    def _distribute(q, seg, rc, free, track) -> np.ndarray:
-        """A connection's rate over its queue: held sends take what their gates allow, in
-        order, and the first free send takes the rest; sends behind it get nothing."""
-        first = np.concatenate([[True], seg[1:] != seg[:-1]])
-        starts = np.flatnonzero(first)
-        seg_start = np.repeat(starts, np.diff(np.concatenate([starts, [len(q)]])))
-        fc = np.cumsum(free)
-        free_before = fc - free - (fc[seg_start] - free[seg_start])
-        reach = free_before == 0
-        trk = np.where(free, 0.0, track) * reach
-        tc = np.cumsum(trk)
-        before = tc - trk - (tc[seg_start] - trk[seg_start])
-        left = np.maximum(rc[seg] - before, 0.0)
-        out = np.where(free, left, np.minimum(left, track))
-        return np.where(reach, out, 0.0)
-
-    def _next_continuous(self) -> float:
-        """Time until the next transfer or bundle end, or a held/free send changing state."""
-        t = math.inf
-        q = getattr(self, "_q", np.zeros(0, np.int64))
-        if len(q):
-            r = self.T_rate[q]
-            pos = r > 0
-            if pos.any():
-                t = min(t, float(((self.T_size[q][pos] - self.T_sent[q][pos]) / r[pos]).min()))
-            gi = self._gate_info
-            if gi is not None and len(gi["owner"]):
-                t = min(t, self._gate_events(q, gi))
-        if self.B_live:
-            b = self._blive_arr()
-            r = self.B_rate[b]
-            pos = r > 0
-            if pos.any():
-                t = min(t, float(((self.B_work[b][pos] - self.B_done[b][pos]) / r[pos]).min()))
-        return self.now + max(t, 0.0)
-
-    def _gate_events(self, q, gi) -> float:
-        owner, frac, size_x, lag = gi["owner"], gi["frac"], gi["size_x"], gi["lag"]
-        rq = self.T_rate[q]
-        rg = gi["gate_rate"](rq)
-        dfrac = rg / gi["size_g"]
-        sent = self.T_sent[q]
-        t = math.inf
-        free = gi["free"]
-        # A free send catching up with one of its gates: sent + r t = size_x (frac + dfrac t) - lag.
-        fo = free[owner]
-        if fo.any():
-            o = owner[fo]
-            gap = size_x[o] * frac[fo] - lag[o] - sent[o]
-            speed = rq[o] - size_x[o] * dfrac[fo]
-            ok = (speed > 0) & (gap > 0)
-            if ok.any():
-                t = min(t, float((gap[ok] / speed[ok]).min()))
-        # A held send whose binding gate is overtaken by a slower one.
-        ho = gi["held"][owner] & ~gi["binding"]
-        if ho.any():
-            o = owner[ho]
-            dmin = np.full(len(q), np.inf)
-            b = gi["binding"]
-            np.minimum.at(dmin, owner[b], dfrac[b])
-            closing = dmin[o] - dfrac[ho]
-            gap = frac[ho] - gi["minfrac"][o]
-            ok = (closing > 0) & (gap > 0) & np.isfinite(closing)
-            if ok.any():
-                t = min(t, float((gap[ok] / closing[ok]).min()))
-        # A blocked send gets a slice of room once every gate has streamed in its share.
-        bo = gi["blocked"][owner]
-        if bo.any():
-            o = owner[bo]
-            need = (sent[o] + lag[o]) / size_x[o] - frac[bo]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                te = np.where(need <= 0, 0.0, np.where(dfrac[bo] > 0, need / dfrac[bo], np.inf))
-            opens = np.zeros(len(q))
-            np.maximum.at(opens, o, te)
-            blocked_ids = np.flatnonzero(gi["blocked"])
-            if len(blocked_ids):
-                t = min(t, float(opens[blocked_ids].min()))
-        return t
-
-    def _advance(self, dt: float):
-        if dt <= 0:
-            return
-        q = getattr(self, "_q", np.zeros(0, np.int64))
-        if len(q):
-            if self.p.record_transfers:
-                first = (self.T_sent[q] <= 0) & (self.T_rate[q] > 0)
-                self.T_first[q[first]] = self.now
-            self.T_sent[q] = np.minimum(self.T_sent[q] + self.T_rate[q] * dt, self.T_size[q])
-        if self.B_live:
-            b = self._blive_arr()
-            self.B_done[b] = np.minimum(self.B_done[b] + self.B_rate[b] * dt, self.B_work[b])
-
-    def _blive_arr(self) -> np.ndarray:
-        """The live bundles as an array, kept until the set changes."""
-        if self._blive_n != self._blive_v:
-            self._blive_a = np.fromiter(self.B_live, np.int64, len(self.B_live))
-            self._blive_n = self._blive_v
-        return self._blive_a
 
     # ---- counters and the link time series ---------------------------------------------------
     def _flush(self):

@@ -60,9 +60,14 @@ class Result:
             out["statements"] = out["statements"] + [
                 "latency delays each transfer's delivery (latency_s, plus hop_latency_s per fabric or host link of "
                 "its path); a following send sees its gate's progress minus that latency at the gate's current rate"]
+        if p.window_bytes is not None:
+            out["statements"] = out["statements"] + [
+                "window: a connection keeps at most window_bytes in flight, so its rate is at most window_bytes / "
+                "RTT, RTT twice its delivery latency (none at zero latency)"]
         out["hop_latency_s"] = p.hop_latency_s
         if p.link_latency_s is not None:
             out["link_latency_s"] = dict(zip(LINK_KINDS, map(float, p.link_latency_s)))
+        out["window_bytes"] = p.window_bytes
         return out
 
     def op_events(self):

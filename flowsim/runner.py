@@ -18,7 +18,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from badinput import InputError
 from badinput.paths import open_out
 from experiment.engine import Interrupted, RunFailure, refuse_non_replay
 from experiment.model import Experiment, Scale
@@ -31,9 +30,9 @@ from experiment.pipeline import Engine, Run
 from experiment.plan import announcements, emulated_bytes, gpus_per_server, job_traces, predict_cct_s
 from flowsim.control import ControllerRouter, needs_controller, table_router
 from flowsim.cosched import PhaseGates
-from flowsim.engine import Fault, JobSpec, Params, Simulation, Straggler
+from flowsim.engine import Fault, JobSpec, Params, Simulation, Straggler, window_bytes_of
 from flowsim.network import LINK_KINDS, Net
-from flowsim.routing import EcmpRouter, ShortestRouter
+from flowsim.routing import ShortestRouter
 from traffic.collectives.templates import template
 from traffic.collectives import build_schedule
 
@@ -261,7 +260,8 @@ class FlowEngine(Engine):
                  else (EMULATOR_SAMPLE_S / exp.scale.dilation if exp.scale_given else 1e-3))
         self.params = params = Params(
             slice_bytes=slice_bytes(exp), latency_s=latency_s(exp), hop_latency_s=hop_latency_s(exp),
-            link_latency_s=link_latency_s(exp), collective_model=self.model, series_bin_s=bin_s,
+            link_latency_s=link_latency_s(exp), collective_model=self.model,
+            window_bytes=window_bytes_of(exp.flow.window_bytes), series_bin_s=bin_s,
             record_transfers=self.model == "detailed" and self.transfers <= TRANSFER_EVENTS_MAX)
         phases = PhaseGates(announcements(fabric, jobs), router, on_event=events.add) if exp.coschedules else None
         net = Net.from_fabric(fabric)

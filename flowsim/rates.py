@@ -1,0 +1,368 @@
+"""The rate solver of the flow engine's Simulation: max-min rates of the queued sends and live
+bundles, with the slice gates' fixed point, and the continuous time between events.
+
+A room of flowsim.engine.Simulation (a mixin: it reads and writes the simulation's arrays), kept
+apart so that the event loop and the solver read on their own.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.sparse as sp
+
+from flowsim.routing import path_weights
+from flowsim.maxmin import max_min_rates
+
+QUEUED, DONE, INFLIGHT = 1, 2, 3
+SMALL_NNZ = 50_000       # incidence entries below which a solve uses bincounts, not sparse products
+BYTE_TOL = 1e-3          # bytes: a transfer this close to its end is done
+
+
+def fill_rates(ent: np.ndarray, link: np.ndarray, w: np.ndarray, cap_link: np.ndarray,
+               cap_ent: np.ndarray) -> tuple[np.ndarray, int]:
+    """Max-min rates by progressive filling over a small problem given as triples (entity, local
+    link, weight): the same rounds as flowsim.maxmin.max_min_rates, with bincounts in place of
+    sparse products (cheaper below ~10^5 entries). Returns (rate per entity, rounds)."""
+    k, n_l = len(cap_ent), len(cap_link)
+    rate = np.zeros(k)
+    live = np.ones(k, bool)
+    rem = np.asarray(cap_link, float).copy()
+    rounds = 0
+    while live.any():
+        rounds += 1
+        lw = w * live[ent]
+        n = np.bincount(link, weights=lw, minlength=n_l)
+        used = n > 0
+        share = np.full(n_l, np.inf)
+        share[used] = np.maximum(rem[used], 0.0) / n[used]
+        c = np.where(live, cap_ent, np.inf)
+        lvl = min(share.min() if n_l else np.inf, c.min())
+        if not np.isfinite(lvl):
+            rate[live] = np.inf
+            break
+        limit = lvl * (1 + 1e-9) + 1e-300
+        sat = used & (share <= limit)
+        capped = live & (c <= limit)
+        newly = capped | (live & (np.bincount(ent, weights=(sat[link] & (lw > 0)).astype(float), minlength=k) > 0))
+        r = np.where(capped, np.minimum(c, lvl), lvl) * newly
+        rate[newly] = r[newly]
+        rem -= np.bincount(link, weights=w * r[ent], minlength=n_l)
+        live &= ~newly
+    return rate, rounds
+
+
+class RateSolver:
+    """Rates of every queued transfer and live bundle (part of Simulation)."""
+
+    def _solve(self):
+        """Rates of every queued transfer and live bundle for the current state."""
+        self._flush()
+        if not self.queued and not self.pace and not self._had_queued:
+            self._solve_bundles()
+        else:
+            self._solve_rates()
+            self._had_queued = bool(self.queued)
+            self._sync_slots(full=True)
+        if self._had_queued or self.queued:
+            self._crate_nz = np.flatnonzero(self.C_rate)
+
+    def _solve_rates(self):
+        self.counters["solves"] += 1
+        self.dirty = False
+        q = np.fromiter(self.queued, np.int64, len(self.queued)) if self.queued else np.zeros(0, np.int64)
+        q = q[self.T_earlier[q] == 0]
+        if len(q):
+            q = q[np.lexsort((self.T_seq[q], self.T_conn[q]))]
+        self._route_missing(self.T_conn[q])
+        for b in self.B_live:
+            self._route_missing(self.B_conns[b])
+        warm = self.T_rate[q].copy()  # last solve's rates: the fixed point starts there
+        self.T_rate[:self.n_T][self.T_state[:self.n_T] == QUEUED] = 0
+        self._q = q
+        nc = len(self.C_src)
+        if len(self.C_rate) < nc:
+            self.C_rate = np.concatenate([self.C_rate, np.zeros(nc - len(self.C_rate))])
+            self.C_bytes = np.concatenate([self.C_bytes, np.zeros(nc - len(self.C_bytes))])
+        self.C_rate[:] = 0
+        blive = np.array(sorted(self.B_live), np.int64)
+        if not len(q) and not len(blive):
+            self.link_load[:] = 0
+            self._gate_info = None
+            return
+        conns, seg = np.unique(self.T_conn[q], return_inverse=True) if len(q) else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        # Gate structure of the queued sends (fixed during this solve: positions do not move).
+        gi = self._gates(q)
+        self._gate_info = gi
+        free, track_of = gi["free"], gi["track"]
+        # Incidence: connections, then bundles.
+        paths = [self.C_path[c] for c in conns]
+        lens = [len(p) for p in paths]
+        cols_links = list(paths)
+        cols_w = [path_weights(p) if self.router.splits else np.ones(len(p)) for p in paths]
+        for b in blive:
+            lk, w = self._bundle_column(int(b))
+            cols_links.append(lk)
+            cols_w.append(w)
+            lens.append(len(lk))
+        capacity = self.net.capacity_Bps
+        path_lens = list(lens)
+        pace_rows, pace_cap = self._pacers(conns, blive)
+        if pace_rows is not None:
+            for k in range(len(cols_links)):
+                extra = pace_rows[k]
+                if len(extra[0]):
+                    cols_links[k] = np.concatenate([cols_links[k], extra[0]])
+                    cols_w[k] = np.concatenate([cols_w[k], extra[1]])
+                    lens[k] += len(extra[0])
+            capacity = np.concatenate([capacity, pace_cap])
+        indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        links = np.concatenate(cols_links) if cols_links else np.zeros(0, np.int64)
+        wts = np.concatenate(cols_w) if cols_w else np.zeros(0)
+        n_ent = len(conns) + len(blive)
+        ent_of = np.repeat(np.arange(n_ent), np.diff(indptr))  # the same incidence as triples
+        small = len(links) <= SMALL_NNZ  # numpy bincounts beat scipy's overhead on small problems
+        a_csc = None if small else sp.csr_matrix((wts, links, indptr), shape=(n_ent, len(capacity))).T.tocsc()
+        unrouted = np.array(path_lens[:len(conns)], np.int64) == 0
+        has_free = np.zeros(len(conns), bool)
+        if len(q):
+            np.logical_or.at(has_free, seg, free)
+        ent_cap = np.concatenate([np.full(len(conns), np.inf), self.B_cap[blive]])
+        wcap = self._window_caps(conns)
+        rates_q = warm
+        prev = None
+        for it in range(self.p.max_fixed_point_iters):
+            self.counters["fixed_point_iters"] += 1
+            track = track_of(rates_q)
+            demand = np.full(len(conns), np.inf)
+            if len(q):
+                sums = np.bincount(seg, weights=np.where(free, 0.0, track), minlength=len(conns))
+                demand = np.where(has_free, np.inf, sums)
+            ent_cap[:len(conns)] = demand if wcap is None else np.minimum(demand, wcap)
+            want = ent_cap > 0
+            want[:len(conns)] &= ~unrouted
+            r = np.zeros(n_ent)
+            if want.any():
+                if small:
+                    keep = want[ent_of]
+                    local = np.cumsum(want) - 1
+                    rr, rounds = fill_rates(local[ent_of[keep]], links[keep], wts[keep], capacity, ent_cap[want])
+                else:
+                    sub = a_csc[:, np.flatnonzero(want)]
+                    rr, rounds = max_min_rates(sub, capacity, cap=ent_cap[want], return_rounds=True)
+                self.counters["maxmin_rounds"] += rounds
+                r[want] = rr
+            rc = r[:len(conns)]
+            rates_q = self._distribute(q, seg, rc, free, track) if len(q) else rates_q
+            if prev is not None and np.allclose(rates_q, prev, rtol=1e-9, atol=1e-6):
+                break
+            prev = rates_q
+        else:
+            self.counters["fixed_point_unconverged"] += 1
+        self.T_rate[q] = rates_q
+        self.C_rate[conns] = rc if len(conns) else 0
+        self.B_rate[blive] = r[len(conns):]
+        rf = np.where(np.isfinite(r), r, 0.0)
+        if small:
+            self.link_load = np.bincount(links, weights=wts * rf[ent_of], minlength=len(capacity))[:self.net.n_links]
+        else:
+            self.link_load = (sp.csr_matrix(a_csc) @ rf)[:self.net.n_links]
+
+    def _window_caps(self, conns: np.ndarray) -> np.ndarray | None:
+        """Each connection's window limit, window_bytes / RTT (RTT: twice its delivery latency;
+        none at zero latency), or None when no window is modelled."""
+        if self.p.window_bytes is None or not len(conns):
+            return None
+        rtt = 2.0 * np.array([self.C_lat[c] for c in conns.tolist()])
+        with np.errstate(divide="ignore"):
+            return np.where(rtt > 0, self.p.window_bytes / rtt, np.inf)
+
+    def _pacers(self, conns: np.ndarray, blive: np.ndarray):
+        """Rows of the paced senders (one virtual link per paced rank, at share x its NIC rate) that
+        each entity crosses, as (row ids, weights) per entity, and their capacities; (None, None)
+        when no pace is on now."""
+        on = {j: share for j, (share, t0, t1) in self.pace.items() if t0 <= self.now < t1}
+        if not on:
+            return None, None
+        row_of: dict[int, int] = {}
+        caps = []
+        for j, share in on.items():
+            for h in self.job_host[j].tolist():
+                if h not in row_of:
+                    row_of[h] = self.net.n_links + len(caps)
+                    caps.append(share * self.net.host_nic_Bps(h))
+        rows = []
+        for c in conns.tolist():
+            row = row_of.get(self.C_src[c]) if self.C_job[c] in on else None
+            rows.append((np.array([row] if row is not None else [], np.int64), np.ones(1 if row is not None else 0)))
+        for b in blive.tolist():
+            members = self.B_conns[b]
+            src = [row_of.get(self.C_src[c]) if self.C_job[c] in on else None for c in members.tolist()]
+            keep = np.array([x is not None for x in src], bool)
+            if not keep.any():
+                rows.append((np.zeros(0, np.int64), np.zeros(0)))
+                continue
+            ids = np.array([x for x in src if x is not None], np.int64)
+            uniq, inv = np.unique(ids, return_inverse=True)
+            rows.append((uniq, np.bincount(inv, weights=self.B_w[b][keep], minlength=len(uniq))))
+        return rows, np.array(caps)
+
+    def _gates(self, q: np.ndarray) -> dict:
+        """For each queued send: free (may send at any rate now) or held at its gate, the
+        rate at which its gate opens, and data for the catch-up and gate-switch events."""
+        n = len(q)
+        lens = self.T_ge[q] - self.T_gs[q]
+        owner = np.repeat(np.arange(n), lens)
+        starts = np.repeat(self.T_gs[q], lens)
+        idx = starts + (np.arange(len(owner)) - np.repeat(np.cumsum(lens) - lens, lens))
+        g = self.G[idx] if len(idx) else np.zeros(0, np.int64)
+        live = self.T_state[g] != DONE
+        owner, g = owner[live], g[live]
+        size_x = self.T_size[q]
+        lag = np.minimum(self.p.slice_bytes, size_x)
+        a = self._lat_of(g)
+        size_g = np.maximum(self.T_size[g], 1e-300)
+
+        def gate_rate(rates_q):
+            """Delivered-progress rate of each live gate entry."""
+            r = np.where(self.T_state[g] == INFLIGHT, self.T_last[g], 0.0)
+            pos = self._pos_of(g)
+            inq = pos >= 0
+            r[inq] = rates_q[pos[inq]]
+            return r
+
+        delivered0 = lambda r_g: np.maximum(self.T_sent[g] - a * r_g, 0.0)  # noqa: E731
+        r_g0 = gate_rate(np.maximum(self.T_rate[q], 0))
+        frac = delivered0(r_g0) / size_g
+        minfrac = np.ones(n)
+        if len(owner):
+            np.minimum.at(minfrac, owner, frac)
+        F = size_x * np.minimum(minfrac, 1.0)
+        gated = np.zeros(n, bool)
+        gated[owner] = True
+        sent = self.T_sent[q]
+        allowance = F - lag - sent
+        tol = BYTE_TOL + 1e-9 * size_x
+        # free: ahead of its gates by more than a slice; held: exactly one slice behind them,
+        # so it sends at the rate they open; blocked: not a slice of room yet.
+        blocked = gated & (allowance < -tol)
+        held = gated & ~blocked & (allowance <= tol)
+        free = ~(held | blocked)
+        binding = held[owner] & (frac <= minfrac[owner] + 1e-12)
+
+        def track(rates_q):
+            if not held.any():
+                return np.zeros(n)
+            rg = gate_rate(rates_q)
+            d = np.full(n, np.inf)
+            np.minimum.at(d, owner[binding], rg[binding] / size_g[binding])
+            out = np.where(held, size_x * np.where(np.isfinite(d), d, 0.0), 0.0)
+            return out
+
+        return {"free": free, "track": track, "owner": owner, "g": g, "frac": frac, "minfrac": minfrac,
+                "held": held, "blocked": blocked, "binding": binding, "size_x": size_x, "lag": lag,
+                "size_g": size_g, "gate_rate": gate_rate}
+
+    def _pos_of(self, tids: np.ndarray) -> np.ndarray:
+        """Position of each transfer in the current solve's queue, or -1."""
+        q = self._q
+        if not len(q):
+            return np.full(len(tids), -1, np.int64)
+        order = np.argsort(q)
+        p = np.searchsorted(q[order], tids)
+        p = np.minimum(p, len(q) - 1)
+        hit = q[order][p] == tids
+        return np.where(hit, order[p], -1)
+
+    @staticmethod
+    def _distribute(q, seg, rc, free, track) -> np.ndarray:
+        """A connection's rate over its queue: held sends take what their gates allow, in
+        order, and the first free send takes the rest; sends behind it get nothing."""
+        first = np.concatenate([[True], seg[1:] != seg[:-1]])
+        starts = np.flatnonzero(first)
+        seg_start = np.repeat(starts, np.diff(np.concatenate([starts, [len(q)]])))
+        fc = np.cumsum(free)
+        free_before = fc - free - (fc[seg_start] - free[seg_start])
+        reach = free_before == 0
+        trk = np.where(free, 0.0, track) * reach
+        tc = np.cumsum(trk)
+        before = tc - trk - (tc[seg_start] - trk[seg_start])
+        left = np.maximum(rc[seg] - before, 0.0)
+        out = np.where(free, left, np.minimum(left, track))
+        return np.where(reach, out, 0.0)
+
+    def _next_continuous(self) -> float:
+        """Time until the next transfer or bundle end, or a held/free send changing state."""
+        t = math.inf
+        q = getattr(self, "_q", np.zeros(0, np.int64))
+        if len(q):
+            r = self.T_rate[q]
+            pos = r > 0
+            if pos.any():
+                t = min(t, float(((self.T_size[q][pos] - self.T_sent[q][pos]) / r[pos]).min()))
+            gi = self._gate_info
+            if gi is not None and len(gi["owner"]):
+                t = min(t, self._gate_events(q, gi))
+        if self.B_live:
+            b = self._blive_arr()
+            r = self.B_rate[b]
+            pos = r > 0
+            if pos.any():
+                t = min(t, float(((self.B_work[b][pos] - self.B_done[b][pos]) / r[pos]).min()))
+        return self.now + max(t, 0.0)
+
+    def _gate_events(self, q, gi) -> float:
+        owner, frac, size_x, lag = gi["owner"], gi["frac"], gi["size_x"], gi["lag"]
+        rq = self.T_rate[q]
+        rg = gi["gate_rate"](rq)
+        dfrac = rg / gi["size_g"]
+        sent = self.T_sent[q]
+        t = math.inf
+        free = gi["free"]
+        # A free send catching up with one of its gates: sent + r t = size_x (frac + dfrac t) - lag.
+        fo = free[owner]
+        if fo.any():
+            o = owner[fo]
+            gap = size_x[o] * frac[fo] - lag[o] - sent[o]
+            speed = rq[o] - size_x[o] * dfrac[fo]
+            ok = (speed > 0) & (gap > 0)
+            if ok.any():
+                t = min(t, float((gap[ok] / speed[ok]).min()))
+        # A held send whose binding gate is overtaken by a slower one.
+        ho = gi["held"][owner] & ~gi["binding"]
+        if ho.any():
+            o = owner[ho]
+            dmin = np.full(len(q), np.inf)
+            b = gi["binding"]
+            np.minimum.at(dmin, owner[b], dfrac[b])
+            closing = dmin[o] - dfrac[ho]
+            gap = frac[ho] - gi["minfrac"][o]
+            ok = (closing > 0) & (gap > 0) & np.isfinite(closing)
+            if ok.any():
+                t = min(t, float((gap[ok] / closing[ok]).min()))
+        # A blocked send gets a slice of room once every gate has streamed in its share.
+        bo = gi["blocked"][owner]
+        if bo.any():
+            o = owner[bo]
+            need = (sent[o] + lag[o]) / size_x[o] - frac[bo]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                te = np.where(need <= 0, 0.0, np.where(dfrac[bo] > 0, need / dfrac[bo], np.inf))
+            opens = np.zeros(len(q))
+            np.maximum.at(opens, o, te)
+            blocked_ids = np.flatnonzero(gi["blocked"])
+            if len(blocked_ids):
+                t = min(t, float(opens[blocked_ids].min()))
+        return t
+
+    def _advance(self, dt: float):
+        if dt <= 0:
+            return
+        q = getattr(self, "_q", np.zeros(0, np.int64))
+        if len(q):
+            if self.p.record_transfers:
+                first = (self.T_sent[q] <= 0) & (self.T_rate[q] > 0)
+                self.T_first[q[first]] = self.now
+            self.T_sent[q] = np.minimum(self.T_sent[q] + self.T_rate[q] * dt, self.T_size[q])
+        if self.B_live:
+            b = self._blive_arr()
+            self.B_done[b] = np.minimum(self.B_done[b] + self.B_rate[b] * dt, self.B_work[b])
