@@ -24,7 +24,8 @@ from topologies import Fabric
 from traffic.collectives import build_schedule, predict_time_s
 from traffic.collectives.algorithms import effective_gpus_per_server
 from traffic.collectives.schedule import send_dependencies
-from traffic.collectives.templates import bundle_shape
+from traffic.collectives.model import RING_OPS, ring_predict_time_s
+from traffic.collectives.templates import bundle_shape, template
 from traffic.layout import parse_peer
 from traffic.workload import build_workload
 
@@ -253,6 +254,12 @@ def _rank_plans(exp: Experiment, fabric: Fabric, jp: JobPlan, dilation: float) -
 def predict_cct_s(exp: Experiment, fabric: Fabric, schedule, hosts: list[str]) -> float:
     """Real seconds the alpha-beta model gives this schedule (emulated bytes) on these hosts: their
     NIC rate, NVLink inside a server, pipelined by the agents' slices, no contention."""
+    return _alpha_beta(exp, fabric, hosts, lambda *a, **kw: predict_time_s(schedule, *a, **kw))
+
+
+def _alpha_beta(exp: Experiment, fabric: Fabric, hosts: list[str], model) -> float:
+    """model(link_gbps, latency_s, pipeline_slice_bytes=, intra_gbps=, server_of=) in emulated units,
+    on these hosts, as real seconds."""
     dilation, link = exp.scale.dilation, exp.scale.link
     nvl = [fabric.nvlink_switch(h) for h in hosts]
     intra = server_of = None
@@ -261,10 +268,79 @@ def predict_cct_s(exp: Experiment, fabric: Fabric, schedule, hosts: list[str]) -
         server_of = [ids[s] if s is not None else len(ids) + r for r, s in enumerate(nvl)]
         intra = min(fabric.graph.edges[h, s]["link_gbps"] for h, s in zip(hosts, nvl) if s is not None) * link
     # In emulated units, as the agents ran it: latency_us is real time, so it is stretched too.
-    emulated_s = predict_time_s(schedule, min(fabric.host_link_gbps(h) for h in hosts) * link,
-                                exp.prediction.latency_us * 1e-6 * dilation,
-                                pipeline_slice_bytes=exp.testbed.slice_bytes, intra_gbps=intra, server_of=server_of)
+    emulated_s = model(min(fabric.host_link_gbps(h) for h in hosts) * link, exp.prediction.latency_us * 1e-6 * dilation,
+                       pipeline_slice_bytes=exp.testbed.slice_bytes, intra_gbps=intra, server_of=server_of)
     return emulated_s / dilation
+
+
+# predicted_cct_s comes from the schedule the agents would run (built whole, but for rings: their
+# closed form): above this many transfers (a tree of more than ~1,000 ranks) it is left out.
+PREDICT_MAX_TRANSFERS = 2_000_000
+
+
+def collective_transfers(op, n: int) -> int:
+    """Transfers one instance of a collective schedules (an upper bound past 64 ranks, where
+    building the schedule to count them would cost more than the choice is worth)."""
+    if n > 64:
+        return n * n
+    if op.algorithm == "hierarchical":
+        return 2 * n * n
+    return template(op.op, op.algorithm or "ring", n, op.size_bytes, op.root or 0, None).n
+
+
+def job_predictions(exp: Experiment, fabric: Fabric, jp: JobPlan, cache: dict | None = None) -> dict:
+    """(op, algorithm, size_bytes, ranks) -> alpha-beta time of each instance, real seconds, for the
+    engines that replay traces (rank classes included): the emulator's prediction (predict_cct_s on
+    the schedule the agents would run; a ring's from its closed form, the same number)."""
+    pexp = exp
+    if exp.flow.slice_bytes:
+        pexp = replace(exp, testbed=replace(exp.testbed, slice_bytes=max(1, round(exp.flow.slice_bytes
+                                                                                   * exp.scale.bytes))))
+    tr, out = jp.trace, {}
+    cache = {} if cache is None else cache
+    for cls in tr.classes:  # one rank per class: its instances stand for the class's (by symmetry)
+        if not len(cls):
+            continue
+        rep = int(cls.ranks[0])
+        seen = set()
+        for op in cls.ops:
+            if op.kind != "collective":
+                continue
+            name = tr.group_of(rep, op.group)
+            if (name, op.id) in seen:
+                continue
+            seen.add((name, op.id))
+            group = tr.members(name)
+            ring = (op.algorithm or "ring") == "ring" and op.op in RING_OPS
+            if not ring and collective_transfers(op, len(group)) > PREDICT_MAX_TRANSFERS:
+                continue  # its schedule alone would not fit in memory: no prediction (model statements say)
+            hosts = tuple(jp.hosts[g] for g in group)
+            gps = gpus_per_server(fabric, list(hosts))
+            key = (op.op, op.algorithm, len(group), emulated_bytes(op.size_bytes, exp.scale.bytes),
+                   op.root or 0, gps, _signature(fabric, hosts))
+            if key not in cache:
+                if ring:
+                    cache[key] = _alpha_beta(pexp, fabric, list(hosts), lambda *a, **kw: ring_predict_time_s(
+                        op.op, len(group), key[3], *a, **kw))
+                else:
+                    sched = build_schedule(op.op, op.algorithm, len(group), key[3], root=op.root or 0,
+                                           gpus_per_server=gps)
+                    cache[key] = predict_cct_s(pexp, fabric, sched, list(hosts))
+            out.setdefault((op.op, op.algorithm, op.size_bytes, len(group)), []).append(cache[key])
+    return out
+
+
+def _signature(fabric: Fabric, hosts: tuple) -> tuple:
+    """What the prediction reads of a group's hosts: each NIC's rate and NVLink's, and which hosts
+    share a server (numbered in order of appearance), not which hosts they are."""
+    servers: dict = {}
+    out = []
+    for h in hosts:
+        nv = fabric.nvlink_switch(h)
+        sid = servers.setdefault(nv, len(servers)) if nv is not None else None
+        out.append((fabric.host_link_gbps(h), sid,
+                    fabric.graph.edges[h, nv]["link_gbps"] if nv is not None else None))
+    return tuple(out)
 
 
 def _peer_ip(fabric: Fabric, a: str, b: str) -> str:

@@ -27,14 +27,12 @@ from experiment.outputs.links import COLUMNS as LINK_COLUMNS
 from experiment.outputs.summary import build as build_summary, job_results
 from experiment.outputs.write import write_json
 from experiment.pipeline import Engine, Run
-from experiment.plan import announcements, emulated_bytes, gpus_per_server, job_traces, predict_cct_s
+from experiment.plan import PREDICT_MAX_TRANSFERS, announcements, collective_transfers, job_predictions, job_traces
 from flowsim.control import ControllerRouter, needs_controller, table_router
 from flowsim.cosched import PhaseGates
 from flowsim.engine import Fault, JobSpec, Params, Simulation, Straggler, window_bytes_of
 from flowsim.network import LINK_KINDS, Net
 from flowsim.routing import ShortestRouter
-from traffic.collectives.templates import template
-from traffic.collectives import build_schedule
 
 ENGINE = "flow"
 # collective_model auto: every transfer of every collective while there are at most this many
@@ -42,9 +40,6 @@ ENGINE = "flow"
 AUTO_DETAILED_TRANSFERS = 200_000
 AUTO_DETAILED_OPS = 200_000  # per-rank ops: the detailed model runs every rank
 TRANSFER_EVENTS_MAX = 20_000
-# predicted_cct_s comes from the schedule the agents would run (built whole): above this many
-# transfers (a ring of more than ~1,000 ranks) the prediction is left out.
-PREDICT_MAX_TRANSFERS = 2_000_000  # as the emulator's plans: more would drown events.jsonl
 LINKS_CSV_MAX_ROWS = 2_000_000
 EMULATOR_SAMPLE_S = 0.25  # the emulator reads its link counters every quarter wall second
 
@@ -132,23 +127,13 @@ def collective_model(exp: Experiment, jobs) -> tuple[str, int]:
                 else:
                     count, n = 1, len(tr.groups[op.group])
                 if n > 1:
-                    total += count * _transfers(op, n)
+                    total += count * collective_transfers(op, n)
             if len(cls) > 1 and total > AUTO_DETAILED_TRANSFERS:
                 break
     if exp.flow.collective_model != "auto":
         return exp.flow.collective_model, total
     small = total <= AUTO_DETAILED_TRANSFERS and ops <= AUTO_DETAILED_OPS
     return ("detailed" if small else "bundle"), total
-
-
-def _transfers(op, n: int) -> int:
-    """Transfers one instance of a collective schedules (an upper bound past 64 ranks, where
-    building the schedule to count them would cost more than the choice is worth)."""
-    if n > 64:
-        return n * n
-    if op.algorithm == "hierarchical":
-        return 2 * n * n
-    return template(op.op, op.algorithm or "ring", n, op.size_bytes, op.root or 0, None).n
 
 
 def _router(exp: Experiment, fabric, outages):
@@ -174,55 +159,6 @@ def _faults(exp: Experiment, jobs):
         else:
             outages.append((at, at + f.down_ms / 1000.0))
     return faults, stragglers, outages
-
-
-def predictions(exp: Experiment, fabric, jp, cache: dict | None = None) -> dict:
-    """(op, algorithm, size_bytes, ranks) -> alpha-beta time of each instance, real seconds: the
-    emulator's prediction (experiment.plan.predict_cct_s on the schedule the agents would run)."""
-    pexp = exp
-    if exp.flow.slice_bytes:
-        pexp = replace(exp, testbed=replace(exp.testbed, slice_bytes=max(1, round(exp.flow.slice_bytes
-                                                                                   * exp.scale.bytes))))
-    tr, out = jp.trace, {}
-    cache = {} if cache is None else cache
-    for cls in tr.classes:  # one rank per class: its instances stand for the class's (by symmetry)
-        if not len(cls):
-            continue
-        rep = int(cls.ranks[0])
-        seen = set()
-        for op in cls.ops:
-            if op.kind != "collective":
-                continue
-            name = tr.group_of(rep, op.group)
-            if (name, op.id) in seen:
-                continue
-            seen.add((name, op.id))
-            group = tr.members(name)
-            if _transfers(op, len(group)) > PREDICT_MAX_TRANSFERS:
-                continue  # its schedule alone would not fit in memory: no prediction (model statements say)
-            hosts = tuple(jp.hosts[g] for g in group)
-            gps = gpus_per_server(fabric, list(hosts))
-            key = (op.op, op.algorithm, len(group), emulated_bytes(op.size_bytes, exp.scale.bytes),
-                   op.root or 0, gps, _signature(fabric, hosts))
-            if key not in cache:
-                sched = build_schedule(op.op, op.algorithm, len(group), key[3], root=op.root or 0,
-                                       gpus_per_server=gps)
-                cache[key] = predict_cct_s(pexp, fabric, sched, list(hosts))
-            out.setdefault((op.op, op.algorithm, op.size_bytes, len(group)), []).append(cache[key])
-    return out
-
-
-def _signature(fabric, hosts: tuple) -> tuple:
-    """What predict_cct_s reads of a group's hosts: each NIC's rate and NVLink's, and which hosts
-    share a server (numbered in order of appearance), not which hosts they are."""
-    servers: dict = {}
-    out = []
-    for h in hosts:
-        nv = fabric.nvlink_switch(h)
-        sid = servers.setdefault(nv, len(servers)) if nv is not None else None
-        out.append((fabric.host_link_gbps(h), sid,
-                    fabric.graph.edges[h, nv]["link_gbps"] if nv is not None else None))
-    return tuple(out)
 
 
 # -- running ----------------------------------------------------------------------------
@@ -418,7 +354,7 @@ def _write_links(run: Run, res) -> None:
 
 def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model, wall_s) -> dict:
     cache: dict = {}  # jobs of one shape on alike hosts share their prediction
-    per_job = [job_results(jp.name, events, 1.0, predictions(exp, fabric, jp, cache)) for jp in jobs]
+    per_job = [job_results(jp.name, events, 1.0, job_predictions(exp, fabric, jp, cache)) for jp in jobs]
     for jp, row in zip(jobs, per_job):
         row["ranks_simulated"] = row["ranks"]  # one per rank class in class mode
         row["ranks"] = jp.trace.nranks

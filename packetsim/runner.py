@@ -23,7 +23,8 @@ from experiment.plan import job_traces
 from flowsim.network import Net
 from flowsim.control import table_router
 from flowsim.routing import EcmpRouter
-from flowsim.runner import exp_for_outputs, predictions
+from experiment.plan import job_predictions
+from flowsim.runner import exp_for_outputs
 from packetsim import ns3, scenario
 from packetsim.transport import settings
 
@@ -262,7 +263,7 @@ def _write_links(run: Run, net, built, res) -> None:
 
 def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wall_s) -> dict:
     cache: dict = {}
-    per_job = [job_results(jp.name, events, 1.0, predictions(exp, fabric, jp, cache)) for jp in jobs]
+    per_job = [job_results(jp.name, events, 1.0, job_predictions(exp, fabric, jp, cache)) for jp in jobs]
     for jp, row in zip(jobs, per_job):
         row["ranks_simulated"] = row["ranks"]
     meta = res["meta"]
