@@ -15,8 +15,10 @@ from dataclasses import asdict, dataclass, field, fields
 
 import yaml
 
-from badinput import InputError
+from badinput import InputError, limits
+from badinput.files import read_text
 from badinput.paths import check_name
+from badinput.yamlread import BoundedLoader, DuplicateKey
 from controller.registry import BUILTINS, DEFAULT_POLICY, make_policy, policy_class
 from experiment import placement, program
 from experiment.engine import DEFAULT_ENGINE
@@ -37,6 +39,8 @@ MAX_INT = (1 << 63) - 1
 # (netem, dilated like everything else). 1 s is far beyond any fabric.
 MAX_LATENCY_US = 1e6
 NUM = (int, float)
+SCALE_EXPECTED = f"a factor in (0, 1], at least {limits.SCALE.lo:g}"
+MAX_FILE_BYTES = 64 << 20  # an experiment file is written by hand or by a script: a few KiB
 
 
 def setting(default, types, check=None, expected=None):
@@ -61,7 +65,7 @@ class Job:
     name: str
     hosts: object  # "all", host names, {"count", "placement"[, "seed"]} or {"servers": N or [ids]}
     workload: dict
-    start_ms: float = setting(0.0, NUM, lambda v: v >= 0, "milliseconds >= 0")
+    start_ms: float = setting(0.0, NUM, limits.AT_MS.ok, limits.AT_MS.expected)
     order: str = setting("as-listed", str, lambda v: v in ORDERS, "one of " + ", ".join(ORDERS))
 
 
@@ -118,11 +122,12 @@ class Testbed:
     datapath: str = setting("auto", str, lambda v: v in DATAPATHS, "one of " + ", ".join(DATAPATHS))
     slice_bytes: int = setting(16384, int, lambda v: 512 <= v <= 1 << 24, "an integer in 512..16777216")
     queue_packets: int = setting(1000, int, lambda v: 2 <= v <= 100000, "an integer in 2..100000")
-    timeout_s: float = setting(600.0, NUM, lambda v: v > 0, "seconds > 0")
-    ready_timeout_s: float = setting(60.0, NUM, lambda v: v > 0, "seconds > 0")
+    timeout_s: float = setting(600.0, NUM, limits.WAIT_S.ok, limits.WAIT_S.expected)
+    ready_timeout_s: float = setting(60.0, NUM, limits.WAIT_S.ok, limits.WAIT_S.expected)
     # Wall seconds a job may go without progress (no byte moved, no op
     # finished, nothing computing) before the run fails naming who waits.
-    stall_timeout_s: float = setting(30.0, NUM, lambda v: v >= 2, "seconds >= 2")
+    stall_timeout_s: float = setting(30.0, NUM, lambda v: limits.WAIT_S.ok(v) and v >= 2,
+                                     f"seconds in 2..{limits.WAIT_S.hi:g}")
 
 
 @dataclass(frozen=True)
@@ -220,41 +225,13 @@ def _fabric(kind: str, params: dict, file):
 
 # -- loading ----------------------------------------------------------------
 
-class _DuplicateKey(yaml.constructor.ConstructorError):
-    pass
-
-
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that refuses a key written twice in one mapping (plain YAML keeps the last one
-    silently, so a second `scale:` would quietly replace the first)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # `<<: *base` may be overridden on purpose
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                if key in seen:
-                    raise _DuplicateKey(None, None, key, key_node.start_mark)
-                seen.add(key)
-            except TypeError:
-                pass  # an unhashable key: SafeLoader says so itself
-        return super().construct_mapping(node, deep)
-
-
 def load(path: str, overrides: list[str] | None = None) -> Experiment:
+    text = read_text(path, "file", max_bytes=MAX_FILE_BYTES)
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise InputError("file", "a readable experiment file", e.strerror, path) from None
-    except UnicodeDecodeError as e:
-        raise InputError("file", "a UTF-8 text file", f"byte {e.object[e.start]:#04x} at offset {e.start}",
-                          path) from None
-    try:
-        data = yaml.load(text, Loader=_Loader)
-    except _DuplicateKey as e:
+        data = yaml.load(text, Loader=BoundedLoader)
+    except InputError as e:
+        raise InputError(e.key, e.expected, e.found, path) from None
+    except DuplicateKey as e:
         raise InputError(f"line {e.problem_mark.line + 1}", "each key once in a mapping",
                           e.problem, path) from None
     except yaml.YAMLError as e:
@@ -449,8 +426,8 @@ def parse(data, file: str | None = None) -> Experiment:
     if scale_given:
         sc = _Section(top.get("scale", dict), "scale", file)
         scale = Scale(
-            link=float(sc.get("link", NUM, check=lambda v: 0 < v <= 1, expected="a factor in (0, 1]")),
-            bytes=float(sc.get("bytes", NUM, check=lambda v: 0 < v <= 1, expected="a factor in (0, 1]")),
+            link=float(sc.get("link", NUM, check=limits.SCALE.ok, expected=SCALE_EXPECTED)),
+            bytes=float(sc.get("bytes", NUM, check=limits.SCALE.ok, expected=SCALE_EXPECTED)),
         )
         sc.done()
     for a, b, d in fabric.links() if engine == "emulate" else ():
@@ -551,7 +528,7 @@ def _faults(items, fabric, ranked_hosts, file) -> tuple:
         kinds = [k for k in FAULT_KINDS if k in fr]
         if len(kinds) != 1:
             raise InputError(key, "exactly one of " + ", ".join(FAULT_KINDS), sorted(fr), file)
-        at_ms = float(fs.get("at_ms", NUM, check=lambda v: v >= 0, expected="milliseconds >= 0"))
+        at_ms = float(fs.get("at_ms", NUM, check=limits.AT_MS.ok, expected=limits.AT_MS.expected))
         kind = kinds[0]
         if kind == "link":
             link = fs.get("link", list, check=lambda v: len(v) == 2 and all(isinstance(n, str) for n in v),
@@ -573,7 +550,7 @@ def _faults(items, fabric, ranked_hosts, file) -> tuple:
             fault = Fault(at_ms, straggler=host, factor=factor)
         else:
             what = fs.get("controller", str, check=lambda v: v == "restart", expected="restart")
-            down_ms = float(fs.get("down_ms", NUM, 0.0, check=lambda v: v >= 0, expected="milliseconds >= 0"))
+            down_ms = float(fs.get("down_ms", NUM, 0.0, check=limits.AT_MS.ok, expected=limits.AT_MS.expected))
             fault = Fault(at_ms, controller=what, down_ms=down_ms)
         fs.done()
         out.append(fault)
