@@ -12,7 +12,8 @@ import yaml
 from badinput import InputError
 
 MAX_ALIASES = 10_000  # `<<: *base` merges in hand-written files: a few dozen at most
-MAX_NODES = 1_000_000  # an experiment file, aliases expanded: a sweep list of 10^4 points is ~10^5
+MAX_NODES = 1_000_000
+MAX_INT_DIGITS = 40  # 2^64 has 20 digits: anything far longer is refused before int() reads it  # an experiment file, aliases expanded: a sweep list of 10^4 points is ~10^5
 
 
 class DuplicateKey(yaml.constructor.ConstructorError):
@@ -53,6 +54,14 @@ class BoundedLoader(yaml.SafeLoader):
             self._sizes[id(node)] = size
         return node
 
+    def construct_yaml_int(self, node):
+        # Python refuses to read integers of more than 4300 digits (ValueError, not a YAML error).
+        digits = sum(c.isdigit() for c in node.value)
+        if digits > MAX_INT_DIGITS:
+            raise InputError(f"line {node.start_mark.line + 1}", "an integer within 64 bits",
+                             f"an integer of {digits} digits")
+        return super().construct_yaml_int(node)
+
     def construct_mapping(self, node, deep=False):
         seen = set()
         for key_node, _ in node.value:
@@ -66,3 +75,6 @@ class BoundedLoader(yaml.SafeLoader):
             except TypeError:
                 pass  # an unhashable key: SafeLoader says so itself
         return super().construct_mapping(node, deep)
+
+
+BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)

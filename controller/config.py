@@ -121,7 +121,7 @@ def parse(data, path: str | None = None) -> ControllerConfig:
     for k in data:
         if k not in _KEYS:
             raise InputError(k, "one of " + ", ".join(_KEYS), k, path)
-    if data.get("version") != CONFIG_VERSION:
+    if type(data.get("version")) is not int or data["version"] != CONFIG_VERSION:  # not true for 1
         raise InputError("version", str(CONFIG_VERSION), data.get("version"), path)
     fabric = data.get("fabric")
     if not isinstance(fabric, str) or not fabric:

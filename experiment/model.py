@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import math
 import os
 from dataclasses import asdict, dataclass, field, fields
@@ -19,7 +20,8 @@ from badinput import InputError, limits
 from badinput.files import read_text
 from badinput.paths import check_name
 from badinput.yamlread import BoundedLoader, DuplicateKey
-from controller.registry import BUILTINS, DEFAULT_POLICY, make_policy, policy_class
+from controller import registry
+from controller.registry import BUILTINS, DEFAULT_POLICY
 from experiment import placement, program
 from experiment.engine import DEFAULT_ENGINE
 from experiment.engine import ENGINES as ENGINE_TABLE
@@ -40,6 +42,7 @@ MAX_INT = (1 << 63) - 1
 MAX_LATENCY_US = 1e6
 NUM = (int, float)
 SCALE_EXPECTED = f"a factor in (0, 1], at least {limits.SCALE.lo:g}"
+MAX_SWEEP_POINTS = 10_000  # each point is a run of its own; a grid beyond it is a typo
 MAX_FILE_BYTES = 64 << 20  # an experiment file is written by hand or by a script: a few KiB
 
 
@@ -180,7 +183,7 @@ class Experiment:
     @property
     def coschedules(self) -> bool:
         """The policy answers announcements: the jobs announce their phases."""
-        return policy_class(self.routing).coschedules
+        return registry.coschedules(self.routing)
 
     def fabric(self):
         topo = dict(self.topology)
@@ -256,7 +259,9 @@ def apply_overrides(data, overrides: list[str], file: str | None = None):
         if not eq or not keypath:
             raise InputError("--set", "key.path=value", item, file)
         try:
-            parsed = yaml.safe_load(value)
+            parsed = yaml.load(value, Loader=BoundedLoader)
+        except InputError as e:
+            raise InputError(f"--set {keypath}", e.expected, e.found, file) from None
         except yaml.YAMLError:
             parsed = value
         set_path(data, keypath, parsed, file)
@@ -497,8 +502,7 @@ def _controller(data, fabric, file) -> tuple[str, dict]:
     params = ctl.get("params", dict, {})
     ctl.used.update(("policy", "routing"))
     ctl.done()
-    policy = make_policy(name, fabric, params, f"controller.{key}", "controller.params", file)
-    return name, policy.params.to_dict()
+    return name, registry.checked_params(name, fabric, params, f"controller.{key}", "controller.params", file)
 
 
 def _flow(data, file) -> Flow:
@@ -599,10 +603,17 @@ def _sweep(data, file) -> tuple:
             key_ok(k, f"sweep.grid.{k}")
             if not isinstance(values, list) or not values:
                 raise InputError(f"sweep.grid.{k}", "a non-empty list of values", values, file)
+        count = math.prod(len(v) for v in grid.values())
+        if count > MAX_SWEEP_POINTS:  # counted before one point is built
+            raise InputError("sweep.grid", f"at most {MAX_SWEEP_POINTS} points (each is a whole run)",
+                             f"{count} points", file)
         points = [tuple(zip(grid, combo)) for combo in itertools.product(*grid.values())]
     else:
         if not items:
             raise InputError("sweep.list", "at least one point", items, file)
+        if len(items) > MAX_SWEEP_POINTS:
+            raise InputError("sweep.list", f"at most {MAX_SWEEP_POINTS} points (each is a whole run)",
+                             f"{len(items)} points", file)
         points = []
         for i, item in enumerate(items):
             if not isinstance(item, dict) or not item:
@@ -610,9 +621,12 @@ def _sweep(data, file) -> tuple:
             for k in item:
                 key_ok(k, f"sweep.list[{i}].{k}")
             points.append(tuple(item.items()))
-    for i, p in enumerate(points):
-        if p in points[:i]:
+    seen = set()
+    for p in points:  # values may be lists or mappings: compared by their JSON form
+        key = json.dumps(p, sort_keys=True, default=repr)
+        if key in seen:
             raise InputError("sweep", "distinct points", dict(p), file)
+        seen.add(key)
     return tuple(points)
 
 
