@@ -61,3 +61,11 @@ WAIT_S = Range(0, 7 * DAY_S, "seconds", "a wait of at most a week", lo_open=True
 PERIOD_S = Range(1e-6, 3600.0, "seconds", "an iteration period between 1 us and an hour")
 # The whole run: simulated real-cluster time, estimated before anything is built.
 MAX_RUN_S = 30 * DAY_S
+
+
+def check_run_s(least_s: float, key: str, file=None) -> None:
+    """Refuse a run whose simulated time is at least least_s beyond MAX_RUN_S: each field may be
+    in range and their product (iterations x compute) still be years."""
+    if least_s > MAX_RUN_S:
+        raise InputError(key, f"a run of at most {MAX_RUN_S / DAY_S:g} days of simulated time",
+                         f"at least {least_s / DAY_S:.3g} days", file)

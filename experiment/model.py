@@ -471,6 +471,10 @@ def parse(data, file: str | None = None) -> Experiment:
                              job.order, file)
         js.done()
         jobs.append(job)
+        w = job.workload
+        iters, comp = w.get("iterations", 1), w.get("compute_ms", 0)
+        if type(iters) is int and limits.COMPUTE_MS.ok(comp):  # else the workload's reader names the field
+            limits.check_run_s((job.start_ms + iters * comp) / 1e3, f"jobs[{i}].workload.iterations", file)
     try:
         placed = placement.place([(j.name, j.hosts) for j in jobs], fabric)
     except InputError as e:
