@@ -21,20 +21,28 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (
           (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
 
 
-def read_bytes(path, key: str, *, max_bytes: int = MAX_INPUT_BYTES, gunzip: bool = False) -> bytes:
-    """The bytes of the regular file `path` (gunzipped when gunzip and it starts as gzip does);
-    InputError(key) naming the file when it is not one, cannot be read or is larger than max_bytes."""
+def open_regular(path, key: str):
+    """`path` opened for reading in binary, when it is a regular file; InputError(key) naming
+    the file when it is not one or cannot be opened (a FIFO is refused, not waited on)."""
     path = os.fspath(path)
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise InputError(key, "a readable file", e.strerror, file=path) from None
-    with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            found = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-            raise InputError(key, "a regular file", found, file=path)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):  # before fdopen, which refuses a directory with its own error
+        os.close(fd)
+        found = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+        raise InputError(key, "a regular file", found, file=path)
+    return os.fdopen(fd, "rb")
+
+
+def read_bytes(path, key: str, *, max_bytes: int = MAX_INPUT_BYTES, gunzip: bool = False) -> bytes:
+    """The bytes of the regular file `path` (gunzipped when gunzip and it starts as gzip does);
+    InputError(key) naming the file when it is not one, cannot be read or is larger than max_bytes."""
+    path = os.fspath(path)
+    with open_regular(path, key) as f:
         try:
             data = f.read(max_bytes + 1)
         except OSError as e:

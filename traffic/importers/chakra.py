@@ -279,13 +279,13 @@ def read_nodes(path: str) -> list[dict]:
 def is_pytorch_et(path: str) -> bool:
     """PyTorch's own execution trace JSON (ExecutionTraceObserver), which Chakra's converter
     takes as input: an object with "schema" and "nodes" (plain or gzipped)."""
-    try:
-        with open(path, "rb") as f:
+    try:  # a FIFO or a device is no trace of either kind: load refuses it, naming the file
+        with files.open_regular(path, "chakra trace") as f:
             head = f.read(1 << 16)
-        if head[:2] == b"\x1f\x8b":
-            with gzip.open(path, "rb") as g:
-                head = g.read(1 << 16)
-    except (OSError, EOFError, zlib.error):
+            if head[:2] == b"\x1f\x8b":
+                f.seek(0)
+                head = gzip.GzipFile(fileobj=f).read(1 << 16)
+    except (InputError, OSError, EOFError, zlib.error):
         return False
     head = head.lstrip()
     return head[:1] == b"{" and b'"schema"' in head and b'"nodes"' in head
