@@ -90,6 +90,9 @@ def parse_json(text, key: str, file=None):
         return json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise InputError(key, "JSON", f"invalid JSON ({str(e)[:60]})", file=file) from None
+    except ValueError:  # Python reads integers of at most 4300 digits
+        raise InputError(key, "JSON with numbers that fit 64 bits", "an integer of thousands of digits",
+                         file=file) from None
     except RecursionError:
         raise InputError(key, "JSON", "arrays or objects nested too deep to read", file=file) from None
 

@@ -50,3 +50,13 @@ def test_a_file_that_is_not_regular_is_refused_naming_it(reader, kind, fifo, tmp
 
 def test_format_sniffing_does_not_wait_on_a_fifo(fifo):
     assert _within(5, chakra.is_pytorch_et, fifo) == {"value": False}
+
+
+def test_json_with_an_integer_of_thousands_of_digits_is_an_input_error(tmp_path):
+    """Python's JSON reader raises ValueError beyond 4300 digits: one InputError, not a traceback."""
+    from badinput.files import read_json
+    p = tmp_path / "trace.json"
+    p.write_text('{"duration_s": 1' + "0" * 5000 + "}")
+    with pytest.raises(InputError) as e:
+        read_json(p, "trace")
+    assert str(e.value).startswith(f"{p}: trace: expected JSON with numbers that fit 64 bits")
