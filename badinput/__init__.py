@@ -22,10 +22,52 @@ class InputError(ValueError):
         self.key, self.expected, self.found, self.file = key, expected, found, file
         head = f"{file}: " if file else ""
         plain = isinstance(found, str) and found and found.strip() == found
-        shown = found if plain else repr(found)
+        shown = found[:MAX_FOUND_CHARS + 1] if plain else short_repr(found, MAX_FOUND_CHARS + 1)
         if len(shown) > MAX_FOUND_CHARS:
             shown = shown[:MAX_FOUND_CHARS - 3] + "..."
         super().__init__(one_line(f"{head}{key}: expected {expected}, found {shown}"))
+
+
+def short_repr(value, limit: int) -> str:
+    """repr(value), built only up to about `limit` characters: a YAML alias bomb or a huge
+    integer would take forever (or all memory) to repr whole, just to be cut."""
+    parts: list[str] = []
+    size = 0
+
+    def add(text):
+        nonlocal size
+        parts.append(text)
+        size += len(text)
+
+    def walk(v):
+        if size > limit:
+            return
+        if isinstance(v, (list, tuple, dict)):
+            opening, closing = ("[", "]") if isinstance(v, list) else ("{", "}") if isinstance(v, dict) else ("(", ")")
+            add(opening)
+            for i, item in enumerate(v.items() if isinstance(v, dict) else v):
+                if size > limit:
+                    return
+                if i:
+                    add(", ")
+                if isinstance(v, dict):
+                    walk(item[0])
+                    add(": ")
+                    walk(item[1])
+                else:
+                    walk(item)
+            if isinstance(v, tuple) and len(v) == 1:
+                add(",")
+            add(closing)
+        elif isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 4 * limit:
+            add(f"an integer of about {int(v.bit_length() * 0.30103)} digits")  # int repr is quadratic
+        elif isinstance(v, str) and len(v) > limit:
+            add(repr(v[:limit]))
+        else:
+            add(repr(v))
+
+    walk(value)
+    return "".join(parts)
 
 
 def one_line(text: str) -> str:

@@ -24,6 +24,7 @@ import os
 from dataclasses import dataclass, field
 
 from badinput import InputError
+from badinput.files import read_json
 from controller.registry import DEFAULT_POLICY, resolve_params
 
 CONFIG_VERSION = 1
@@ -94,8 +95,8 @@ def load_fabric(fabric: str, file: str | None = None):
             raise InputError("fabric", f"a fabric JSON or spec ({e})", fabric, file) from None
     try:
         return Fabric.load(fabric)
-    except InputError:
-        raise
+    except InputError as e:  # the fabric file's own problem, said from the configuration
+        raise InputError("fabric", "a readable fabric JSON", f"{fabric}: {e.found}", file) from None
     except OSError as e:
         raise InputError("fabric", "a readable fabric JSON", f"{fabric}: {e.strerror}", file) from None
     except (ValueError, KeyError, TypeError) as e:
@@ -104,14 +105,7 @@ def load_fabric(fabric: str, file: str | None = None):
 
 
 def load(path: str) -> ControllerConfig:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as e:
-        raise InputError("file", "a readable controller configuration", e.strerror, path) from None
-    except (ValueError, UnicodeDecodeError) as e:
-        raise InputError("file", "a JSON controller configuration", str(e), path) from None
-    return parse(data, path)
+    return parse(read_json(path, "file"), path)  # a regular file, read to a bound
 
 
 def parse(data, path: str | None = None) -> ControllerConfig:
@@ -121,7 +115,7 @@ def parse(data, path: str | None = None) -> ControllerConfig:
     for k in data:
         if k not in _KEYS:
             raise InputError(k, "one of " + ", ".join(_KEYS), k, path)
-    if data.get("version") != CONFIG_VERSION:
+    if type(data.get("version")) is not int or data["version"] != CONFIG_VERSION:  # not true for 1
         raise InputError("version", str(CONFIG_VERSION), data.get("version"), path)
     fabric = data.get("fabric")
     if not isinstance(fabric, str) or not fabric:

@@ -35,7 +35,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from badinput import InputError
+from badinput import InputError, one_line, short_repr
+from badinput.limits import COMPUTE_S, PERIOD_S
 from badinput.paths import check_name
 from badinput.schema import to_dict
 from controller.paths import path_links
@@ -52,6 +53,11 @@ _KEYS = {"version": int, "job": str, "collective": str, "flows": list, "period_s
          "compute_s": (int, float), "overlap_s": (int, float), "gpus": int}
 _REQUIRED = ("version", "job", "flows", "period_s")
 _FLOW_KEYS = {"src": str, "dst": str, "size_bytes": int}
+
+
+def _shown(v) -> str:
+    """v for an answer: cut before it is built (a number of 5000 digits cannot even be printed)."""
+    return one_line(short_repr(v, 120))[:120]
 
 
 class AnnounceError(ValueError):
@@ -88,22 +94,23 @@ def parse_announcement(body: bytes | str | dict, fabric: Fabric) -> Announcement
             shown = k[:60] if k[:60].isprintable() else repr(k[:60])  # the answer stays one line
             raise AnnounceError(f"{shown}: unknown key (expected {', '.join(_KEYS)})")
         if isinstance(v, bool) or not isinstance(v, _KEYS[k]):
-            raise AnnounceError(f"{k}: expected {_typename(_KEYS[k])}, found {v!r}"[:200])
+            raise AnnounceError(f"{k}: expected {_typename(_KEYS[k])}, found {_shown(v)}")
     for k in _REQUIRED:
         if k not in body:
             raise AnnounceError(f"{k}: required")
     if body["version"] != VERSION:
-        raise AnnounceError(f"version: expected {VERSION}, found {body['version']}")
+        raise AnnounceError(f"version: expected {VERSION}, found {_shown(body['version'])}")
     coll = body.get("collective", "other")
     if coll not in COLLECTIVES:
-        raise AnnounceError(f"collective: expected one of {', '.join(COLLECTIVES)}, found {coll!r}")
+        raise AnnounceError(f"collective: expected one of {', '.join(COLLECTIVES)}, found {_shown(coll)}")
     for k in ("period_s", "compute_s", "overlap_s"):
         v = body.get(k, 0.0)
-        if abs(v) > MAX_INT64 or not math.isfinite(v) or v < 0 or (k == "period_s" and v <= 0):
-            raise AnnounceError(f"{k}: expected a {'positive' if k == 'period_s' else 'non-negative'} "
-                                f"number of seconds, found {v!r}")
+        # A period near 0 would have the policy try offsets without end (badinput.limits).
+        rng = PERIOD_S if k == "period_s" else COMPUTE_S
+        if not rng.ok(v):
+            raise AnnounceError(f"{k}: expected {rng.expected}, found {_shown(v)}")
     if not 1 <= body.get("gpus", 1) <= MAX_GPUS:
-        raise AnnounceError(f"gpus: expected an integer in 1..{MAX_GPUS}, found {body['gpus']}"[:200])
+        raise AnnounceError(f"gpus: expected an integer in 1..{MAX_GPUS}, found {_shown(body['gpus'])}")
     try:  # the name may reach logs and file names: the experiment's rule for job names
         check_name(body["job"], "job")
     except InputError as e:
@@ -118,12 +125,12 @@ def parse_announcement(body: bytes | str | dict, fabric: Fabric) -> Announcement
             raise AnnounceError(f"flows[{i}]: expected an object with keys src, dst, size_bytes")
         for k, t in _FLOW_KEYS.items():
             if isinstance(f[k], bool) or not isinstance(f[k], t):
-                raise AnnounceError(f"flows[{i}].{k}: expected {_typename(t)}, found {f[k]!r}"[:200])
+                raise AnnounceError(f"flows[{i}].{k}: expected {_typename(t)}, found {_shown(f[k])}")
         for k in ("src", "dst"):
             if f[k] not in hosts:
-                raise AnnounceError(f"flows[{i}].{k}: expected a host of the fabric, found {f[k]!r}"[:200])
+                raise AnnounceError(f"flows[{i}].{k}: expected a host of the fabric, found {_shown(f[k])}")
         if not 0 <= f["size_bytes"] <= MAX_INT64:
-            raise AnnounceError(f"flows[{i}].size_bytes: expected 0..{MAX_INT64}, found {f['size_bytes']}"[:200])
+            raise AnnounceError(f"flows[{i}].size_bytes: expected 0..{MAX_INT64}, found {_shown(f['size_bytes'])}")
         out.append((f["src"], f["dst"], f["size_bytes"]))
     return Announcement(body["job"], coll, tuple(out), float(body["period_s"]), float(body.get("compute_s", 0.0)),
                         float(body.get("overlap_s", 0.0)), int(body.get("gpus", 1)))

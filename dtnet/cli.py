@@ -75,7 +75,10 @@ def _flushed(msg: str) -> None:
 
 
 def cmd_check(args) -> int:
-    check = api.load(args.experiment, _overrides(args)).check()
+    from controller.registry import imports_in_child
+
+    with imports_in_child():  # a user's policy module is imported in a child process, not here
+        check = api.load(args.experiment, _overrides(args)).check()
     for i, slug in enumerate(check.points or ()):
         print(f"  point {i}: {slug}")
     print(f"{args.experiment}: ok: {check}")

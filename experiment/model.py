@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import math
 import os
 from dataclasses import asdict, dataclass, field, fields
 
 import yaml
 
-from badinput import InputError
+from badinput import InputError, limits
+from badinput.files import read_text
 from badinput.paths import check_name
-from controller.registry import BUILTINS, DEFAULT_POLICY, make_policy, policy_class
+from badinput.yamlread import BoundedLoader, DuplicateKey
+from controller import registry
+from controller.registry import BUILTINS, DEFAULT_POLICY
 from experiment import placement, program
 from experiment import transport as _transport
 from experiment.engine import DEFAULT_ENGINE
@@ -40,6 +44,9 @@ MAX_INT = (1 << 63) - 1
 # (netem, dilated like everything else). 1 s is far beyond any fabric.
 MAX_LATENCY_US = 1e6
 NUM = (int, float)
+SCALE_EXPECTED = f"a factor in (0, 1], at least {limits.SCALE.lo:g}"
+MAX_SWEEP_POINTS = 10_000  # each point is a run of its own; a grid beyond it is a typo
+MAX_FILE_BYTES = 64 << 20  # an experiment file is written by hand or by a script: a few KiB
 
 
 
@@ -60,7 +67,7 @@ class Job:
     name: str
     hosts: object  # "all", host names, {"count", "placement"[, "seed"]} or {"servers": N or [ids]}
     workload: dict
-    start_ms: float = setting(0.0, NUM, lambda v: v >= 0, "milliseconds >= 0")
+    start_ms: float = setting(0.0, NUM, limits.AT_MS.ok, limits.AT_MS.expected)
     order: str = setting("as-listed", str, lambda v: v in ORDERS, "one of " + ", ".join(ORDERS))
 
 
@@ -117,11 +124,12 @@ class Testbed:
     datapath: str = setting("auto", str, lambda v: v in DATAPATHS, "one of " + ", ".join(DATAPATHS))
     slice_bytes: int = setting(16384, int, lambda v: 512 <= v <= 1 << 24, "an integer in 512..16777216")
     queue_packets: int = setting(1000, int, lambda v: 2 <= v <= 100000, "an integer in 2..100000")
-    timeout_s: float = setting(600.0, NUM, lambda v: v > 0, "seconds > 0")
-    ready_timeout_s: float = setting(60.0, NUM, lambda v: v > 0, "seconds > 0")
+    timeout_s: float = setting(600.0, NUM, limits.WAIT_S.ok, limits.WAIT_S.expected)
+    ready_timeout_s: float = setting(60.0, NUM, limits.WAIT_S.ok, limits.WAIT_S.expected)
     # Wall seconds a job may go without progress (no byte moved, no op
     # finished, nothing computing) before the run fails naming who waits.
-    stall_timeout_s: float = setting(30.0, NUM, lambda v: v >= 2, "seconds >= 2")
+    stall_timeout_s: float = setting(30.0, NUM, lambda v: limits.WAIT_S.ok(v) and v >= 2,
+                                     f"seconds in 2..{limits.WAIT_S.hi:g}")
 
 
 @dataclass(frozen=True)
@@ -177,7 +185,7 @@ class Experiment:
     @property
     def coschedules(self) -> bool:
         """The policy answers announcements: the jobs announce their phases."""
-        return policy_class(self.routing).coschedules
+        return registry.coschedules(self.routing)
 
     def fabric(self):
         topo = dict(self.topology)
@@ -222,41 +230,13 @@ def _fabric(kind: str, params: dict, file):
 
 # -- loading ----------------------------------------------------------------
 
-class _DuplicateKey(yaml.constructor.ConstructorError):
-    pass
-
-
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that refuses a key written twice in one mapping (plain YAML keeps the last one
-    silently, so a second `scale:` would quietly replace the first)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # `<<: *base` may be overridden on purpose
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                if key in seen:
-                    raise _DuplicateKey(None, None, key, key_node.start_mark)
-                seen.add(key)
-            except TypeError:
-                pass  # an unhashable key: SafeLoader says so itself
-        return super().construct_mapping(node, deep)
-
-
 def load(path: str, overrides: list[str] | None = None) -> Experiment:
+    text = read_text(path, "file", max_bytes=MAX_FILE_BYTES)
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise InputError("file", "a readable experiment file", e.strerror, path) from None
-    except UnicodeDecodeError as e:
-        raise InputError("file", "a UTF-8 text file", f"byte {e.object[e.start]:#04x} at offset {e.start}",
-                          path) from None
-    try:
-        data = yaml.load(text, Loader=_Loader)
-    except _DuplicateKey as e:
+        data = yaml.load(text, Loader=BoundedLoader)
+    except InputError as e:
+        raise InputError(e.key, e.expected, e.found, path) from None
+    except DuplicateKey as e:
         raise InputError(f"line {e.problem_mark.line + 1}", "each key once in a mapping",
                           e.problem, path) from None
     except yaml.YAMLError as e:
@@ -281,7 +261,9 @@ def apply_overrides(data, overrides: list[str], file: str | None = None):
         if not eq or not keypath:
             raise InputError("--set", "key.path=value", item, file)
         try:
-            parsed = yaml.safe_load(value)
+            parsed = yaml.load(value, Loader=BoundedLoader)
+        except InputError as e:
+            raise InputError(f"--set {keypath}", e.expected, e.found, file) from None
         except yaml.YAMLError:
             parsed = value
         set_path(data, keypath, parsed, file)
@@ -451,8 +433,8 @@ def parse(data, file: str | None = None) -> Experiment:
     if scale_given:
         sc = _Section(top.get("scale", dict), "scale", file)
         scale = Scale(
-            link=float(sc.get("link", NUM, check=lambda v: 0 < v <= 1, expected="a factor in (0, 1]")),
-            bytes=float(sc.get("bytes", NUM, check=lambda v: 0 < v <= 1, expected="a factor in (0, 1]")),
+            link=float(sc.get("link", NUM, check=limits.SCALE.ok, expected=SCALE_EXPECTED)),
+            bytes=float(sc.get("bytes", NUM, check=limits.SCALE.ok, expected=SCALE_EXPECTED)),
         )
         sc.done()
     for a, b, d in fabric.links() if engine == "emulate" else ():
@@ -491,6 +473,10 @@ def parse(data, file: str | None = None) -> Experiment:
                              job.order, file)
         js.done()
         jobs.append(job)
+        w = job.workload
+        iters, comp = w.get("iterations", 1), w.get("compute_ms", 0)
+        if type(iters) is int and limits.COMPUTE_MS.ok(comp):  # else the workload's reader names the field
+            limits.check_run_s((job.start_ms + iters * comp) / 1e3, f"jobs[{i}].workload.iterations", file)
     try:
         placed = placement.place([(j.name, j.hosts) for j in jobs], fabric)
     except InputError as e:
@@ -526,8 +512,7 @@ def _controller(data, fabric, file) -> tuple[str, dict]:
     params = ctl.get("params", dict, {})
     ctl.used.update(("policy", "routing"))
     ctl.done()
-    policy = make_policy(name, fabric, params, f"controller.{key}", "controller.params", file)
-    return name, policy.params.to_dict()
+    return name, registry.checked_params(name, fabric, params, f"controller.{key}", "controller.params", file)
 
 
 def _flow(data, file) -> Flow:
@@ -560,7 +545,7 @@ def _faults(items, fabric, ranked_hosts, file) -> tuple:
         kinds = [k for k in FAULT_KINDS if k in fr]
         if len(kinds) != 1:
             raise InputError(key, "exactly one of " + ", ".join(FAULT_KINDS), sorted(fr), file)
-        at_ms = float(fs.get("at_ms", NUM, check=lambda v: v >= 0, expected="milliseconds >= 0"))
+        at_ms = float(fs.get("at_ms", NUM, check=limits.AT_MS.ok, expected=limits.AT_MS.expected))
         kind = kinds[0]
         if kind == "link":
             link = fs.get("link", list, check=lambda v: len(v) == 2 and all(isinstance(n, str) for n in v),
@@ -582,7 +567,7 @@ def _faults(items, fabric, ranked_hosts, file) -> tuple:
             fault = Fault(at_ms, straggler=host, factor=factor)
         else:
             what = fs.get("controller", str, check=lambda v: v == "restart", expected="restart")
-            down_ms = float(fs.get("down_ms", NUM, 0.0, check=lambda v: v >= 0, expected="milliseconds >= 0"))
+            down_ms = float(fs.get("down_ms", NUM, 0.0, check=limits.AT_MS.ok, expected=limits.AT_MS.expected))
             fault = Fault(at_ms, controller=what, down_ms=down_ms)
         fs.done()
         out.append(fault)
@@ -631,10 +616,17 @@ def _sweep(data, file) -> tuple:
             key_ok(k, f"sweep.grid.{k}")
             if not isinstance(values, list) or not values:
                 raise InputError(f"sweep.grid.{k}", "a non-empty list of values", values, file)
+        count = math.prod(len(v) for v in grid.values())
+        if count > MAX_SWEEP_POINTS:  # counted before one point is built
+            raise InputError("sweep.grid", f"at most {MAX_SWEEP_POINTS} points (each is a whole run)",
+                             f"{count} points", file)
         points = [tuple(zip(grid, combo)) for combo in itertools.product(*grid.values())]
     else:
         if not items:
             raise InputError("sweep.list", "at least one point", items, file)
+        if len(items) > MAX_SWEEP_POINTS:
+            raise InputError("sweep.list", f"at most {MAX_SWEEP_POINTS} points (each is a whole run)",
+                             f"{len(items)} points", file)
         points = []
         for i, item in enumerate(items):
             if not isinstance(item, dict) or not item:
@@ -642,9 +634,12 @@ def _sweep(data, file) -> tuple:
             for k in item:
                 key_ok(k, f"sweep.list[{i}].{k}")
             points.append(tuple(item.items()))
-    for i, p in enumerate(points):
-        if p in points[:i]:
+    seen = set()
+    for p in points:  # values may be lists or mappings: compared by their JSON form
+        key = json.dumps(p, sort_keys=True, default=repr)
+        if key in seen:
             raise InputError("sweep", "distinct points", dict(p), file)
+        seen.add(key)
     return tuple(points)
 
 

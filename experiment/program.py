@@ -22,7 +22,7 @@ from badinput import InputError
 PYTHON_NAMES = ("python", "python3")  # the interpreter dtnet runs under (where torch is installed)
 MAX_WORDS = 256
 MAX_WORD_CHARS = 4096
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: "$" lets a trailing newline in
 # Set by dtnet for every rank; a workload may not override them.
 RESERVED_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
                 "ROLE_RANK", "ROLE_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME",

@@ -13,6 +13,7 @@ import gc
 import math
 
 from badinput import InputError
+from badinput.limits import LINK_GBPS
 from topologies.fabric import Fabric
 
 DEFAULT_LINK_GBPS = 400.0
@@ -74,6 +75,9 @@ def tier_rates(down_links: int, up_links: int, link_gbps: float, host_link_gbps,
                              f"{oversubscription:g} (or give only one of the two)", spine_link_gbps)
     else:
         spine = float(link_gbps if spine_link_gbps is None else spine_link_gbps)
+    if not LINK_GBPS.ok(spine):  # an oversubscription of 1e-300 makes uplinks of 1e300 Gb/s
+        raise InputError("topology.oversubscription", f"one that gives uplinks of {LINK_GBPS.expected}",
+                         oversubscription, None)
     return host, float(spine), down_links * host / (up_links * spine)
 
 
@@ -401,8 +405,8 @@ def build(kind: str, params: dict, *, file: str | None = None, key: str = "topol
     for p, v in params.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise InputError(f"{key}.{p}", "a number", v, file)
-        if p.endswith("_gbps") and v <= 0:
-            raise InputError(f"{key}.{p}", "a positive rate in Gb/s", v, file)
+        if p.endswith("_gbps") and not LINK_GBPS.ok(v):
+            raise InputError(f"{key}.{p}", f"a rate ({LINK_GBPS.expected})", v, file)
     try:
         fab = fn(**{p: v for p, v in params.items() if p not in servers})
         return add_servers(fab, **servers, key=key) if servers else fab

@@ -231,5 +231,6 @@ class Fabric:
 
     @classmethod
     def load(cls, path: str) -> "Fabric":
-        with open(path) as f:
-            return cls.from_dict(json.load(f))
+        from badinput.files import read_json  # a regular file, read to a bound
+
+        return cls.from_dict(read_json(path, "fabric"))

@@ -32,6 +32,9 @@ import networkx as nx
 
 from topologies.builders import MAX_HOSTS, MAX_LINKS, MAX_SWITCHES
 from badinput import InputError
+from badinput.files import read_bytes, read_text
+from badinput.limits import LINK_GBPS
+from badinput.yamlread import BoundedLoader, DuplicateKey
 from topologies.fabric import HOST, SWITCH, Fabric
 
 TOP_KEYS = ("name", "description", "link_gbps", "nodes", "links")
@@ -40,7 +43,7 @@ NODE_KEYS = ("role", "layer", "openflow")
 NODE_INTS = ("server", "gpu", "rail", "plane", "pod", "segment", "su", "leaf", "edge")
 LINK_KEYS = ("a", "b", "link_gbps", "kind", "cables")
 # Names become Mininet node names, interface names and ovs-vsctl arguments.
-NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
+NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,31}")  # fullmatch: "$" lets a trailing newline in
 MAX_FILE_BYTES = 256 << 20
 
 
@@ -52,12 +55,6 @@ def is_fabric_file(arg: str) -> bool:
 def load_fabric_file(path: str) -> Fabric:
     """Reads, checks and builds a fabric file; every problem is an InputError naming the file."""
     path = os.fspath(path)
-    try:
-        size = os.path.getsize(path)
-    except OSError as e:
-        raise InputError("fabric file", "a readable file", e.strerror, path) from None
-    if size > MAX_FILE_BYTES:
-        raise InputError("fabric file", f"at most {MAX_FILE_BYTES >> 20} MiB", f"{size >> 20} MiB", path)
     if path.lower().endswith((".graphml", ".xml")):
         data = _read_graphml(path)
     else:
@@ -70,31 +67,20 @@ def load_fabric_file(path: str) -> Fabric:
         raise InputError(e.key, e.expected, e.found, path) from None
 
 
+class _Loader(BoundedLoader):
+    max_nodes = 8 * MAX_LINKS + 4 * MAX_HOSTS  # a link is a mapping of up to five keys
+
+
 def _read_yaml(path):
     import yaml
 
-    class Loader(yaml.SafeLoader):
-        pass
-
-    def mapping(loader, node, deep=False):
-        seen = set()
-        for k, _ in node.value:
-            key = loader.construct_object(k, deep=deep)
-            if key in seen:
-                raise InputError(f"line {k.start_mark.line + 1}", "each key once in a mapping", key)
-            seen.add(key)
-        return loader.construct_mapping(node, deep=deep)
-
-    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    text = read_text(path, "fabric file", max_bytes=MAX_FILE_BYTES)
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.load(f, Loader=Loader)
-    except OSError as e:
-        raise InputError("fabric file", "a readable file", e.strerror, path) from None
-    except UnicodeDecodeError:
-        raise InputError("fabric file", "UTF-8 text", "undecodable bytes", path) from None
+        data = yaml.load(text, Loader=_Loader)
     except InputError as e:
         raise InputError(e.key, e.expected, e.found, path) from None
+    except DuplicateKey as e:
+        raise InputError(f"line {e.problem_mark.line + 1}", "each key once in a mapping", e.problem, path) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "fabric file"
@@ -104,6 +90,18 @@ def _read_yaml(path):
     if not isinstance(data, dict):
         raise InputError("fabric file", "a mapping with nodes and links", type(data).__name__, path)
     return data
+
+
+def _refuse_bridge_loops(fab: Fabric, file) -> None:
+    """Switches with openflow: false are plain bridges without STP, and no controller steers
+    them: a loop of them would flood every broadcast around it forever."""
+    bridges = [s for s in fab.switches if not fab.graph.nodes[s]["openflow"]]
+    sub = fab.graph.subgraph(bridges)
+    if sub.number_of_edges() and not nx.is_forest(sub):
+        cycle = [a for a, _ in nx.find_cycle(sub)]
+        raise InputError("links", "no loop of switches with openflow: false (plain bridges without STP: a loop "
+                         "floods broadcasts forever; make one of them an OpenFlow switch)",
+                         "the loop " + "-".join(cycle + cycle[:1]), file)
 
 
 _GRAPHML_NS = "{http://graphml.graphdrawing.org/xmlns}"
@@ -116,9 +114,7 @@ def _read_graphml(path):
     parser, not networkx.read_graphml: networkx 2.8 (Debian 12's) fails on NumPy 2."""
     import xml.etree.ElementTree as ET
     try:
-        root = ET.parse(path).getroot()
-    except OSError as e:
-        raise InputError("fabric file", "a readable file", e.strerror, path) from None
+        root = ET.fromstring(read_bytes(path, "fabric file", max_bytes=MAX_FILE_BYTES))
     except ET.ParseError as e:
         raise InputError("fabric file", "well-formed GraphML", str(e)[:80], path) from None
     ns = _GRAPHML_NS if root.tag.startswith(_GRAPHML_NS) else ""
@@ -168,8 +164,8 @@ def _number(v) -> bool:
 
 
 def _rate(v, key):
-    if not _number(v) or v <= 0:
-        raise InputError(key, "a positive rate in Gb/s (a number, no unit)", v)
+    if not _number(v) or not LINK_GBPS.ok(v):
+        raise InputError(key, f"a positive rate in Gb/s (a number, no unit; {LINK_GBPS.expected})", v)
     return float(v)
 
 
@@ -189,6 +185,8 @@ def from_data(data: dict, name: str = "fabric", file: str | None = None) -> Fabr
             if not isinstance(nd, dict) or "name" not in nd:
                 raise InputError(f"nodes[{i}]", "a mapping with a name", nd, file)
             nm = nd["name"]
+            if not isinstance(nm, str):  # a list or mapping: unhashable, and no name anyway
+                raise InputError(f"nodes[{i}].name", "a name of a letter then up to 31 letters, digits or _", nm, file)
             if nm in as_map:
                 raise InputError(f"nodes[{i}].name", "a name used once", nm, file)
             as_map[nm] = {k: v for k, v in nd.items() if k != "name"}
@@ -202,7 +200,7 @@ def from_data(data: dict, name: str = "fabric", file: str | None = None) -> Fabr
     roles, checked = {}, {}
     for nm, nd in nodes.items():
         key = f"nodes.{nm}"
-        if not isinstance(nm, str) or not NAME_RE.match(nm):
+        if not isinstance(nm, str) or not NAME_RE.fullmatch(nm):
             raise InputError(key, "a name of a letter then up to 31 letters, digits or _", nm, file)
         if nd is None:
             nd = {}
@@ -216,7 +214,7 @@ def from_data(data: dict, name: str = "fabric", file: str | None = None) -> Fabr
         if role not in (HOST, SWITCH):
             raise InputError(f"{key}.role", "host or switch", role, file)
         layer = nd.get("layer", "host" if role == HOST else "switch")
-        if not isinstance(layer, str) or not NAME_RE.match(layer):
+        if not isinstance(layer, str) or not NAME_RE.fullmatch(layer):
             raise InputError(f"{key}.layer", "a layer name (tor, leaf, spine, ...)", layer, file)
         openflow = nd.get("openflow", True)
         if not isinstance(openflow, bool):
@@ -264,7 +262,7 @@ def from_data(data: dict, name: str = "fabric", file: str | None = None) -> Fabr
         ends = []
         for end in ("a", "b"):
             v = ln.get(end)
-            if v not in roles:
+            if not isinstance(v, str) or v not in roles:
                 raise InputError(f"{key}.{end}", "a node named in nodes", v, file)
             ends.append(v)
         a, b = ends
@@ -299,6 +297,7 @@ def from_data(data: dict, name: str = "fabric", file: str | None = None) -> Fabr
             has_nv = fab.graph.degree(h) > 0
             raise InputError(f"nodes.{h}", "a host with a link to an OpenFlow switch (its fabric port)",
                              "only an NVLink link" if has_nv else "no link", file)
+    _refuse_bridge_loops(fab, file)
     if not nx.is_connected(fab.graph):
         parts = sorted(nx.connected_components(fab.graph), key=len, reverse=True)
         stray = sorted(parts[1])[0]

@@ -139,7 +139,7 @@ def cmd_import(args) -> int:
         trace = getattr(importers, args.format).load(args.paths, algorithm=args.algorithm)
     if args.gpus_per_server:
         trace.meta["gpus_per_server"] = args.gpus_per_server
-    trace.validate()
+    trace.validate(file=", ".join(map(str, args.paths)))  # a deadlock across the files names them
     _save(trace, args.out)
     n = sum(len(v) for v in trace.ops.values())
     print(f"wrote {args.out}: {trace.nranks} ranks, {n} ops from {len(args.paths)} {args.format} file(s)")

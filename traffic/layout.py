@@ -22,9 +22,9 @@ _NAME = {  # family -> (name pattern, the coordinates in the name)
     "ep": ("ep-p{p}-t{t}-g{g}", ("p", "t", "g")),
     "edp": ("edp-p{p}-t{t}-x{x}", ("p", "t", "x")),
 }
-_NAME_RE = {f: re.compile("^" + pat.replace("{", "(?P<").replace("}", r">0|[1-9][0-9]*)") + "$")
+_NAME_RE = {f: re.compile("^" + pat.replace("{", "(?P<").replace("}", r">0|[1-9][0-9]*)") + r"\Z")
             for f, (pat, _) in _NAME.items()}
-PEER_RE = re.compile(r"^(tp|dp|pp)([+-])([1-9][0-9]*)$")
+PEER_RE = re.compile(r"^(tp|dp|pp)([+-])([1-9][0-9]*)\Z")  # \Z: "$" lets a trailing newline in
 
 
 @dataclass(frozen=True)

@@ -43,12 +43,14 @@ class SpecReader:
             raise self.error(name, " ".join(["an integer"] + [" and ".join(bounds)] * bool(bounds)), v)
         return v
 
-    def number(self, name, default=_MISSING, minimum=0.0, strict=False):
+    def number(self, name, default=_MISSING, minimum=0.0, strict=False, maximum=None):
         v = self.get(name, default)
         if v is None and default is None:
             return None
-        if not is_finite_number(v) or v < minimum or (strict and v == minimum):
-            raise self.error(name, f"a number {'>' if strict else '>='} {minimum}", v)
+        if not is_finite_number(v) or v < minimum or (strict and v == minimum) or \
+                (maximum is not None and v > maximum):
+            bound = f"a number {'>' if strict else '>='} {minimum}"
+            raise self.error(name, bound if maximum is None else f"{bound} and <= {maximum:g}", v)
         return float(v)
 
     def choice(self, name, choices, default=_MISSING):

@@ -552,7 +552,7 @@ def from_dict(d, file=None) -> Trace:
         raise InputError("trace", "a JSON object", type(d).__name__, file=file)
     if d.get("format") != FORMAT:
         raise InputError("format", repr(FORMAT), repr(d.get("format")), file=file)
-    if d.get("version") not in READS:
+    if type(d.get("version")) is not int or d["version"] not in READS:  # true == 1 in Python: not a version
         raise InputError("version", "1 or 2 (this dtnet reads versions 1 and 2)", d.get("version"), file=file)
     if d["version"] == 1:
         return _from_v1(d, file)

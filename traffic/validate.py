@@ -14,14 +14,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from badinput import InputError
+from badinput.limits import COMPUTE_S
 from traffic.collectives import ALGORITHMS, OPS
 from traffic.layout import FAMILIES, parse_peer
-from traffic.limits import KINDS, MAX_EXPANDED_OPS, MAX_RANKS, MAX_SIZE_BYTES, is_finite_number, is_int
+from traffic.limits import KINDS, MAX_EXPANDED_OPS, MAX_RANKS, MAX_SIZE_BYTES, is_int
 
 # Trace (traffic.trace) stands in annotations only: traffic.trace imports this module, not the reverse.
 
 KIND_SET = frozenset(KINDS)
-INF = float("inf")
+MAX_DUR = COMPUTE_S.hi  # one op's compute, real seconds (badinput.limits)
 
 
 def validate(t: Trace, file=None) -> None:
@@ -139,8 +140,8 @@ class _Validator:
                 # The common case in one expression; anything else takes the checks that name it.
                 if not (type(oid) is str and oid and oid not in ids and type(o.kind) is str and o.kind in KIND_SET
                         and type(size) is int
-                        and 0 <= size <= MAX_SIZE_BYTES and (type(dur) is float and 0.0 <= dur < INF or
-                                                              type(dur) is int and 0 <= dur <= MAX_SIZE_BYTES)
+                        and 0 <= size <= MAX_SIZE_BYTES and (type(dur) is float and 0.0 <= dur <= MAX_DUR or
+                                                              type(dur) is int and 0 <= dur <= MAX_DUR)
                         and (it is None or type(it) is int and it >= 0) and type(o.label) is str):
                     self.check_fields(o, f"{base}[{i}]", ids, one)
                 ids[oid] = i
@@ -189,8 +190,8 @@ class _Validator:
             bad(f"{where}.kind", "one of " + ", ".join(KINDS), o.kind)
         if not is_int(o.size_bytes) or not 0 <= o.size_bytes <= MAX_SIZE_BYTES:
             bad(f"{where}.size_bytes", f"an integer in 0..{MAX_SIZE_BYTES}", o.size_bytes)
-        if not is_finite_number(o.duration_s) or o.duration_s < 0:
-            bad(f"{where}.duration_s", "a finite number >= 0", o.duration_s)
+        if not COMPUTE_S.ok(o.duration_s):
+            bad(f"{where}.duration_s", COMPUTE_S.expected, o.duration_s)
         if o.iteration is not None and (not is_int(o.iteration) or o.iteration < 0):
             bad(f"{where}.iteration", "an integer >= 0 or null", o.iteration)
         if not isinstance(o.label, str):

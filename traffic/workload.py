@@ -5,6 +5,7 @@ Four forms, told apart by their leading key: `collective`, `model`, `trace`, `pa
 from __future__ import annotations
 
 from badinput import InputError
+from badinput.limits import COMPUTE_MS
 from traffic.collectives import ALGORITHMS, OPS
 from traffic.limits import MAX_ITERATIONS, MAX_RANKS
 from traffic.spec import SpecReader
@@ -53,7 +54,7 @@ def single_collective(spec: dict, nranks: int, file=None, gpus_per_server: int |
     algorithm = r.choice("algorithm", ALGORITHMS, "ring")
     size_bytes = r.int("size_bytes", minimum=0)
     iterations = r.int("iterations", 1, minimum=1, maximum=MAX_ITERATIONS)
-    compute_s = r.number("compute_ms", 0.0) / 1e3
+    compute_s = r.number("compute_ms", 0.0, maximum=COMPUTE_MS.hi) / 1e3
     root = r.int("root", 0, minimum=0, maximum=nranks - 1)
     r.done()
     if op == "sendrecv" and nranks == 1:

@@ -2,13 +2,15 @@
 and ``spray`` (every shortest path, per packet)."""
 from __future__ import annotations
 
+from badinput.limits import POLL_S
 from controller.params import Param
 from controller.policy import EcmpForwarding, Forwarding, Observation, Policy, ShortestForwarding, SprayForwarding
 
 # The engine polls port counters for every policy: controller-state.json shows link loads.
 OBSERVE_PARAMS = {
-    "poll_s": Param(0.5, gt=0, le=3600, doc="statistics poll period (controller clock)"),
-    "tau_s": Param(1.0, gt=0, le=3600, doc="time constant of the link-load moving average"),
+    # 1 ms at least: a poll period near 0 stops a simulated clock from advancing (badinput.limits).
+    "poll_s": Param(0.5, ge=POLL_S.lo, le=POLL_S.hi, doc="statistics poll period (controller clock)"),
+    "tau_s": Param(1.0, ge=POLL_S.lo, le=POLL_S.hi, doc="time constant of the link-load moving average"),
 }
 
 

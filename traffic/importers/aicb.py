@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from badinput import InputError
+from badinput import InputError, files
 from traffic.layout import Layout
 from traffic.limits import MAX_RANKS, MAX_SIZE_BYTES
 from traffic.trace import Op, RankClass, Trace
@@ -51,11 +51,15 @@ def _header(line, path):
                          repr(tokens[0] if tokens else ""), file=path)
     vals = {"model_parallel_NPU_group": 1, "ep": 1, "pp": 1, "vpp": 1, "ga": 1, "all_gpus": None, "pp_comm": 0}
     i = 1
+    seen = set()
     while i < len(tokens):
         key = tokens[i].rstrip(":")
         if key not in HEADER_INTS:
             raise InputError(f"line 1: {tokens[i]}", "one of " + ", ".join(k + ":" for k in HEADER_INTS),
                              "an unknown field", file=path)
+        if key in seen:  # one of the two would silently win
+            raise InputError(f"line 1: {tokens[i]}", "each field once in the header", "it given twice", file=path)
+        seen.add(key)
         try:
             count = int(tokens[i + 1])
         except (IndexError, ValueError):
@@ -63,6 +67,8 @@ def _header(line, path):
                              repr(tokens[i + 1]) if i + 1 < len(tokens) else "nothing", file=path) from None
         if count < 0:
             raise InputError(f"line 1: {tokens[i]}", "an integer >= 0 after it", count, file=path)
+        if key not in ("pp_comm", "all_gpus") and count > MAX_GPUS:  # stages, micro-batches, layers
+            raise InputError(f"line 1: {tokens[i]}", f"an integer in 0..{MAX_GPUS} after it", count, file=path)
         if key in ("checkpoints", "checkpoint_initiates"):
             i += 2 + count  # a count, then that many layer numbers
             continue
@@ -136,10 +142,7 @@ def load(paths: list[str], algorithm: str = "ring") -> Trace:
         raise InputError("algorithm", "one of " + ", ".join(ALGORITHMS), algorithm)
     path = str(paths[0])
     try:
-        with open(path) as f:
-            lines = f.read().splitlines()
-    except OSError as e:
-        raise InputError("aicb workload", "a readable file", e.strerror, file=path) from None
+        lines = files.read_bytes(path, "aicb workload").decode("utf-8").splitlines()
     except UnicodeDecodeError:
         raise InputError("aicb workload", "a text file", "binary data", file=path) from None
     if not lines:

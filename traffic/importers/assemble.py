@@ -5,33 +5,14 @@ collectives in issue order); sends and recvs match by (src, dst, tag) and order.
 """
 from __future__ import annotations
 
-import gzip
-import json
-import zlib
-
-from badinput import InputError
+from badinput import InputError, files
 from traffic.collectives import ALGORITHMS
 from traffic.trace import Op, Trace
 
 
 def read_json_gz(path, key: str):
     """JSON, or gzipped JSON (torch.profiler writes FILE.json.gz), as one InputError on failure."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise InputError(key, "a readable file", e.strerror, file=str(path)) from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as e:
-            raise InputError(key, "a complete gzip stream", str(e)[:60], file=str(path)) from None
-    try:
-        return json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(key, "JSON", f"invalid JSON ({str(e)[:60]})", file=str(path)) from None
-    except RecursionError:
-        raise InputError(key, "JSON", "arrays or objects nested too deep to read", file=str(path)) from None
+    return files.read_json(path, key, gunzip=True)
 
 
 class Assembler:

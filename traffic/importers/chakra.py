@@ -11,8 +11,9 @@ from __future__ import annotations
 import gzip
 import json
 import struct
+import zlib
 
-from badinput import InputError
+from badinput import InputError, files
 from traffic.importers.assemble import Assembler
 
 # et_def.proto field numbers
@@ -246,16 +247,7 @@ def _json_node(obj) -> dict:
 
 def read_nodes(path: str) -> list[dict]:
     """The Node messages of one file, as dicts; the GlobalMetadata is checked and dropped."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise InputError("chakra trace", "a readable file", e.strerror, file=path) from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as e:
-            raise InputError("chakra trace", "a complete gzip stream", str(e), file=path) from None
+    data = files.read_bytes(path, "chakra trace", gunzip=True)
     if data.lstrip()[:1] in (b"{", b"["):
         try:
             objs = _json_objects(data.decode("utf-8"))
@@ -287,13 +279,13 @@ def read_nodes(path: str) -> list[dict]:
 def is_pytorch_et(path: str) -> bool:
     """PyTorch's own execution trace JSON (ExecutionTraceObserver), which Chakra's converter
     takes as input: an object with "schema" and "nodes" (plain or gzipped)."""
-    try:
-        with open(path, "rb") as f:
+    try:  # a FIFO or a device is no trace of either kind: load refuses it, naming the file
+        with files.open_regular(path, "chakra trace") as f:
             head = f.read(1 << 16)
-        if head[:2] == b"\x1f\x8b":
-            with gzip.open(path, "rb") as g:
-                head = g.read(1 << 16)
-    except (OSError, EOFError):
+            if head[:2] == b"\x1f\x8b":
+                f.seek(0)
+                head = gzip.GzipFile(fileobj=f).read(1 << 16)
+    except (InputError, OSError, EOFError, zlib.error):
         return False
     head = head.lstrip()
     return head[:1] == b"{" and b'"schema"' in head and b'"nodes"' in head

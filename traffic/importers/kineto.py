@@ -100,7 +100,7 @@ def _ranks(args, where, path, nranks):
     if isinstance(v, str):
         try:
             v = json.loads(v)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # nested thousands deep, or an integer of 5000 digits
             raise InputError(f"{where}.args.Process Group Ranks", "a list of ranks", v[:40], file=path) from None
     if v is None:
         start = _int(args, "Global rank start", where, path, 0)

@@ -100,7 +100,7 @@ def _pg_config(nodes, path, nranks):
             continue
         try:
             cfg = json.loads(n["in"][0]) if isinstance(n["in"][0], str) else n["in"][0]
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # nested thousands deep, or an integer of 5000 digits
             raise InputError(f"node {n['id']}.inputs", "the process group list as JSON", str(n["in"][0])[:40],
                              file=path) from None
         for g in cfg if isinstance(cfg, list) else ():
