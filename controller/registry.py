@@ -103,11 +103,25 @@ def checked_params(name: str, fabric: Fabric, params: Mapping | None = None, pol
 
 def coschedules(name: str) -> bool:
     """The policy answers announcements (the jobs announce their phases)."""
+    return trait(name, "coschedules")
+
+
+TRAITS = ("coschedules", "sprays", "static_forwarding")  # what engines read of a policy's class
+
+
+def trait(name: str, attr: str):
+    """One class attribute of the policy (TRAITS): from the child's answer within
+    imports_in_child() once checked_params probed it, else from the class itself. A
+    static_forwarding comes back as the controller.policy class it names."""
     if _needs_child(name):
-        found = [co for (n, *_), (_, co) in _probed.items() if n == name]
+        found = [traits for (n, *_), (_, traits) in _probed.items() if n == name]
         if found:
-            return found[0]
-    return policy_class(name).coschedules
+            value = found[0][attr]
+            if attr == "static_forwarding" and value is not None:
+                from controller import policy as policy_mod
+                value = getattr(policy_mod, value)
+            return value
+    return getattr(policy_class(name), attr)
 
 
 def _probe(name, fabric, params, policy_key, params_key, file):
@@ -145,7 +159,10 @@ def _probe_child(send, name, fabric, params, policy_key, params_key, file):
     """In the child: make_policy's answer, as plain data."""
     try:
         policy = make_policy(name, fabric, params, policy_key, params_key, file)
-        send.send(("ok", (policy.params.to_dict(), bool(type(policy).coschedules))))
+        cls = type(policy)
+        traits = {"coschedules": bool(cls.coschedules), "sprays": bool(cls.sprays),
+                  "static_forwarding": cls.static_forwarding.__name__ if cls.static_forwarding else None}
+        send.send(("ok", (policy.params.to_dict(), traits)))
     except InputError as e:
         send.send(("error", (e.key, e.expected, e.found, e.file)))
     except BaseException as e:  # noqa: BLE001 - whatever the user's code raises is the answer

@@ -22,7 +22,7 @@ import numpy as np
 
 from controller.core import FabricController
 from controller.policy import EcmpForwarding, FlowKey, ShortestForwarding
-from controller.registry import make_policy, policy_class
+from controller.registry import make_policy, trait
 from flowsim.routing import EcmpRouter, Router, ShortestRouter, SprayRouter
 
 CLOCK_PARAMS = ("poll_s", "tau_s", "hold_s")  # periods in the controller's clock
@@ -31,12 +31,12 @@ CLOCK_PARAMS = ("poll_s", "tau_s", "hold_s")  # periods in the controller's cloc
 def needs_controller(policy: str) -> bool:
     """Whether the flow engine runs the policy's own object: every policy that is not a static
     table (Policy.static_forwarding), whatever its name."""
-    return policy_class(policy).static_forwarding is None
+    return trait(policy, "static_forwarding") is None
 
 
 def table_router(policy: str, seed: int) -> Router | None:
     """The vectorized router that is the policy, for a static table (by its forwarding type), else None."""
-    fwd = policy_class(policy).static_forwarding
+    fwd = trait(policy, "static_forwarding")
     if fwd is None:
         return None
     return ShortestRouter() if issubclass(fwd, ShortestForwarding) else EcmpRouter(seed)

@@ -31,7 +31,7 @@ def settings(exp) -> Transport:
     """The experiment's transport: section (experiment.transport), each key it leaves out at the
     packet engine's default; a link kind without latency gets topology.latency_us on host and
     fabric links, as the other engines delay them. Spraying is the policy's choice."""
-    from controller.registry import policy_class
+    from controller.registry import trait
 
     t = exp.transport
     lat = {"host": exp.latency_us, "fabric": exp.latency_us, "nvlink": 0.0}
@@ -41,4 +41,4 @@ def settings(exp) -> Transport:
     return Transport(cc=t.tcp.cc or d.cc, mtu_bytes=t.mtu_bytes or d.mtu_bytes,
                      switch_buffer_bytes=t.switch_buffer_bytes or d.switch_buffer_bytes,
                      ecn=Ecn(t.ecn.min_bytes, t.ecn.max_bytes, t.ecn.max_prob) if t.ecn else None,
-                     latency_us=lat, spray=policy_class(exp.routing).sprays)
+                     latency_us=lat, spray=trait(exp.routing, "sprays"))

@@ -5,7 +5,7 @@ torch.profiler (Kineto) trace and its ExecutionTraceObserver trace, gzipped.
 Run:  .venv/bin/pip install torch==2.13.0   (the CPU build on local disk; no other version)
       .venv/bin/python scripts/record-torch-traces.py [--out tests/data/torch]
 
-Two jobs; what they do is written here, and tests/unit/test_traffic_torch_traces.py checks
+Two jobs; what they do is written here, and tests/unit/traffic/test_traffic_torch_traces.py checks
 the imports against it:
 
 ddp     An MLP (Linear 256->512, ReLU, Linear 512->256) under DistributedDataParallel with

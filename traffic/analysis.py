@@ -24,7 +24,7 @@ def ring_time_s(op: str, n: int, size_bytes: int, link_gbps: float, latency_s: f
     """predict_time_s of a lock-step ring all-reduce, all-gather or reduce-scatter without building
     it: (2)(n-1) steps, each moving the largest of n near-equal chunks over the slowest hop in use
     (a hop inside a server when the whole group is in one). Equal to the schedule's figure to a byte
-    per step (tests/unit/test_traffic_analysis.py)."""
+    per step (tests/unit/traffic/test_traffic_cli.py)."""
     chunk = -(-size_bytes // n)
     rate = intra_gbps if intra_gbps and gpus_per_server and n <= gpus_per_server else link_gbps
     return RING_STEPS[op] * (n - 1) * (latency_s + chunk * 8 / (rate * 1e9))

@@ -12,7 +12,7 @@
   (transitively), and only their links need summing again.
 
 Sums run in the order the plain code sums them and rounding is Python's own, so
-every choice is the one the per-path loop makes (tests/unit/test_controller_scale.py).
+every choice is the one the per-path loop makes (tests/unit/controller/test_controller_scale.py).
 """
 from __future__ import annotations
 

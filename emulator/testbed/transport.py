@@ -95,9 +95,9 @@ def check(exp, available: set[str] | None = None, netem=None) -> str:
     what it runs. available: the kernel's congestion controls; netem() -> bool: whether sch_netem
     works (both detected when not given)."""
     from emulator.testbed.datapath import AFXDP_MTU, netem_available
-    from controller.registry import policy_class
+    from controller.registry import trait
 
-    if policy_class(exp.routing, "controller.policy", exp.source).sprays:
+    if trait(exp.routing, "sprays"):
         raise InputError("controller.policy", "a policy that forwards per flow with engine: emulate (OVS select "
                          "groups hash each flow onto one path, so packets cannot be sprayed; use engine: flow "
                          "or packet)", exp.routing, exp.source)
