@@ -10,6 +10,7 @@ on an exception or SIGINT/SIGTERM (the CLI turns those into exceptions).
 """
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shlex
@@ -27,7 +28,7 @@ from controller.registry import DEFAULT_POLICY
 from emulator.testbed import runstate, shaping
 from emulator.testbed import transport as testbed_transport
 from emulator.testbed.datapath import AFXDP_MTU, AFXDP_PORT, MTU, detect_datapath, ensure_ovs
-from emulator.testbed.process import TestbedError, close_inherited, free_port, stop_process, wait_for
+from emulator.testbed.process import TestbedError, close_inherited, free_port, free_ports, stop_process, wait_for
 from experiment import model
 from topologies import Fabric
 
@@ -178,7 +179,7 @@ class Testbed:
         a run starting at the same moment can take it first, and then our
         switches would talk to its controller. So a lost race means new ports."""
         for attempt in range(attempts):
-            ofp_port, self.rest_port = free_port(), free_port()
+            ofp_port, self.rest_port = free_ports(2)  # distinct: OpenFlow must not answer REST
             self._start_controller(fabric_path, ofp_port, restart=attempt > 0)  # controller.log keeps each try
             ports = {ofp_port, self.rest_port}
             state = wait_for(lambda: self._listening(ports), self.ready_timeout_s,
@@ -293,7 +294,7 @@ class Testbed:
         try:
             with urllib.request.urlopen(f"{self.rest_url}/dtnet/v1/{what}", timeout=2) as r:
                 return json.load(r)
-        except (OSError, ValueError):
+        except (OSError, ValueError, http.client.HTTPException):  # not (yet) an HTTP answer
             return None
 
     def _controller_ready(self) -> bool:

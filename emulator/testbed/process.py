@@ -64,10 +64,21 @@ def closed_fds_argv(argv: list[str]) -> list[str]:
             "os.execvp(sys.argv[1], sys.argv[1:])", *argv]
 
 
+def free_ports(n: int) -> list[int]:
+    """n distinct loopback ports free now: all held open together while the kernel picks them
+    (one at a time, two calls can get the same port back)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def stop_process(proc: subprocess.Popen, timeout_s: float = 5.0) -> None:

@@ -63,11 +63,11 @@ def test_the_switchs_shared_send_buffer_is_read_from_ss():
 
 
 def test_a_controller_that_loses_its_port_race_is_started_again_on_new_ports(tmp_path, monkeypatch):
-    """Another run can take a port between free_port() and the controller's bind:
+    """Another run can take a port between free_ports() and the controller's bind:
     the testbed must notice (the controller exits) and not talk to that run's controller."""
     tb = Testbed(fat_tree(4), str(tmp_path), scale_link=2.5e-5, ready_timeout_s=5)
     ports = iter(range(6001, 6100))
-    monkeypatch.setattr(lifecycle, "free_port", lambda: next(ports))
+    monkeypatch.setattr(lifecycle, "free_ports", lambda n: [next(ports) for _ in range(n)])
     started = []
 
     class Proc:
@@ -116,3 +116,12 @@ def test_the_controller_writes_one_log(tmp_path, monkeypatch):
     assert started["stdout"] == str(tmp_path / "controller.log") and started["stderr"] == lifecycle.subprocess.STDOUT
     # Beside it only its configuration file (fabric, policy, params, ports).
     assert sorted(os.listdir(tmp_path)) == ["controller.json", "controller.log"]
+
+
+def test_the_controllers_two_ports_are_never_the_same():
+    """The OpenFlow and REST ports are picked together: one at a time, the kernel may hand the
+    same free port out twice, and the REST client then talked to the OpenFlow listener."""
+    from emulator.testbed.process import free_ports
+    for _ in range(200):
+        a, b = free_ports(2)
+        assert a != b
