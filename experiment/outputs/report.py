@@ -91,7 +91,7 @@ def report(run_dir: str, out) -> int:
     rows = _load_links(run_dir)
     topo, sc = s.get("topology", {}), s["scale"]
     out.write(f"run {s['name']} ({run_dir}): {s['status']}" + (f": {s['error']}" if s.get("error") else "") + "\n")
-    where = (f"engine flow (real-cluster units)" if s.get("engine") == "flow" else
+    where = (f"engine {s['engine']} (real-cluster units)" if _is_model(s) else
              f"datapath {s.get('datapath', '?')}; scale link {sc['link']:g}, bytes {sc['bytes']:g} "
              f"(time dilation {sc['dilation']:g}x)")
     out.write(f"  {topo.get('kind', '?')}, {topo.get('hosts', '?')} hosts, {topo.get('switches', '?')} switches; "
@@ -147,7 +147,7 @@ def compare(run_dirs: list[str], out, plot: str | None = None) -> int:
     out.write("runs (ratios are against [1]):\n")
     for label, d, s in zip(labels, run_dirs, runs):
         topo = s.get("topology", {})
-        where = ("engine flow" if s.get("engine") == "flow" else
+        where = (f"engine {s['engine']}" if _is_model(s) else
                  f"engine emulate, scale link {s['scale']['link']:g} bytes {s['scale']['bytes']:g}")
         out.write(f"  {label} {d}: {s['name']}, {topo.get('kind', '?')} {topo.get('hosts', '?')} hosts, "
                   f"routing {s.get('routing', '?')}, {where}, {s['status']}\n")
@@ -186,10 +186,15 @@ def compare(run_dirs: list[str], out, plot: str | None = None) -> int:
     return 0
 
 
+def _is_model(s: dict) -> bool:
+    """Made by a model engine (flow, packet): real-cluster units, no emulator fidelity."""
+    return s.get("engine") not in (None, "emulate")
+
+
 def _verdict(s: dict) -> str:
     """The fidelity row: the emulator's verdict, or that a model made the run."""
-    if s.get("engine") == "flow":
-        return "model (flow)"
+    if _is_model(s):
+        return f"model ({s['engine']})"
     return "OK" if s["fidelity"]["ok"] else "NOT FAITHFUL"
 
 

@@ -124,3 +124,18 @@ def test_help_lists_report_and_compare(capsys):
         cli.main(["--help"])
     out = capsys.readouterr().out
     assert "report" in out and "compare" in out
+
+
+@pytest.mark.parametrize("engine", ["flow", "packet"])
+def test_a_models_run_is_named_by_its_engine_beside_the_emulators(runs, capsys, tmp_path, engine):
+    """compare and report name each model engine, and judge no emulator fidelity for it."""
+    import shutil
+    model_run = tmp_path / engine
+    shutil.copytree(runs["fast"][0], model_run)
+    s = json.loads((model_run / "summary.json").read_text())
+    s["engine"] = engine
+    (model_run / "summary.json").write_text(json.dumps(s))
+    rc, out, _ = _cli(capsys, "compare", str(runs["fast"][0]), str(model_run))
+    assert rc == 0 and f"engine {engine}, complete" in out and f"model ({engine})" in out
+    rc, out, _ = _cli(capsys, "report", str(model_run))
+    assert rc == 0 and f"engine {engine} (real-cluster units)" in out
