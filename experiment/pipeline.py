@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 
@@ -174,8 +175,6 @@ def refuse_overwrite(out_dir: str, exp: Experiment, force: bool) -> None:
 def clear_previous(out_dir: str) -> None:
     """What an earlier run of this folder wrote, so none of it reads as this run's (links refused
     already). Only the pipeline's and engines' own names: a user's other files stay."""
-    import shutil
-
     for name in RUN_FILES:
         path = inside(out_dir, name)
         if os.path.isfile(path):

@@ -358,7 +358,6 @@ def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model
     for jp, row in zip(jobs, per_job):
         row["ranks_simulated"] = row["ranks"]  # one per rank class in class mode
         row["ranks"] = jp.trace.nranks
-    host_total = sum(fabric.host_link_gbps(h) for jp in jobs for h in jp.hosts)
     received = float(np.sum(sim.T_size[:sim.n_T][sim.T_state[:sim.n_T] == 2])) + float(
         sum(float(np.sum(sim.B_w[b] * sim.B_done[b])) for b in range(len(sim.B_inst))))
     counters = dict(sim.counters)

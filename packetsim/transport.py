@@ -7,14 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from experiment.transport import Ecn
+
 CCS = ("newreno", "cubic", "dctcp", "bbr")
-
-
-@dataclass(frozen=True)
-class Ecn:
-    min_bytes: int
-    max_bytes: int
-    max_prob: float
 
 
 @dataclass(frozen=True)
@@ -22,7 +17,7 @@ class Transport:
     cc: str = "cubic"
     mtu_bytes: int = 9000
     switch_buffer_bytes: int = 4 << 20  # per output port: a few MiB, as shallow-buffer datacenter switches
-    ecn: Ecn | None = None
+    ecn: Ecn | None = None  # experiment.transport's, as the file gives it
     latency_us: dict = field(default_factory=dict)  # link kind (host, fabric, nvlink) -> one-way us
     spray: bool = False
 
@@ -40,5 +35,5 @@ def settings(exp) -> Transport:
     d = Transport()
     return Transport(cc=t.tcp.cc or d.cc, mtu_bytes=t.mtu_bytes or d.mtu_bytes,
                      switch_buffer_bytes=t.switch_buffer_bytes or d.switch_buffer_bytes,
-                     ecn=Ecn(t.ecn.min_bytes, t.ecn.max_bytes, t.ecn.max_prob) if t.ecn else None,
+                     ecn=t.ecn,
                      latency_us=lat, spray=trait(exp.routing, "sprays"))
