@@ -9,6 +9,14 @@
 //   task ID KIND CONN SIZE DUR_S SLICE NE E.. NG G..   KIND: X transfer, C compute, J join
 //   reroute AT_S CONN K N0 .. NK-1
 //   linkstate AT_S LINK UP                (a cable down (0) or up (1): both ends drop what arrives)
+//   spray CONN NODE K I0 .. IK-1          (the connection's packets leave NODE by one of these
+//                                          next nodes, drawn per packet: per-packet spraying)
+//   straggle TASK FROM_S FACTOR           (a compute task ready at or after FROM_S lasts FACTOR x)
+//   poll PERIOD_S                         (the controller in the loop: every PERIOD_S, and at each
+//   wake AT_S                              wake, print a poll line and read commands until "go")
+//
+// Commands on stdin at a poll: "route CONN K N0 .. NK-1" (the connection's new path), "go".
+// stdout carries JSON lines: progress, polls, and at the end the results.
 #include "ns3/core-module.h"
 #include "ns3/internet-module.h"
 #include "ns3/network-module.h"
@@ -22,6 +30,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <random>
 #include <sstream>
 #include <unordered_map>
 
@@ -30,6 +39,9 @@ using namespace ns3;
 // The engine's own flow table in every node: destination address (one a connection, plus each
 // sender's interface address for its ACKs) -> output interface, in a hash map. ns-3's static
 // routing scans its routes linearly per packet, which a switch of thousands of flows cannot afford.
+static std::mt19937_64 sprayRng(1);
+static const uint32_t SPRAYED = 0xffffffffu;
+
 class FlowTable : public Ipv4RoutingProtocol {
   public:
     static TypeId GetTypeId() {
@@ -40,14 +52,24 @@ class FlowTable : public Ipv4RoutingProtocol {
         if (iface < 0) table.erase(dest.Get());
         else table[dest.Get()] = uint32_t(iface);
     }
+    void SetSpray(Ipv4Address dest, std::vector<uint32_t> ifaces) {  // a draw per packet among these
+        if (ifaces.size() == 1) return Set(dest, int(ifaces[0]));
+        table[dest.Get()] = SPRAYED;
+        spray[dest.Get()] = std::move(ifaces);
+    }
     Ptr<Ipv4Route> Lookup(Ipv4Address dest) const {
         auto it = table.find(dest.Get());
         if (it == table.end()) return nullptr;
+        uint32_t iface = it->second;
+        if (iface == SPRAYED) {  // only sprayed flows pay for the second lookup
+            const std::vector<uint32_t>& v = spray.at(dest.Get());
+            iface = v[sprayRng() % v.size()];
+        }
         Ptr<Ipv4Route> r = Create<Ipv4Route>();
         r->SetDestination(dest);
         r->SetGateway(Ipv4Address::GetZero());
-        r->SetSource(ipv4->GetAddress(it->second, 0).GetLocal());
-        r->SetOutputDevice(ipv4->GetNetDevice(it->second));
+        r->SetSource(ipv4->GetAddress(iface, 0).GetLocal());
+        r->SetOutputDevice(ipv4->GetNetDevice(iface));
         return r;
     }
     Ptr<Ipv4Route> RouteOutput(Ptr<Packet>, const Ipv4Header& h, Ptr<NetDevice>, Socket::SocketErrno& err) override {
@@ -83,6 +105,7 @@ class FlowTable : public Ipv4RoutingProtocol {
   private:
     Ptr<Ipv4> ipv4;
     std::unordered_map<uint32_t, uint32_t> table;
+    std::unordered_map<uint32_t, std::vector<uint32_t>> spray;
 };
 
 class FlowTableHelper : public Ipv4RoutingHelper {
@@ -95,7 +118,7 @@ struct Task {
     char kind = 'J';
     int conn = -1;
     uint64_t size = 0, slice = 0, sent = 0, recv = 0;
-    double dur = 0;
+    double dur = 0, slowFrom = -1, slowFactor = 1;
     std::vector<int> earlier, gate, waiters, gateWaiters;
     int pending = 0;
     double ready = -1, start = -1, end = -1;
@@ -119,6 +142,7 @@ struct Port {  // one directed link: the queue at A's end toward B
     Ptr<QueueDisc> qd;
     double last = 0, area = 0;
     uint32_t cur = 0, max = 0;
+    uint64_t txTotal = 0;  // every byte sent, for the controller's port counters
     std::vector<double> hist;  // seconds spent at each backlog bin
     std::vector<uint64_t> txBins;
     std::vector<double> qBins;  // byte-seconds of backlog in each bin (charged to the bin it began in)
@@ -130,7 +154,20 @@ static std::vector<Port> ports;
 static std::map<std::pair<int, int>, std::pair<uint32_t, int>> ifaceOf;  // (a,b) -> (a's interface, port)
 static NodeContainer nodes;
 static double t0 = -1, binS = 1e-3, histW = 1;
-static size_t doneCount = 0, connected = 0;
+static size_t doneCount = 0, connected = 0, computing = 0;
+static uint64_t delivered = 0;           // payload bytes received by every socket
+static const size_t MAX_BINS = 20000;    // per port: past it the interval doubles (a run far longer than planned)
+static const double STALL_S = 120;       // simulated seconds without a byte or a task: the run is stuck
+
+static void Coarsen() {  // every port's series at twice the interval, so that memory stays bounded
+    binS *= 2;
+    for (auto& q : ports) {
+        for (size_t b = 0; b < q.txBins.size(); b++) q.txBins[b / 2] = (b % 2 ? q.txBins[b / 2] : 0) + q.txBins[b];
+        for (size_t b = 0; b < q.qBins.size(); b++) q.qBins[b / 2] = (b % 2 ? q.qBins[b / 2] : 0) + q.qBins[b];
+        q.txBins.resize((q.txBins.size() + 1) / 2);
+        q.qBins.resize((q.qBins.size() + 1) / 2);
+    }
+}
 static std::chrono::steady_clock::time_point wallStart, lastPrint;
 
 static double SimNow() { return Simulator::Now().GetSeconds(); }
@@ -143,6 +180,8 @@ static void MakeReady(int t) {
     k.ready = SimNow();
     if (k.kind == 'C') {
         k.start = k.ready;
+        if (k.slowFrom >= 0 && k.ready - t0 >= k.slowFrom) k.dur *= k.slowFactor;
+        computing++;
         Simulator::Schedule(Seconds(k.dur), &Complete, t);
     } else if (k.kind == 'J' || k.size == 0) {
         k.start = k.ready;
@@ -157,6 +196,7 @@ static void Complete(int t) {
     if (k.done) return;
     k.done = true;
     k.end = SimNow();
+    if (k.kind == 'C') computing--;
     if (++doneCount == tasks.size()) Simulator::Stop();
     for (int w : k.waiters)
         if (--tasks[w].pending == 0) MakeReady(w);
@@ -200,6 +240,7 @@ static void OnRecv(int c, Ptr<Socket> s) {
     while ((p = s->Recv())) {
         uint64_t n = p->GetSize();
         cn.bytesRx += n;
+        delivered += n;
         while (n > 0 && cn.recvHead < cn.recvq.size()) {
             int t = cn.recvq[cn.recvHead];
             Task& k = tasks[t];
@@ -216,6 +257,9 @@ static void OnRecv(int c, Ptr<Socket> s) {
 }
 
 static std::vector<std::tuple<double, int, std::vector<int>>> reroutes;
+static std::vector<double> wakes;
+static double pollS = 0;
+static void Poll(bool periodic);
 static std::vector<std::tuple<double, int, int>> linkstates;
 static std::vector<std::array<Ptr<RateErrorModel>, 2>> cut;  // per link: each end's receive error model
 static void Reroute(int c, std::vector<int> path);
@@ -228,6 +272,8 @@ static void StartReplay() {
     t0 = SimNow();
     for (auto& [at, l, up] : linkstates) Simulator::Schedule(Seconds(at), &SetLink, l, up);  // at: since t0
     for (auto& [at, c, path] : reroutes) Simulator::Schedule(Seconds(at), &Reroute, c, path);
+    for (double at : wakes) Simulator::Schedule(Seconds(at), &Poll, false);  // after the faults of its time
+    if (pollS > 0) Simulator::Schedule(Seconds(pollS), &Poll, true);
     for (size_t t = 0; t < tasks.size(); t++)
         if (tasks[t].pending == 0 && tasks[t].ready < 0) MakeReady(int(t));
     if (tasks.empty()) Simulator::Stop();
@@ -267,6 +313,10 @@ static void OnBacklog(int port, uint32_t, uint32_t now) {
     q.hist[b] += dt;
     if (t0 >= 0 && q.last >= t0) {
         size_t qb = size_t((q.last - t0) / binS);
+        while (qb >= MAX_BINS) {
+            Coarsen();
+            qb = size_t((q.last - t0) / binS);
+        }
         if (qb >= q.qBins.size()) q.qBins.resize(qb + 1, 0.0);
         q.qBins[qb] += q.cur * dt;
     }
@@ -277,8 +327,13 @@ static void OnBacklog(int port, uint32_t, uint32_t now) {
 
 static void OnPhyTx(int port, Ptr<const Packet> p) {
     Port& q = ports[port];
+    q.txTotal += p->GetSize();
     if (t0 < 0) return;
     size_t b = size_t((SimNow() - t0) / binS);
+    while (b >= MAX_BINS) {
+        Coarsen();
+        b = size_t((SimNow() - t0) / binS);
+    }
     if (b >= q.txBins.size()) q.txBins.resize(b + 1, 0);
     q.txBins[b] += p->GetSize();
 }
@@ -305,14 +360,65 @@ static void Reroute(int c, std::vector<int> path) {
     InstallPath(c, path);
 }
 
+// The controller in the loop: the counters it would poll, then its commands, in simulated time
+// (the simulation waits for them: nothing moves while the policy thinks).
+static void Poll(bool periodic) {
+    if (doneCount == tasks.size()) return;
+    printf("{\"type\":\"poll\",\"t\":%.12g,\"periodic\":%d,\"ports\":[", SimNow() - t0, int(periodic));
+    for (size_t i = 0; i < ports.size(); i++) printf(i ? ",%llu" : "%llu", (unsigned long long)ports[i].txTotal);
+    printf("],\"conns\":[");
+    for (size_t c = 0; c < conns.size(); c++) printf(c ? ",%llu" : "%llu", (unsigned long long)conns[c].bytesRx);
+    printf("]}\n");
+    fflush(stdout);
+    std::string line;
+    while (true) {
+        if (!std::getline(std::cin, line)) {  // the controller's side is gone: stop, unfinished
+            Simulator::Stop();
+            return;
+        }
+        std::istringstream in(line);
+        std::string cmd;
+        in >> cmd;
+        if (cmd == "go") break;
+        if (cmd == "route") {
+            int c, k;
+            in >> c >> k;
+            std::vector<int> p(k);
+            for (int& x : p) in >> x;
+            if (in.fail() || c < 0 || size_t(c) >= conns.size() || k < 2) {
+                std::cerr << "bad command: " << line.substr(0, 80) << "\n";
+                Simulator::Stop();
+                return;
+            }
+            Reroute(c, p);
+        }
+    }
+    if (periodic) Simulator::Schedule(Seconds(pollS), &Poll, true);
+}
+
+static bool stalled = false;
+
 static void Progress(double endS) {
+    static double lastMove = 0;
+    static uint64_t lastDelivered = 0;
+    static size_t lastDone = 0;
+    if (delivered != lastDelivered || doneCount != lastDone || computing > 0) {
+        lastDelivered = delivered;
+        lastDone = doneCount;
+        lastMove = SimNow();
+    } else if (SimNow() - lastMove > STALL_S) {  // TCP has given up, or a dependency never comes
+        std::cerr << "stalled: no byte delivered and no task finished for " << STALL_S << " s of simulated time\n";
+        stalled = true;
+        Simulator::Stop();
+        return;
+    }
     auto w = std::chrono::steady_clock::now();
     if (std::chrono::duration<double>(w - lastPrint).count() >= 1.0) {
         lastPrint = w;
         double el = std::chrono::duration<double>(w - wallStart).count();
-        fprintf(stderr, "progress %.9g %zu %zu %.3f %llu\n", t0 < 0 ? 0.0 : SimNow() - t0, doneCount, tasks.size(), el,
-                (unsigned long long)Simulator::GetEventCount());
-        fflush(stderr);
+        printf("progress %.9g %zu %zu %.3f %llu\n", t0 < 0 ? 0.0 : SimNow() - t0, doneCount, tasks.size(), el,
+               (unsigned long long)Simulator::GetEventCount());
+        fflush(stdout);
     }
     if (doneCount < tasks.size()) Simulator::Schedule(MicroSeconds(50), &Progress, endS);
 }
@@ -346,6 +452,7 @@ int main(int argc, char** argv) {
     struct L { int a, b; double gbps, delay; };
     std::vector<L> links;
     int nNodes = 0;
+    std::vector<std::tuple<int, int, std::vector<int>>> sprays;
     while (std::getline(f, line)) {
         std::istringstream in(line);
         std::string kind;
@@ -380,6 +487,26 @@ int main(int argc, char** argv) {
             int c;
             in >> at >> c;
             reroutes.emplace_back(at, c, ReadPath(in));
+        } else if (kind == "spray") {
+            int c, node, k;
+            in >> c >> node >> k;
+            std::vector<int> next(k);
+            for (int& x : next) in >> x;
+            sprays.emplace_back(c, node, next);
+        } else if (kind == "straggle") {
+            int t;
+            double from, factor;
+            in >> t >> from >> factor;
+            if (t >= 0 && size_t(t) < tasks.size()) {
+                tasks[size_t(t)].slowFrom = from;
+                tasks[size_t(t)].slowFactor = factor;
+            }
+        } else if (kind == "poll") {
+            in >> pollS;
+        } else if (kind == "wake") {
+            double at;
+            in >> at;
+            wakes.push_back(at);
         } else if (kind == "linkstate") {
             double at;
             int l, up;
@@ -395,6 +522,7 @@ int main(int argc, char** argv) {
         }
     }
     RngSeedManager::SetSeed(seed);
+    sprayRng.seed(seed);
     std::map<std::string, std::string> ccType = {{"newreno", "ns3::TcpNewReno"}, {"cubic", "ns3::TcpCubic"},
                                                  {"dctcp", "ns3::TcpDctcp"}, {"bbr", "ns3::TcpBbr"}};
     if (!ccType.count(cc)) {
@@ -476,6 +604,11 @@ int main(int argc, char** argv) {
                         Ipv4InterfaceAddress(cn.daddr, "255.255.255.255"));
         InstallPath(int(c), cn.path);
     }
+    for (auto& [c, node, next] : sprays) {  // after the paths: a sprayed hop overrides its one port
+        std::vector<uint32_t> ifaces;
+        for (int b : next) ifaces.push_back(ifaceOf.at({node, b}).first);
+        DynamicCast<FlowTable>(nodes.Get(node)->GetObject<Ipv4>()->GetRoutingProtocol())->SetSpray(conns[c].daddr, ifaces);
+    }
     for (size_t t = 0; t < tasks.size(); t++) {
         Task& k = tasks[t];
         k.pending = int(k.earlier.size());
@@ -512,8 +645,9 @@ int main(int argc, char** argv) {
     double simEnd = SimNow();
     double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wallStart).count();
     printf("{\"type\":\"meta\",\"ns3\":\"3.37\",\"events\":%llu,\"t0\":%.12g,\"sim_end\":%.12g,\"wall_s\":%.6f,"
-           "\"tasks_done\":%zu,\"tasks\":%zu}\n",
-           (unsigned long long)Simulator::GetEventCount(), t0, simEnd, wall, doneCount, tasks.size());
+           "\"tasks_done\":%zu,\"tasks\":%zu,\"bin_s\":%.12g,\"stalled\":%s}\n",
+           (unsigned long long)Simulator::GetEventCount(), t0, simEnd, wall, doneCount, tasks.size(), binS,
+           stalled ? "true" : "false");
     auto rel = [](double x) { return x < 0 || t0 < 0 ? -1.0 : x - t0; };
     for (size_t t = 0; t < tasks.size(); t++)
         printf("{\"type\":\"task\",\"id\":%zu,\"ready\":%.12g,\"start\":%.12g,\"end\":%.12g,\"recv\":%llu}\n", t,

@@ -59,45 +59,53 @@ def build(log=print) -> str:
     return path
 
 
-def execute(scenario_path: str, on_progress=None, log=print) -> dict:
+def execute(scenario_path: str, on_progress=None, log=print, on_poll=None) -> dict:
     """Run the driver on a scenario file: {meta, tasks, conns, queues} as it printed them.
-    on_progress(sim_s, tasks_done, tasks, wall_s, events) about once a wall second."""
+    on_progress(sim_s, tasks_done, tasks, wall_s, events) about once a wall second; on_poll(rec)
+    at each poll line (a scenario with a controller in the loop) returns the command lines to send."""
     exe = build(log)
-    out_path = scenario_path + ".out"
+    err_path = scenario_path + ".err"
     try:
-        return _run(exe, scenario_path, out_path, on_progress)
+        return _run(exe, scenario_path, err_path, on_progress, on_poll)
     finally:
-        if os.path.exists(out_path):  # a run interrupted or failed keeps no half-read results
-            os.unlink(out_path)
+        if os.path.exists(err_path):  # a run interrupted or failed keeps no half-read output
+            os.unlink(err_path)
 
 
-def _run(exe: str, scenario_path: str, out_path: str, on_progress) -> dict:
-    with open(out_path, "w") as out:
-        p = subprocess.Popen([exe, scenario_path], stdout=out, stderr=subprocess.PIPE, text=True)
-        err = []
+def _run(exe: str, scenario_path: str, err_path: str, on_progress, on_poll) -> dict:
+    res: dict = {"meta": None, "tasks": [], "conns": [], "queues": [], "polls": 0}
+    with open(err_path, "w") as err_f:
+        p = subprocess.Popen([exe, scenario_path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err_f,
+                             text=True, bufsize=1)
         try:
-            for line in p.stderr:
-                parts = line.split()
-                if parts and parts[0] == "progress" and len(parts) == 6 and on_progress is not None:
-                    on_progress(float(parts[1]), int(parts[2]), int(parts[3]), float(parts[4]), int(parts[5]))
-                elif parts:
-                    err.append(line.strip())
+            for line in p.stdout:
+                if line.startswith("progress "):
+                    parts = line.split()
+                    if len(parts) == 6 and on_progress is not None:
+                        on_progress(float(parts[1]), int(parts[2]), int(parts[3]), float(parts[4]), int(parts[5]))
+                    continue
+                rec = json.loads(line)
+                kind = rec.pop("type")
+                if kind == "poll":
+                    res["polls"] += 1
+                    cmds = on_poll(rec) if on_poll is not None else []
+                    p.stdin.write("".join(c + "\n" for c in cmds) + "go\n")
+                    p.stdin.flush()
+                elif kind == "meta":
+                    res["meta"] = rec
+                else:
+                    res[kind + "s"].append(rec)
+            p.stdin.close()
             rc = p.wait()
         except BaseException:
             p.kill()
             p.wait()
             raise
-    if rc not in (0, 3):  # 3: it ended before every task finished (the results say which)
+    with open(err_path) as f:
+        err = [x.strip() for x in f if x.strip()]
+    res["stderr"] = err
+    if rc not in (0, 3) or res["meta"] is None:  # 3: it ended before every task finished (the results say which)
         raise RuntimeError(f"the ns-3 driver failed (exit {rc}): {' | '.join(err[-3:]) or 'no message'}")
-    res: dict = {"meta": None, "tasks": [], "conns": [], "queues": [], "stderr": err}
-    with open(out_path) as f:
-        for line in f:
-            rec = json.loads(line)
-            kind = rec.pop("type")
-            if kind == "meta":
-                res["meta"] = rec
-            else:
-                res[kind + "s"].append(rec)
     return res
 
 if __name__ == "__main__":  # make packet: build the driver ahead of the first run

@@ -20,12 +20,14 @@ from experiment.outputs.announcements import summarize as announcement_summary
 from experiment.outputs.links import COLUMNS as LINK_COLUMNS, QUEUE_COLUMNS
 from experiment.outputs.summary import build as build_summary, job_results
 from experiment.plan import job_traces
+from experiment.outputs.write import write_json
 from flowsim.network import Net
-from flowsim.control import table_router
+from flowsim.control import ControllerRouter, table_router
 from flowsim.routing import EcmpRouter
 from experiment.plan import job_predictions
-from flowsim.runner import exp_for_outputs
+from flowsim.runner import _faults as split_faults, exp_for_outputs, time_scale
 from packetsim import ns3, scenario
+from packetsim.control import ControllerLoop
 from packetsim.transport import settings
 
 ENGINE = "packet"
@@ -41,24 +43,23 @@ PROGRESS_EVERY_S = 5.0
 def check(exp) -> str:
     """Refuse what the packet engine cannot model (InputError, exit 2); one line on what it runs."""
     refuse_non_replay(exp, "packet", "it writes queue statistics instead")
-    if table_router(exp.routing, 0) is None:
-        raise InputError("controller.routing", "a static table policy (shortest or ecmp) with engine: packet "
-                         "(controller policies in the loop are not in the packet engine yet; run them with "
-                         "engine: flow)", exp.routing, exp.source)
+    if exp.coschedules:
+        raise InputError("controller.routing", "a policy that does not co-schedule, with engine: packet "
+                         "(co-scheduling's phase gates are not in the packet engine yet; run it with engine: flow)",
+                         exp.routing, exp.source)
     check_transport(exp, ENGINE)
-    for i, f in enumerate(exp.faults):
-        if f.link is None and f.switch is None:
-            raise InputError(f"faults[{i}]", "a link or switch fault with engine: packet (stragglers and "
-                             "controller restarts are not in it yet; run them with engine: flow)",
-                             f.describe(), exp.source)
     t = settings(exp)
-    if t.spray:
-        raise InputError("transport.spray", "per-flow routing with engine: packet (spraying is not in it yet)",
-                         True, exp.source)
+    if t.spray and exp.faults:
+        raise InputError("faults", "no faults with spraying on engine: packet (the sprayed next hops do not "
+                         "change when links fail; run it with engine: flow)", f"{len(exp.faults)} faults",
+                         exp.source)
+    table = table_router(exp.routing, 0)
+    how = ("per-packet spraying over the equal-cost paths" if t.spray
+           else f"ECMP seed {exp.flow.ecmp_seed}" if isinstance(table, EcmpRouter)
+           else "the policy's object in the loop" if table is None else "")
     return (f"engine packet: ns-3 {ns3.NS3_VERSION}, TCP {t.cc}, MTU {t.mtu_bytes} B, buffer "
             f"{t.switch_buffer_bytes} B a port, " + (f"ECN {t.ecn.min_bytes}-{t.ecn.max_bytes} B, " if t.ecn else "")
-            + f"routing {exp.routing}" + (f" (ECMP seed {exp.flow.ecmp_seed})"
-                                          if isinstance(table_router(exp.routing, 0), EcmpRouter) else ""))
+            + f"routing {exp.routing}" + (f" ({how})" if how else ""))
 
 
 def slice_bytes(exp) -> float:
@@ -83,15 +84,32 @@ def run_experiment(exp, out_dir: str, log=print, prepare=None, force: bool = Fal
 
 
 def plan(exp, log=print):
-    """(fabric, jobs, net, scenario, transport): everything the driver needs, before anything is written."""
+    """(fabric, jobs, net, scenario, transport, loop): everything the driver needs, before anything
+    is written; loop is the controller in the loop (ControllerLoop), or None for a static table."""
     fabric = exp.fabric()
     jobs = job_traces(exp, fabric)
     net = Net.from_fabric(fabric)
     sc = scenario.build(exp, fabric, jobs, slice_bytes(exp))
+    t = settings(exp)
+    cables, stragglers, outages = split_faults(exp, jobs)
+    scenario.straggle(sc, jobs, stragglers)
+    cable_faults = [f for f in exp.faults if f.link is not None or f.switch is not None]
     router = table_router(exp.routing, exp.flow.ecmp_seed)
-    scenario.route(sc, net, router)
-    sc.fault_log = scenario.apply_faults(sc, net, router, exp.faults)
-    return fabric, jobs, net, sc, settings(exp)
+    loop = None
+    if t.spray:  # a static spray: the first equal-cost path carries the ACKs, every packet draws
+        router = EcmpRouter(exp.flow.ecmp_seed)
+        scenario.route(sc, net, router)
+        scenario.spray(sc, net, router)
+        sc.fault_log = []
+    elif router is not None:
+        scenario.route(sc, net, router)
+        sc.fault_log = scenario.apply_faults(sc, net, router, cable_faults)
+    else:
+        ctl = ControllerRouter(fabric, exp.routing, exp.policy_params, exp.flow.ecmp_seed, time_scale(exp), outages)
+        loop = ControllerLoop(sc, net, ctl, cable_faults, outages)
+        loop.place()
+        sc.fault_log = loop.fault_log
+    return fabric, jobs, net, sc, t, loop
 
 
 def bin_s(sc, net) -> float:
@@ -104,12 +122,14 @@ def bin_s(sc, net) -> float:
     return next(m * exp10 for m in (1, 2, 5, 10) if m * exp10 >= want)
 
 
-def execute(sc, net, t, work_dir: str, *, seed: int = 1, log=print) -> tuple[dict, dict]:
+def execute(sc, net, t, work_dir: str, *, seed: int = 1, log=print, loop=None) -> tuple[dict, dict]:
     """Run the scenario on ns-3: (the driver's results, the links it built). Progress in simulated time."""
     path = os.path.join(work_dir, "packet-scenario.txt")
     w = sc.bin_s or bin_s(sc, net)
     built = scenario.write(sc, net, t, path, seed=seed, bin_s=w, end_s=END_S, rto_min_s=RTO_MIN_S)
     built["bin_s"] = w
+    if loop is not None:
+        loop.port_of_link = built["port_of_link"]
     last = [0.0]
 
     def progress(sim_s, done, total, wall_s, events):
@@ -119,11 +139,11 @@ def execute(sc, net, t, work_dir: str, *, seed: int = 1, log=print) -> tuple[dic
                 f"{events / max(wall_s, 1e-9):,.0f} events/s")
 
     try:
-        res = ns3.execute(path, progress, log)
+        res = ns3.execute(path, progress, log, on_poll=loop.on_poll if loop is not None else None)
     finally:
         if os.path.exists(path):
             os.unlink(path)
-    res["bin_s"] = w
+    res["bin_s"] = built["bin_s"] = res["meta"].get("bin_s", w)  # doubled by the driver when a run outlasts its plan
     return res, built
 
 
@@ -141,7 +161,10 @@ class PacketEngine(Engine):
         if ranks > MAX_RANKS and not self.force:
             raise InputError("engine", f"at most {MAX_RANKS:,} GPUs at packet level (more would take hours; run "
                              "it with engine: flow, or --force it)", f"engine: packet on {ranks:,} hosts", exp.source)
-        _, jobs, self.net, self.sc, self.t = plan(exp)
+        try:
+            _, jobs, self.net, self.sc, self.t, self.loop = plan(exp)
+        except ValueError as e:  # no path for a connection
+            raise InputError("topology", "a path between every pair of a job's hosts", str(e), exp.source) from None
         self.est = estimate_wall_s(self.sc, self.net, self.t)
         if self.est > MAX_WALL_S and not self.force:
             raise InputError("engine", f"a run of at most an hour (this one: about {self.est / 3600:.1f} h at "
@@ -159,16 +182,19 @@ class PacketEngine(Engine):
         run.log(f"[packet] {exp.name}: {sum(len(jp.hosts) for jp in run.jobs)} ranks, {len(sc.conns)} connections, "
                 f"{sc.transfers} transfers, {sc.payload_bytes / 2**20:.4g} MiB; estimated {self.est:.3g} s")
         try:
-            self.res, self.built = execute(sc, self.net, self.t, run.out_dir, seed=exp.flow.ecmp_seed + 1, log=run.log)
+            self.res, self.built = execute(sc, self.net, self.t, run.out_dir, seed=exp.flow.ecmp_seed + 1, log=run.log,
+                                           loop=self.loop)
         except RuntimeError as e:
             raise RunFailure(str(e)) from None
         meta = self.res["meta"]
-        for ev in _events(sc, run.jobs, self.res) + _fault_events(sc, self.res):
+        for ev in _events(sc, run.jobs, self.res) + _fault_events(exp, sc, self.res):
             run.events.add(ev)
         if meta["tasks_done"] == meta["tasks"]:
             run.status = "complete"
         else:
-            run.error = f"{meta['tasks'] - meta['tasks_done']} of {meta['tasks']} tasks unfinished at {meta['sim_end']:.6g} s"
+            run.error = (f"{meta['tasks'] - meta['tasks_done']} of {meta['tasks']} tasks unfinished at "
+                         f"{meta['sim_end']:.6g} s" + (" (stalled: no byte delivered and no task finished for "
+                                                       "120 s of simulated time)" if meta.get("stalled") else ""))
         run.log(f"[packet] {meta['events']:,} events in {meta['wall_s']:.3g} s: "
                 f"{meta['events'] / max(meta['wall_s'], 1e-9):,.0f} events/s")
 
@@ -177,10 +203,12 @@ class PacketEngine(Engine):
             return None  # ns-3 never ran to its end: nothing to summarize
         self.queues = _queues(self.net, self.built, self.res)
         return _summarize(run.exp, run.fabric, run.jobs, run.events.events, self.sc, self.res, self.t, self.queues,
-                          run.status, run.error, time.monotonic() - run.wall_t0)
+                          run.status, run.error, time.monotonic() - run.wall_t0, self.loop)
 
     def write_files(self, run: Run) -> None:
         _write_links(run, self.net, self.built, self.res)
+        if self.loop is not None:
+            write_json(run.path("controller-state.json"), self.loop.router.state(self.loop.now))
 
 
 def _events(sc, jobs, res) -> list[dict]:
@@ -208,10 +236,24 @@ def _events(sc, jobs, res) -> list[dict]:
     return out
 
 
-def _fault_events(sc, res) -> list[dict]:
-    """The fault events (the flow engine's fields): when each link or switch fault was applied."""
+def _fault_events(exp, sc, res) -> list[dict]:
+    """The fault events (the flow engine's fields): when each fault was applied."""
     end = res["meta"]["sim_end"] - max(res["meta"]["t0"], 0.0)
     out = []
+    for f in exp.faults:
+        if f.link is not None or f.switch is not None:
+            continue
+        at = f.at_ms / 1000.0
+        ev = {"kind": "fault", "job": None, "rank": None, "at_ms": f.at_ms, "start": at, "end": at,
+              "ok": at <= end, "error": None if at <= end else "the run ended before its time"}
+        if f.straggler is not None:
+            ev.update(fault="straggler", host=f.straggler, factor=f.factor)
+        else:
+            ev.update(fault="controller restart", down_ms=f.down_ms, outage_s=f.down_ms / 1000.0
+                      if table_router(exp.routing, 0) is None else 0.0)
+            if table_router(exp.routing, 0) is not None:
+                ev["note"] = f"routing {exp.routing}: the switches keep forwarding on their tables; nothing changes"
+        out.append(ev)
     for rec in sc.fault_log:
         f = rec["fault"]
         ev = {"kind": "fault", "job": None, "rank": None, "at_ms": f.at_ms, "start": rec["at_s"],
@@ -261,7 +303,7 @@ def _write_links(run: Run, net, built, res) -> None:
                         f"{round(gbps, 6)!r},{round(qb[k] if k < len(qb) else 0.0, 1)!r}\n")
 
 
-def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wall_s) -> dict:
+def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wall_s, loop=None) -> dict:
     cache: dict = {}
     per_job = [job_results(jp.name, events, 1.0, job_predictions(exp, fabric, jp, cache)) for jp in jobs]
     for jp, row in zip(jobs, per_job):
@@ -285,7 +327,13 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
             "one TCP connection per ordered peer pair of a job, opened before the replay starts (t=0)",
             "per-flow routes: each switch holds a host route per connection (its own addresses), filled "
             "from the routing policy's paths; ECMP hashes the flow engine's five-tuple",
-            "segments of MTU - 52 bytes (IP, TCP and timestamp headers); timestamps and SACK on"],
+            "segments of MTU - 52 bytes (IP, TCP and timestamp headers); timestamps and SACK on"]
+        + (["per-packet spraying: at each node of a flow's equal-cost paths every data packet draws its "
+            "next hop at random (ACKs keep one path back); TCP sees the reordering"] if t.spray else [])
+        + ([f"the policy's own object in the loop (flowsim.control.ControllerRouter): it places every "
+            f"connection at t=0 and is fed port and per-flow byte counters every {sc.poll_s:.6g} s of "
+            "simulated time; the simulation waits for its moves, which change the flow entries at once"]
+           if loop is not None else []),
         "link_bin_s": res["bin_s"],
         "events": meta["events"], "events_per_s": meta["events"] / max(meta["wall_s"], 1e-9),
         "run_s": meta["wall_s"], "wall_s": wall_s, "simulated_s": meta["sim_end"] - max(meta["t0"], 0.0),
@@ -296,7 +344,9 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
         "model": model,
         "fidelity": {"ok": status == "complete", "engine": ENGINE, "checks": checks,
                      "note": "a packet-level simulation: what it assumed is under model"},
-        "controller": {"routing": exp.routing, "counters": {"reroutes": len(sc.reroutes)}},
+        "controller": ({**loop.router.status(), "polls": res.get("polls", 0),
+                        "counters": {**loop.router.status()["counters"], "reroutes": loop.reroutes}}
+                       if loop is not None else {"routing": exp.routing, "counters": {"reroutes": len(sc.reroutes)}}),
         "queues": queues,
         "flows": flows,
         "faults": [e for e in events if e.get("kind") == "fault"],

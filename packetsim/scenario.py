@@ -45,6 +45,11 @@ class Scenario:
     ops: list = field(default_factory=list)    # OpTasks
     reroutes: list = field(default_factory=list)  # (at_s, conn, net link ids)
     linkstates: list = field(default_factory=list)  # (at_s, directed net link ids, up)
+    sprays: list = field(default_factory=list)      # (conn, node, next nodes): drawn per packet
+    straggles: list = field(default_factory=list)   # (compute task, from_s, factor)
+    sport: list | None = None   # per connection, its source port; None: from its id (route)
+    poll_s: float = 0.0         # the controller's poll period (0: no controller in the loop)
+    wakes: list = field(default_factory=list)       # times the controller is told of (faults, restarts)
     slice_bytes: int = 1
     bin_s: float | None = None  # links.csv interval; None: runner.bin_s
 
@@ -137,23 +142,76 @@ def _collective(sc: Scenario, fabric, j: int, hosts, group: list[int], op, at) -
         sc.earlier[at[m, op.id].end].extend((base + mine).tolist())
 
 
-def route(sc: Scenario, net, router, strict: bool = True) -> None:
-    """Each connection's path from the router: the five-tuple the flow engine hashes (the agents'
-    connection: an ephemeral source port, the job's listening port)."""
-    if not sc.conns:
-        return
+def five_tuples(sc: Scenario, net):
+    """Per connection: source and destination host positions, source and destination ports, and
+    the hash key of the five-tuple the flow engine hashes (the agents' connection: an ephemeral
+    source port, the job's listening port)."""
     hs = np.array([net.host_index(c[3]) for c in sc.conns], np.int64)
     hd = np.array([net.host_index(c[4]) for c in sc.conns], np.int64)
-    ids = np.arange(len(sc.conns))
-    sport = 32768 + ids % 28232
+    sport = (np.asarray(sc.sport, np.int64) if sc.sport is not None
+             else 32768 + np.arange(len(sc.conns)) % 28232)
     dport = BASE_PORT + np.array([c[0] for c in sc.conns], np.int64)
-    keys = five_tuple_hash(net.host_ip[hs], net.host_ip[hd], sport, dport)
+    return hs, hd, sport, dport, five_tuple_hash(net.host_ip[hs], net.host_ip[hd], sport, dport)
+
+
+def connect_order(sc: Scenario) -> None:
+    """Source ports as the flow engine gives them when the agents connect to every peer before the
+    replay (its connect_all: in (job, source rank, destination rank) order), so that a controller
+    sees the same five-tuples in both engines."""
+    order = sorted(range(len(sc.conns)), key=lambda c: sc.conns[c][:3])
+    sc.sport = [0] * len(sc.conns)
+    for k, c in enumerate(order):
+        sc.sport[c] = 32768 + k % 28232
+
+
+def route(sc: Scenario, net, router, strict: bool = True) -> None:
+    """Each connection's path from the router, by its five-tuple (five_tuples)."""
+    if not sc.conns:
+        return
+    hs, hd, _, _, keys = five_tuples(sc, net)
     indptr, links = router.route(net, hs, hd, keys)
     sc.paths = [links[indptr[i]:indptr[i + 1]] for i in range(len(sc.conns))]
     bad = [i for i, p in enumerate(sc.paths) if len(p) == 0]
     if bad and strict:
         c = sc.conns[bad[0]]
         raise ValueError(f"no path from {c[3]} to {c[4]}")
+
+
+def spray(sc: Scenario, net, router) -> None:
+    """Per-packet spraying: at every node of a connection's equal-cost paths, the next nodes its
+    packets draw from (its ACKs keep the one path of sc.paths back; a node off that path gets its
+    entry here too)."""
+    hs, hd, _, _, _ = five_tuples(sc, net)
+    for c in range(len(sc.conns)):
+        nxt: dict[int, set] = {}
+        for p in router.equal_cost_paths(net, int(hs[c]), int(hd[c])):
+            for lid in p.tolist():
+                nxt.setdefault(int(net.link_src[lid]), set()).add(int(net.link_dst[lid]))
+        for node, ns in sorted(nxt.items()):  # every node of every path holds an entry
+            sc.sprays.append((c, node, sorted(ns)))
+
+
+def straggle(sc: Scenario, jobs, stragglers) -> None:
+    """A straggler's compute: each compute task of its rank ready at or after from_s lasts factor x
+    (flowsim's Straggler: job by name, rank in the job)."""
+    index = {jp.name: j for j, jp in enumerate(jobs)}
+    for s in stragglers:
+        for ot in sc.ops:
+            if ot.op.kind == "compute" and ot.rank == s.rank and ot.job == index[s.job]:
+                sc.straggles.append((ot.end, s.from_s, s.factor))
+
+
+def cable_ids(net, faults) -> list[tuple[float, list, bool]]:
+    """(at_s, directed link ids, up) of each link or switch fault, with the net left as it was."""
+    saved, version = net.link_up.copy(), net.version
+    out = []
+    for f in sorted(faults, key=lambda f: f.at_ms):
+        up = f.state == "up"
+        ids = net.set_cable(f.link[0], f.link[1], up) if f.link is not None else net.set_switch(f.switch, up)
+        out.append((f.at_ms / 1000.0, ids, up))
+    net.link_up[:] = saved
+    net.version = version + 1
+    return out
 
 
 def apply_faults(sc: Scenario, net, router, faults) -> list[dict]:
@@ -214,7 +272,18 @@ def write(sc: Scenario, net, transport, path: str, *, seed: int, bin_s: float, e
             for lk in sorted({pairs.get((int(net.link_src[i]), int(net.link_dst[i])),
                                         pairs.get((int(net.link_dst[i]), int(net.link_src[i])))) for i in ids}):
                 f.write(f"linkstate {at_s!r} {lk} {int(up)}\n")
-    return {"links": links}
+        for c, node, nxt in sc.sprays:
+            f.write(f"spray {c} {node} {len(nxt)} {' '.join(map(str, nxt))}\n")
+        for t, from_s, factor in sc.straggles:
+            f.write(f"straggle {t} {from_s!r} {factor!r}\n")
+        if sc.poll_s > 0:
+            f.write(f"poll {sc.poll_s!r}\n")
+        for at_s in sorted(set(sc.wakes)):
+            f.write(f"wake {at_s!r}\n")
+    # The driver's port of each directed net link: link i's end at a is port 2i, at b 2i+1.
+    port = np.array([2 * pairs[a, b] if (a, b) in pairs else 2 * pairs[b, a] + 1
+                     for a, b in zip(net.link_src.tolist(), net.link_dst.tolist())], np.int64)
+    return {"links": links, "port_of_link": port}
 
 
 def _nodes(net, links) -> list[int]:

@@ -139,7 +139,7 @@ def test_a_ring_runs_at_the_line_rate_and_writes_the_shared_outputs(tmp_path, ca
 
 
 def test_check_refuses_what_it_cannot_model_in_one_line(tmp_path):
-    for extra, key in (({"controller": {"routing": "congestion-aware"}}, "controller.routing"),
+    for extra, key in (({"controller": {"routing": "coschedule"}}, "controller.routing"),
                        ({"capture": {"links": [["h1", "s0"]]}}, "capture.links")):
         exp = model.load(write(tmp_path, ring(**extra)))
         with pytest.raises(InputError) as e:
@@ -174,3 +174,35 @@ def test_a_link_that_fails_mid_run_loses_its_flows_to_the_other_paths(tmp_path):
     frames = 2 * 20_000_000 / (MTU - 52) * (MTU + 2)
     assert 0 < cut["tx_bytes"] < 0.9 * frames  # it carried the two flows only until it failed
     assert sum(f["retransmissions"] for f in s["flows"]) > 0  # what was in flight through it was lost
+
+
+def _stride(routing, size=20_000_000):
+    return {"name": f"stride-{routing}", "engine": "packet",
+            "topology": {"kind": "fat-tree", "k": 4, "link_gbps": 100}, "controller": {"routing": routing},
+            "jobs": [{"name": "s", "hosts": "all", "workload": {"pattern": "stride", "stride": 8,
+                                                                "size_bytes": size, "iterations": 1}}]}
+
+
+@needs_ns3
+def test_the_controller_in_the_loop_places_every_flow_on_its_own_path(tmp_path):
+    # ECMP seed 0 puts two of the 16 stride flows on one uplink; congestion-aware placement does not.
+    out = tmp_path / "ca"
+    assert main(["run", write(tmp_path, _stride("congestion-aware")), "--out", str(out)]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "complete"
+    assert s["controller"]["counters"]["flows_placed"] == 16
+    assert (out / "controller-state.json").exists()
+    ideal = 20_000_000 / (100e9 / 8 * GOODPUT)
+    assert s["jobs"][0]["iteration_time_s"]["mean"] <= 1.1 * ideal
+    busy = [q for q in s["queues"] if q["link"].startswith("agg") and "core" in q["link"] and q["tx_bytes"] > 0]
+    assert max(q["tx_bytes"] for q in busy) < 1.5 * 20_000_000  # no core uplink carried two flows
+
+
+@needs_ns3
+def test_spraying_spreads_every_flow_over_its_equal_cost_paths(tmp_path):
+    out = tmp_path / "spray"
+    assert main(["run", write(tmp_path, _stride("spray")), "--out", str(out)]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "complete"
+    up = [q["tx_bytes"] for q in s["queues"] if q["link"].startswith("agg0_") and "core" in q["link"]]
+    assert len(up) == 4 and min(up) > 0.7 * max(up), up  # the pod's four uplinks share its eight flows
