@@ -144,7 +144,7 @@ def _router(exp: Experiment, fabric, outages):
     return ControllerRouter(fabric, exp.routing, exp.policy_params, exp.flow.ecmp_seed, time_scale(exp), outages)
 
 
-def _faults(exp: Experiment, jobs):
+def split_faults(exp: Experiment, jobs):
     faults, stragglers, outages = [], [], []
     for f in exp.faults:
         at = f.at_ms / 1000.0
@@ -190,7 +190,7 @@ class FlowEngine(Engine):
         self.sim = self.res = None
         self.run_events = events
         run.t_start = 0.0
-        faults, stragglers, outages = _faults(exp, jobs)
+        faults, stragglers, outages = split_faults(exp, jobs)
         self.router = router = _router(exp, fabric, outages)
         bin_s = (exp.flow.link_bin_ms / 1000.0 if exp.flow.link_bin_ms
                  else (EMULATOR_SAMPLE_S / exp.scale.dilation if exp.scale_given else 1e-3))

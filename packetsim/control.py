@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from flowsim.routing import Observation
-from packetsim.scenario import _nodes, cable_ids, connect_order, five_tuples
+from packetsim.scenario import cable_ids, connect_order, five_tuples, node_path
 
 
 class ControllerLoop:
@@ -101,7 +101,7 @@ class ControllerLoop:
         cmds = []
         for c, p in sorted(moved.items()):
             if len(p) and not np.array_equal(p, self.C_path[c]):
-                nodes = _nodes(net, p)
+                nodes = node_path(net, p)
                 cmds.append(f"route {c} {len(nodes)} {' '.join(map(str, nodes))}")
                 self.C_path[c] = p
                 self.reroutes += 1

@@ -25,7 +25,7 @@ from flowsim.network import Net
 from flowsim.control import ControllerRouter, table_router
 from flowsim.routing import EcmpRouter
 from experiment.plan import job_predictions
-from flowsim.runner import _faults as split_faults, exp_for_outputs, time_scale
+from flowsim.runner import exp_for_outputs, split_faults, time_scale
 from packetsim import ns3, scenario
 from packetsim.control import ControllerLoop
 from packetsim.transport import settings

@@ -258,7 +258,7 @@ def write(sc: Scenario, net, transport, path: str, *, seed: int, bin_s: float, e
         for i, (a, b, kind, gbps) in enumerate(links):
             f.write(f"link {i} {a} {b} {gbps!r} {transport.latency_us.get(kind, 0.0) * 1e-6!r}\n")
         for c, p in enumerate(sc.paths):
-            nodes = _nodes(net, p)
+            nodes = node_path(net, p)
             f.write(f"conn {c} {nodes[0]} {nodes[-1]} {len(nodes)} {' '.join(map(str, nodes))}\n")
         for t, kind in enumerate(sc.kinds):
             e, g = sc.earlier[t], sc.gates[t]
@@ -266,7 +266,7 @@ def write(sc: Scenario, net, transport, path: str, *, seed: int, bin_s: float, e
                     f"{sc.slice_bytes if g else 0} {len(e)} {' '.join(map(str, e))} {len(g)} "
                     f"{' '.join(map(str, g))}\n")
         for at_s, c, p in sc.reroutes:
-            nodes = _nodes(net, p)
+            nodes = node_path(net, p)
             f.write(f"reroute {at_s!r} {c} {len(nodes)} {' '.join(map(str, nodes))}\n")
         for at_s, ids, up in sc.linkstates:
             for lk in sorted({pairs.get((int(net.link_src[i]), int(net.link_dst[i])),
@@ -286,6 +286,6 @@ def write(sc: Scenario, net, transport, path: str, *, seed: int, bin_s: float, e
     return {"links": links, "port_of_link": port}
 
 
-def _nodes(net, links) -> list[int]:
+def node_path(net, links) -> list[int]:
     links = [int(x) for x in links]
     return [int(net.link_src[links[0]])] + [int(net.link_dst[l]) for l in links]
