@@ -322,17 +322,23 @@ def _fault_events(exp: Experiment, sim, router) -> list[dict]:
             else:
                 ev["switch"] = f.switch
                 ev["fault"] = f"switch {f.state}"
-        elif f.straggler is not None:
-            ev.update(fault="straggler", host=f.straggler, factor=f.factor)
         else:
-            ev.update(fault="controller restart", down_ms=f.down_ms,
-                      outage_s=f.down_ms / 1000.0 if needs_controller(exp.routing) else 0.0)
-            if not needs_controller(exp.routing):
-                ev["note"] = f"routing {exp.routing}: the switches keep forwarding on their tables; nothing changes"
+            ev.update(host_fault_fields(exp, f))
         if ev["start"] > sim.now and not (f.link or f.switch):
             ev.update(ok=False, error="the run ended before its time")
         out.append(ev)
     return out
+
+
+def host_fault_fields(exp: Experiment, f) -> dict:
+    """A straggler's or a controller restart's fields in its fault event (every model engine's)."""
+    if f.straggler is not None:
+        return {"fault": "straggler", "host": f.straggler, "factor": f.factor}
+    ev = {"fault": "controller restart", "down_ms": f.down_ms,
+          "outage_s": f.down_ms / 1000.0 if needs_controller(exp.routing) else 0.0}
+    if not needs_controller(exp.routing):
+        ev["note"] = f"routing {exp.routing}: the switches keep forwarding on their tables; nothing changes"
+    return ev
 
 
 def exp_for_outputs(exp: Experiment) -> Experiment:

@@ -25,7 +25,7 @@ from flowsim.network import Net
 from flowsim.control import ControllerRouter, table_router
 from flowsim.routing import EcmpRouter
 from experiment.plan import job_predictions
-from flowsim.runner import exp_for_outputs, split_faults, time_scale
+from flowsim.runner import exp_for_outputs, host_fault_fields, split_faults, time_scale
 from packetsim import ns3, scenario
 from packetsim.control import ControllerLoop
 from packetsim.transport import settings
@@ -246,13 +246,7 @@ def _fault_events(exp, sc, res) -> list[dict]:
         at = f.at_ms / 1000.0
         ev = {"kind": "fault", "job": None, "rank": None, "at_ms": f.at_ms, "start": at, "end": at,
               "ok": at <= end, "error": None if at <= end else "the run ended before its time"}
-        if f.straggler is not None:
-            ev.update(fault="straggler", host=f.straggler, factor=f.factor)
-        else:
-            ev.update(fault="controller restart", down_ms=f.down_ms, outage_s=f.down_ms / 1000.0
-                      if table_router(exp.routing, 0) is None else 0.0)
-            if table_router(exp.routing, 0) is not None:
-                ev["note"] = f"routing {exp.routing}: the switches keep forwarding on their tables; nothing changes"
+        ev.update(host_fault_fields(exp, f))
         out.append(ev)
     for rec in sc.fault_log:
         f = rec["fault"]

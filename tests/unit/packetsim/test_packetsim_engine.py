@@ -183,13 +183,19 @@ def _stride(routing, size=20_000_000):
                                                                 "size_bytes": size, "iterations": 1}}]}
 
 
+def _run_stride(tmp_path, routing):
+    """The stride run's folder and summary, complete."""
+    out = tmp_path / routing
+    assert main(["run", write(tmp_path, _stride(routing)), "--out", str(out)]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "complete"
+    return out, s
+
+
 @needs_ns3
 def test_the_controller_in_the_loop_places_every_flow_on_its_own_path(tmp_path):
     # ECMP seed 0 puts two of the 16 stride flows on one uplink; congestion-aware placement does not.
-    out = tmp_path / "ca"
-    assert main(["run", write(tmp_path, _stride("congestion-aware")), "--out", str(out)]) == 0
-    s = json.loads((out / "summary.json").read_text())
-    assert s["status"] == "complete"
+    out, s = _run_stride(tmp_path, "congestion-aware")
     assert s["controller"]["counters"]["flows_placed"] == 16
     assert (out / "controller-state.json").exists()
     ideal = 20_000_000 / (100e9 / 8 * GOODPUT)
@@ -200,9 +206,6 @@ def test_the_controller_in_the_loop_places_every_flow_on_its_own_path(tmp_path):
 
 @needs_ns3
 def test_spraying_spreads_every_flow_over_its_equal_cost_paths(tmp_path):
-    out = tmp_path / "spray"
-    assert main(["run", write(tmp_path, _stride("spray")), "--out", str(out)]) == 0
-    s = json.loads((out / "summary.json").read_text())
-    assert s["status"] == "complete"
+    _, s = _run_stride(tmp_path, "spray")
     up = [q["tx_bytes"] for q in s["queues"] if q["link"].startswith("agg0_") and "core" in q["link"]]
     assert len(up) == 4 and min(up) > 0.7 * max(up), up  # the pod's four uplinks share its eight flows
