@@ -8,11 +8,20 @@ router's moves go back as route commands (the switches' flow entries change at t
 and the simulation goes on. Every connection opens before the replay starts, so the controller
 places each one at t=0, as its packet-in does in the emulator, where the agents connect to all
 their peers first.
+
+Co-scheduling's phase gates are the flow engine's own object (flowsim.cosched.PhaseGates), with
+this loop as its ``sim``: each communication op of an announced iteration waits on a hold task
+(scenario.hold); the driver reports it ready and waits, the gates announce or wait for the
+answer, and the hold ends at the answer's start (a "release" command). A pace in an answer is
+refused (counted, and said in summary.json model): the driver has no per-host rate cap.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
+from flowsim.cosched import PhaseGates
 from flowsim.routing import Observation
 from packetsim.scenario import cable_ids, connect_order, five_tuples, node_path
 
@@ -43,6 +52,48 @@ class ControllerLoop:
         self._wakes = list(sc.wakes)
         sc.poll_s = float(router.poll_s)
         router.attach(self)
+        self.gates = None
+        self.gate_events: list[dict] = []  # announce and offset events, for events.jsonl
+        self.paces_refused = 0
+        self._parked: dict[tuple[int, int], list[int]] = {}  # (job, iteration) -> hold tasks waiting
+        self._out: list[str] = []
+
+    def coschedule(self, jobs, announced: dict) -> None:
+        """Phase gates for the scenario's hold tasks (jobs: the plan's jobs, announced: experiment.plan's
+        announcements)."""
+        self.jobs = [SimpleNamespace(name=jp.name) for jp in jobs]
+        self.job_host = [np.array([self.net.host_index(h) for h in jp.hosts], np.int64) for jp in jobs]
+        self.gates = PhaseGates(announced, self.router, on_event=self.gate_events.append)
+
+    # -- what the phase gates call -----------------------------------------------------------
+    def release(self, j: int, it: int, start_s: float) -> None:
+        for h in self._parked.pop((j, it), []):
+            self._release(h, start_s)
+
+    def set_pace(self, j: int, share, from_s: float = 0.0, until_s: float = 0.0) -> None:
+        if share is not None and until_s > from_s:
+            self.paces_refused += 1  # no per-host rate cap in the driver (model statement)
+
+    def _release(self, h: int, start_s: float) -> None:
+        j, r, it = self.sc.holds[h]
+        now = self.now
+        self.now = max(now, start_s)  # the rank's phase begins when the hold ends
+        self.gates.begun(self, j, r, it)
+        self.now = now
+        self._out.append(f"release {h} {start_s!r}")
+
+    def on_gate(self, rec: dict) -> list[str]:
+        """A hold task is ready (a gate line): announce, or release it at the answer's start, or park it."""
+        self.now = float(rec["t"])
+        h = int(rec["task"])
+        j, r, it = self.sc.holds[h]
+        opens = self.gates.ready(self, j, r, it)
+        if opens == float("inf"):
+            self._parked.setdefault((j, it), []).append(h)
+        else:
+            self._release(h, opens)
+        out, self._out = self._out, []
+        return out
 
     # -- what the router reads ------------------------------------------------------------
     def five_tuple(self, c: int) -> tuple[int, int, int, int]:
@@ -72,6 +123,8 @@ class ControllerLoop:
 
     def on_poll(self, rec: dict) -> list[str]:
         """A poll line from the driver: the router's answer as route commands."""
+        if "task" in rec:
+            return self.on_gate(rec)
         now = float(rec["t"])
         self.now = now
         net = self.net

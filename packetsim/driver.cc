@@ -6,7 +6,9 @@
 //   nodes N
 //   link ID A B GBPS DELAY_S
 //   conn ID SRC DST K N0 .. NK-1          (its path, node ids from SRC to DST)
-//   task ID KIND CONN SIZE DUR_S SLICE NE E.. NG G..   KIND: X transfer, C compute, J join
+//   task ID KIND CONN SIZE DUR_S SLICE NE E.. NG G..   KIND: X transfer, C compute, J join,
+//                                          H hold (a co-scheduling gate: when ready, print a gate
+//                                          line and read commands; "release" ends it)
 //   reroute AT_S CONN K N0 .. NK-1
 //   linkstate AT_S LINK UP                (a cable down (0) or up (1): both ends drop what arrives)
 //   spray CONN NODE K I0 .. IK-1          (the connection's packets leave NODE by one of these
@@ -15,7 +17,8 @@
 //   poll PERIOD_S                         (the controller in the loop: every PERIOD_S, and at each
 //   wake AT_S                              wake, print a poll line and read commands until "go")
 //
-// Commands on stdin at a poll: "route CONN K N0 .. NK-1" (the connection's new path), "go".
+// Commands on stdin at a poll or gate: "route CONN K N0 .. NK-1" (the connection's new path),
+// "release TASK AT_S" (a hold task ends at AT_S since t0, or now if that has passed), "go".
 // stdout carries JSON lines: progress, polls, and at the end the results.
 #include "ns3/core-module.h"
 #include "ns3/internet-module.h"
@@ -174,6 +177,7 @@ static double SimNow() { return Simulator::Now().GetSeconds(); }
 
 static void Pump(int c);
 static void Complete(int t);
+static bool Commands();
 
 static void MakeReady(int t) {
     Task& k = tasks[t];
@@ -183,6 +187,10 @@ static void MakeReady(int t) {
         if (k.slowFrom >= 0 && k.ready - t0 >= k.slowFrom) k.dur *= k.slowFactor;
         computing++;
         Simulator::Schedule(Seconds(k.dur), &Complete, t);
+    } else if (k.kind == 'H') {  // the controller decides when it ends (a release command)
+        printf("{\"type\":\"gate\",\"t\":%.12g,\"task\":%d}\n", k.ready - t0, t);
+        fflush(stdout);
+        Commands();
     } else if (k.kind == 'J' || k.size == 0) {
         k.start = k.ready;
         Complete(t);
@@ -370,11 +378,17 @@ static void Poll(bool periodic) {
     for (size_t c = 0; c < conns.size(); c++) printf(c ? ",%llu" : "%llu", (unsigned long long)conns[c].bytesRx);
     printf("]}\n");
     fflush(stdout);
+    if (!Commands()) return;
+    if (periodic) Simulator::Schedule(Seconds(pollS), &Poll, true);
+}
+
+// The controller's commands after a poll or gate line, until "go"; false when it stops the run.
+static bool Commands() {
     std::string line;
     while (true) {
         if (!std::getline(std::cin, line)) {  // the controller's side is gone: stop, unfinished
             Simulator::Stop();
-            return;
+            return false;
         }
         std::istringstream in(line);
         std::string cmd;
@@ -388,12 +402,24 @@ static void Poll(bool periodic) {
             if (in.fail() || c < 0 || size_t(c) >= conns.size() || k < 2) {
                 std::cerr << "bad command: " << line.substr(0, 80) << "\n";
                 Simulator::Stop();
-                return;
+                return false;
             }
             Reroute(c, p);
+        } else if (cmd == "release") {
+            int t;
+            double at;
+            in >> t >> at;
+            if (in.fail() || t < 0 || size_t(t) >= tasks.size() || tasks[size_t(t)].kind != 'H') {
+                std::cerr << "bad command: " << line.substr(0, 80) << "\n";
+                Simulator::Stop();
+                return false;
+            }
+            double wait = std::max(0.0, at - (SimNow() - t0));
+            tasks[size_t(t)].start = SimNow() + wait;
+            Simulator::Schedule(Seconds(wait), &Complete, t);
         }
     }
-    if (periodic) Simulator::Schedule(Seconds(pollS), &Poll, true);
+    return true;
 }
 
 static bool stalled = false;

@@ -86,8 +86,8 @@ def _run(exe: str, scenario_path: str, err_path: str, on_progress, on_poll) -> d
                     continue
                 rec = json.loads(line)
                 kind = rec.pop("type")
-                if kind == "poll":
-                    res["polls"] += 1
+                if kind in ("poll", "gate"):  # a gate line (a co-scheduling hold task) has "task"
+                    res["polls"] += kind == "poll"
                     cmds = on_poll(rec) if on_poll is not None else []
                     p.stdin.write("".join(c + "\n" for c in cmds) + "go\n")
                     p.stdin.flush()

@@ -19,7 +19,7 @@ from experiment.transport import check_transport
 from experiment.outputs.announcements import summarize as announcement_summary
 from experiment.outputs.links import COLUMNS as LINK_COLUMNS, QUEUE_COLUMNS
 from experiment.outputs.summary import build as build_summary, job_results
-from experiment.plan import job_traces
+from experiment.plan import announcements, job_traces
 from experiment.outputs.write import write_json
 from flowsim.network import Net
 from flowsim.control import ControllerRouter, table_router
@@ -43,10 +43,6 @@ PROGRESS_EVERY_S = 5.0
 def check(exp) -> str:
     """Refuse what the packet engine cannot model (InputError, exit 2); one line on what it runs."""
     refuse_non_replay(exp, "packet", "it writes queue statistics instead")
-    if exp.coschedules:
-        raise InputError("controller.routing", "a policy that does not co-schedule, with engine: packet "
-                         "(co-scheduling's phase gates are not in the packet engine yet; run it with engine: flow)",
-                         exp.routing, exp.source)
     check_transport(exp, ENGINE)
     t = settings(exp)
     if t.spray and exp.faults:
@@ -109,6 +105,10 @@ def plan(exp, log=print):
         loop = ControllerLoop(sc, net, ctl, cable_faults, outages)
         loop.place()
         sc.fault_log = loop.fault_log
+        if exp.coschedules:
+            announced = announcements(fabric, jobs)
+            scenario.hold(sc, announced)
+            loop.coschedule(jobs, announced)
     return fabric, jobs, net, sc, t, loop
 
 
@@ -187,7 +187,8 @@ class PacketEngine(Engine):
         except RuntimeError as e:
             raise RunFailure(str(e)) from None
         meta = self.res["meta"]
-        for ev in _events(sc, run.jobs, self.res) + _fault_events(exp, sc, self.res):
+        gated = self.loop.gate_events if self.loop is not None else []
+        for ev in _events(sc, run.jobs, self.res) + _fault_events(exp, sc, self.res) + gated:
             run.events.add(ev)
         if meta["tasks_done"] == meta["tasks"]:
             run.status = "complete"
@@ -220,7 +221,7 @@ def _events(sc, jobs, res) -> list[dict]:
         if end < 0:
             continue
         op, jp = ot.op, jobs[ot.job]
-        ready = tasks[ot.start]["end"]
+        ready = tasks[ot.hold]["ready"] if ot.hold is not None else tasks[ot.start]["end"]  # before its gate
         start = tasks[ot.first]["start"] if ot.first is not None and tasks[ot.first]["start"] >= 0 else ready
         ev = {"kind": op.kind, "job": jp.name, "rank": ot.rank, "op_id": op.id, "start": start, "end": end,
               "ready": ready}
@@ -327,7 +328,13 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
         + ([f"the policy's own object in the loop (flowsim.control.ControllerRouter): it places every "
             f"connection at t=0 and is fed port and per-flow byte counters every {sc.poll_s:.6g} s of "
             "simulated time; the simulation waits for its moves, which change the flow entries at once"]
-           if loop is not None else []),
+           if loop is not None else [])
+        + ([f"co-scheduling's phase gates (flowsim.cosched.PhaseGates, the flow engine's object): each "
+            "communication op of an announced iteration waits in the driver until the controller's answer "
+            "releases it at the answer's start"] if loop is not None and loop.gates is not None else [])
+        + ([f"pace answers refused: the driver has no per-host rate cap, so the {loop.paces_refused} answers "
+            "that asked a job to pace sent at full rate (the start offsets were applied)"]
+           if loop is not None and loop.paces_refused else []),
         "link_bin_s": res["bin_s"],
         "events": meta["events"], "events_per_s": meta["events"] / max(meta["wall_s"], 1e-9),
         "run_s": meta["wall_s"], "wall_s": wall_s, "simulated_s": meta["sim_end"] - max(meta["t0"], 0.0),
@@ -339,7 +346,8 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
         "fidelity": {"ok": status == "complete", "engine": ENGINE, "checks": checks,
                      "note": "a packet-level simulation: what it assumed is under model"},
         "controller": ({**loop.router.status(), "polls": res.get("polls", 0),
-                        "counters": {**loop.router.status()["counters"], "reroutes": loop.reroutes}}
+                        "counters": {**loop.router.status()["counters"], "reroutes": loop.reroutes,
+                                     **({"paces_refused": loop.paces_refused} if loop.gates is not None else {})}}
                        if loop is not None else {"routing": exp.routing, "counters": {"reroutes": len(sc.reroutes)}}),
         "queues": queues,
         "flows": flows,

@@ -17,7 +17,7 @@ from flowsim.network import LINK_KINDS
 from flowsim.routing import five_tuple_hash
 from traffic.collectives.templates import template
 
-COMPUTE, TRANSFER, JOIN = "C", "X", "J"
+COMPUTE, TRANSFER, JOIN, HOLD = "C", "X", "J", "H"
 
 
 @dataclass
@@ -29,6 +29,7 @@ class OpTasks:
     start: int
     end: int
     first: int | None = None  # a send's transfer: its first byte is the op's start
+    hold: int | None = None   # its co-scheduling gate (hold): its end is when the op may start
 
 
 @dataclass
@@ -50,6 +51,7 @@ class Scenario:
     sport: list | None = None   # per connection, its source port; None: from its id (route)
     poll_s: float = 0.0         # the controller's poll period (0: no controller in the loop)
     wakes: list = field(default_factory=list)       # times the controller is told of (faults, restarts)
+    holds: dict = field(default_factory=dict)       # hold task -> (job, rank, iteration): phase gates
     slice_bytes: int = 1
     bin_s: float | None = None  # links.csv interval; None: runner.bin_s
 
@@ -189,6 +191,19 @@ def spray(sc: Scenario, net, router) -> None:
                 nxt.setdefault(int(net.link_src[lid]), set()).add(int(net.link_dst[lid]))
         for node, ns in sorted(nxt.items()):  # every node of every path holds an entry
             sc.sprays.append((c, node, sorted(ns)))
+
+
+def hold(sc: Scenario, announced: dict) -> None:
+    """Co-scheduling's phase gates: each communication op of an announced iteration (announced: job
+    index -> iterations, experiment.plan.announcements) waits on a hold task that takes over the
+    op's dependencies; the driver reports it ready and the controller's answer releases it."""
+    for ot in sc.ops:
+        it = getattr(ot.op, "iteration", None)
+        if ot.op.kind == "compute" or it is None or it not in announced.get(ot.job, ()):
+            continue
+        h = ot.hold = sc.add(HOLD, earlier=sc.earlier[ot.start])
+        sc.earlier[ot.start] = [h]
+        sc.holds[h] = (ot.job, ot.rank, int(it))
 
 
 def straggle(sc: Scenario, jobs, stragglers) -> None:
