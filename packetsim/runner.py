@@ -221,8 +221,9 @@ def _events(sc, jobs, res) -> list[dict]:
         if end < 0:
             continue
         op, jp = ot.op, jobs[ot.job]
-        ready = tasks[ot.hold]["ready"] if ot.hold is not None else tasks[ot.start]["end"]  # before its gate
-        start = tasks[ot.first]["start"] if ot.first is not None and tasks[ot.first]["start"] >= 0 else ready
+        opened = tasks[ot.start]["end"]  # its dependencies done and its phase's gate open
+        ready = tasks[ot.hold]["ready"] if ot.hold is not None else opened  # a gated op is ready before its gate
+        start = tasks[ot.first]["start"] if ot.first is not None and tasks[ot.first]["start"] >= 0 else opened
         ev = {"kind": op.kind, "job": jp.name, "rank": ot.rank, "op_id": op.id, "start": start, "end": end,
               "ready": ready}
         for k in ("op", "algorithm", "size_bytes", "iteration", "label", "group", "peer"):

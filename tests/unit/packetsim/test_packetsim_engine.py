@@ -139,8 +139,7 @@ def test_a_ring_runs_at_the_line_rate_and_writes_the_shared_outputs(tmp_path, ca
 
 
 def test_check_refuses_what_it_cannot_model_in_one_line(tmp_path):
-    for extra, key in (({"controller": {"routing": "coschedule"}}, "controller.routing"),
-                       ({"capture": {"links": [["h1", "s0"]]}}, "capture.links")):
+    for extra, key in (({"capture": {"links": [["h1", "s0"]]}}, "capture.links"),):
         exp = model.load(write(tmp_path, ring(**extra)))
         with pytest.raises(InputError) as e:
             runner.check(exp)
