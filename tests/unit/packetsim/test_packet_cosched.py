@@ -17,14 +17,15 @@ SIZE_BYTES = 16 << 20
 COMPUTE_MS = 1.0
 
 
-def _run(tmp_path, routing):
+def _run(tmp_path, routing, params=None, compute_b_ms=COMPUTE_MS):
     """(summary, events) of two jobs, h0-h2 and h1-h3, both crossing leaf0 <-> spine0 <-> leaf1."""
     wl = {"collective": "all_reduce", "algorithm": "ring", "size_bytes": SIZE_BYTES, "iterations": 2,
           "compute_ms": COMPUTE_MS}
-    data = {"name": f"two-{routing}", "engine": "packet", "controller": {"routing": routing},
+    ctl = {"policy": routing, **({"params": params} if params else {})}
+    data = {"name": f"two-{routing}", "engine": "packet", "controller": ctl,
             "topology": {"kind": "leaf-spine", "leaves": 2, "spines": 1, "hosts_per_leaf": 2, "link_gbps": 100},
             "jobs": [{"name": "a", "hosts": ["h0", "h2"], "workload": wl},
-                     {"name": "b", "hosts": ["h1", "h3"], "workload": wl}]}
+                     {"name": "b", "hosts": ["h1", "h3"], "workload": {**wl, "compute_ms": compute_b_ms}}]}
     p = tmp_path / f"{routing}.yaml"
     p.write_text(yaml.safe_dump(data))
     out = tmp_path / routing
@@ -79,3 +80,12 @@ def test_no_rank_starts_a_gated_op_before_its_answer(tmp_path):
     for e in gated:
         assert e["start"] >= answer[e["job"], e["iteration"]] - 1e-9, e
         assert e["ready"] <= e["start"]
+
+
+@needs_ns3
+def test_an_answer_that_paces_is_refused_and_said_so(tmp_path):
+    # One offset step (no shift) and unequal compute: the less GPU-intense job is told to pace.
+    s, events = _run(tmp_path, "coschedule", params={"offset_steps": 1}, compute_b_ms=3 * COMPUTE_MS)
+    paced = [e for e in events if e["kind"] == "announce" and e["pace_share"]]
+    assert paced and s["controller"]["counters"]["paces_refused"] == len(paced)
+    assert any("pace answers refused" in x for x in s["model"]["statements"])
