@@ -42,6 +42,7 @@ class ControllerLoop:
         sc.wakes = sorted({r["at_s"] for r in self.fault_log} | set(self.restart_at))
         self._wakes = list(sc.wakes)
         sc.poll_s = float(router.poll_s)
+        self.units = None  # experiment.model.Scale, with packet.units emulated: the driver runs in emulated units, the router in real
         router.attach(self)
 
     # -- what the router reads ------------------------------------------------------------
@@ -73,10 +74,12 @@ class ControllerLoop:
     def on_poll(self, rec: dict) -> list[str]:
         """A poll line from the driver: the router's answer as route commands."""
         now = float(rec["t"])
-        self.now = now
-        net = self.net
         lb = np.asarray(rec["ports"], np.float64)[self.port_of_link]
         cb = np.asarray(rec["conns"], np.float64)
+        if self.units is not None:
+            now, lb, cb = now / self.units.dilation, lb / self.units.bytes, cb / self.units.bytes
+        self.now = now
+        net = self.net
         dt = now - self._t
         ids = np.arange(len(cb), dtype=np.int64)
         obs = Observation(now, net, lb, (lb - self._lb) / dt if dt > 0 else np.zeros_like(lb), ids,

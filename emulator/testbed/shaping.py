@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+from experiment.transport import QUEUE_PACKET_BYTES
+
 
 # Only pure TCP ACKs (no payload, no SYN/FIN/RST) may skip the data queue.
 # Anything that carries sequence space must keep its place in its flow:
@@ -66,7 +68,7 @@ def htb_cmds(dev: str, rate_mbps: float, queue_packets: int, mtu: int = 1500,
     shape = f"burst {burst_bytes} cburst {burst_bytes}"
     if limit_bytes is not None and limit_bytes < 2 * mtu:
         raise ValueError(f"limit_bytes: expected >= two frames ({2 * mtu}), found {limit_bytes!r}")
-    limit = max(queue_packets * 1500, 2 * mtu) if limit_bytes is None else limit_bytes
+    limit = max(queue_packets * QUEUE_PACKET_BYTES, 2 * mtu) if limit_bytes is None else limit_bytes
     ctl_mbps = rate_mbps * 0.05
     if delay_us > 0:
         held = queue_packets if limit_bytes is None else math.ceil(limit_bytes / 64)
