@@ -36,6 +36,31 @@
 
 using namespace ns3;
 
+// Pure TCP ACKs (no payload, no SYN/FIN/RST) into band 0 of a PrioQueueDisc, as the emulator's
+// HTB gives them a class of their own (emulator/testbed/shaping.py): at emulated rates an ACK
+// queued behind a NIC's data returns hundreds of ms late and fires the sender's RTO.
+class PureAckFilter : public Ipv4PacketFilter {
+  public:
+    static TypeId GetTypeId() {
+        static TypeId tid =
+            TypeId("ns3::PureAckFilter").SetParent<Ipv4PacketFilter>().AddConstructor<PureAckFilter>();
+        return tid;
+    }
+
+  private:
+    int32_t DoClassify(Ptr<QueueDiscItem> item) const override {
+        Ptr<Ipv4QueueDiscItem> ip = DynamicCast<Ipv4QueueDiscItem>(item);
+        if (!ip || ip->GetHeader().GetProtocol() != 6) return PacketFilter::PF_NO_MATCH;
+        TcpHeader th;
+        Ptr<Packet> p = ip->GetPacket();
+        if (p->PeekHeader(th) == 0) return PacketFilter::PF_NO_MATCH;
+        bool pure = p->GetSize() == th.GetSerializedSize() &&
+                    !(th.GetFlags() & (TcpHeader::SYN | TcpHeader::FIN | TcpHeader::RST));
+        return pure ? 0 : PacketFilter::PF_NO_MATCH;
+    }
+};
+NS_OBJECT_ENSURE_REGISTERED(PureAckFilter);
+
 // The engine's own flow table in every node: destination address (one a connection, plus each
 // sender's interface address for its ACKs) -> output interface, in a hash map. ns-3's static
 // routing scans its routes linearly per packet, which a switch of thousands of flows cannot afford.
@@ -449,6 +474,8 @@ int main(int argc, char** argv) {
     uint32_t mtu = 9000, seed = 1;
     uint64_t buffer = 1 << 20;
     double ecnMin = 0, ecnMax = 0, ecnProb = 0, endS = 3600, rtoMin = 0.2;
+    int ackPrio = 0;  // 1: pure ACKs ahead of data at every port (packetsim.emulated)
+    double delAckS = 0.2;  // ns-3's default delayed-ACK timeout
     struct L { int a, b; double gbps, delay; };
     std::vector<L> links;
     int nNodes = 0;
@@ -501,6 +528,10 @@ int main(int argc, char** argv) {
                 tasks[size_t(t)].slowFrom = from;
                 tasks[size_t(t)].slowFactor = factor;
             }
+        } else if (kind == "ackprio") {
+            in >> ackPrio;
+        } else if (kind == "delack") {
+            in >> delAckS;
         } else if (kind == "poll") {
             in >> pollS;
         } else if (kind == "wake") {
@@ -537,6 +568,7 @@ int main(int argc, char** argv) {
     Config::SetDefault("ns3::TcpSocket::RcvBufSize", UintegerValue(6 << 20));
     Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(10));
     Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(Seconds(rtoMin)));
+    Config::SetDefault("ns3::TcpSocket::DelAckTimeout", TimeValue(Seconds(delAckS)));
     Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MicroSeconds(1)));
     if (cc == "dctcp" || ecnMax > 0) Config::SetDefault("ns3::TcpSocketBase::UseEcn", StringValue("On"));
 
@@ -552,6 +584,14 @@ int main(int argc, char** argv) {
                              DoubleValue(ecnMax), "LInterm", DoubleValue(1.0 / std::max(ecnProb, 1e-9)), "UseEcn",
                              BooleanValue(true), "UseHardDrop", BooleanValue(false), "QW", DoubleValue(1.0),
                              "MeanPktSize", UintegerValue(mtu));
+    } else if (ackPrio) {
+        // Priority 0 (every socket's) maps to band 1; the filter sends pure ACKs to band 0.
+        uint16_t h = tch.SetRootQueueDisc("ns3::PrioQueueDisc", "Priomap",
+                                          StringValue("1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1"));
+        TrafficControlHelper::ClassIdList cls = tch.AddQueueDiscClasses(h, 2, "ns3::QueueDiscClass");
+        tch.AddChildQueueDisc(h, cls[0], "ns3::FifoQueueDisc", "MaxSize", qsize);
+        tch.AddChildQueueDisc(h, cls[1], "ns3::FifoQueueDisc", "MaxSize", qsize);
+        tch.AddPacketFilter(h, "ns3::PureAckFilter");
     } else {
         tch.SetRootQueueDisc("ns3::FifoQueueDisc", "MaxSize", qsize);
     }

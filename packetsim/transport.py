@@ -20,6 +20,8 @@ class Transport:
     ecn: Ecn | None = None  # experiment.transport's, as the file gives it
     latency_us: dict = field(default_factory=dict)  # link kind (host, fabric, nvlink) -> one-way us
     spray: bool = False
+    ack_priority: bool = False  # pure ACKs ahead of data at every port, as the emulator's shaping
+    delack_s: float | None = None  # delayed-ACK timeout; None: ns-3's 200 ms
 
 
 def settings(exp) -> Transport:

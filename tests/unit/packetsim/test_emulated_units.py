@@ -27,6 +27,7 @@ def test_transport_is_the_emulators_defaults_with_the_measured_hop():
     assert t.switch_buffer_bytes == 1000 * 1500  # testbed.queue_packets of 1500 B
     assert t.latency_us == {"host": emulated.HOP_LATENCY_US, "fabric": emulated.HOP_LATENCY_US, "nvlink": 0.0}
     assert t.ecn is None and not t.spray
+    assert t.ack_priority and t.delack_s == 0.04  # the emulator's ACK class; Linux's delayed-ACK floor
 
 
 def test_transport_scales_buffers_and_stretches_latency():
