@@ -1,12 +1,15 @@
-"""The flow engine checked against the emulator: the same experiments on both, back to back.
+"""The flow and packet engines checked against the emulator: the same experiments on each, back to back.
 
     sudo .venv/bin/python bench/bench_engines.py [--only SUBSTRING ...] [--out DIR] [--list]
-                                                 [--flow-only] [--seeds N]
+                                                 [--engines emulate,flow,packet] [--flow-only] [--seeds N]
 
-Each point is an experiment file of experiments/ with overrides. It runs on the emulator
-(`dtnet run`, holding /tmp/dtnet-mininet.lock, as every emulator run must) and then on the
-flow engine (in this process), and the bench prints per point the figure each engine gives,
-their ratio (flow / emulator) and whether the emulator marked its run faithful. The groups:
+Each point is an experiment file of experiments/ with overrides, with `transport.tcp.cc: cubic`
+on every engine (this kernel's default is bbr; ns-3 runs Cubic). It runs on the emulator
+(`dtnet run`, holding /tmp/dtnet-mininet.lock, as every emulator run must), then on the flow
+engine (in this process) and on the packet engine in the emulator's units
+(`packet: {units: emulated}`, holding the same lock), and the bench prints per point the figure
+each engine gives, their ratios (flow / emulator, packet / emulator) and whether the emulator
+marked its run faithful. The groups:
 
 - all-reduce with each algorithm at 256 MiB and 1 GiB on a single switch (8 GPUs), a k=4
   fat-tree and a rail-optimized fabric (16 GPUs): collective time. `shortest` routing, which
@@ -16,17 +19,19 @@ their ratio (flow / emulator) and whether the emulator marked its run faithful. 
 - Hedera's stride and staggered (random) patterns under ECMP and congestion-aware:
   normalized throughput;
 - two and three jobs contending under ecmp, congestion-aware and coschedule: mean iteration
-  time, and whether both engines rank the policies alike;
+  time, and whether the engines rank the policies alike (the packet engine refuses coschedule);
 - the GPT 3D breakdown (tp 4, pp 2, dp 2): iteration time, compute, exposed communication, idle;
 - a link-down fault in the middle of a stride: completion time.
 
 Under ECMP the emulator's hash (OVS, the kernel's ephemeral ports) cannot be reproduced, so
 the flow engine runs N seeds (--seeds, default 8) and the bench gives the median, the spread
-and whether the emulator's figure lies inside it. Emulator results already complete in
-DIR/emulate/<point> for the same experiment are reused (delete DIR to measure afresh);
---flow-only never starts the emulator. DIR/bench_engines.json keeps every figure.
+and whether the emulator's figure lies inside it; the packet engine runs seed 0 only. Emulator
+and packet results already complete in DIR/emulate/<point> and DIR/packet/<point> for the same
+experiment are reused (delete DIR to measure afresh); without emulate in --engines the emulator
+is never started. DIR/bench_engines.json keeps every figure.
 Goals (issue 15): median |ratio - 1| <= 5% and p90 <= 10% over the faithful points, the same
-policy ranking on every contended point, and the flow engine >= 10^4 x faster.
+policy ranking on every contended point, and the flow engine >= 10^4 x faster; the packet engine
+against the emulator: the same median and p90 and the same rankings.
 """
 from __future__ import annotations
 
@@ -169,7 +174,7 @@ def run_flow(pt: dict, folder: str, seed: int, extra: tuple = ()) -> tuple[dict,
     exp = model.load(pt["file"], ["sweep={}", *pt["sets"], "engine=flow", f"flow.ecmp_seed={seed}", *extra])
     t0 = time.perf_counter()
     with redirect_stdout(io.StringIO()):
-        s = run_experiment(exp, folder, log=lambda m: None)
+        s = run_experiment(exp, folder, log=lambda m: None, force=True)  # a rerun measures afresh
     return s, time.perf_counter() - t0
 
 

@@ -30,6 +30,9 @@ AFXDP_MTU_BYTES = 3000
 # testbed.queue_packets counts packets of this size: a queue's bound is in bytes, so jumbo frames
 # do not make it deeper in time.
 QUEUE_PACKET_BYTES = 1500
+# The emulator's HTB bursts at line rate up to two frames or this much of its rate's traffic, no more (a
+# larger burst would let a message of the emulated size, often ~100 kB, pass unshaped).
+HTB_BURST_S = 0.001
 
 
 @dataclass(frozen=True)

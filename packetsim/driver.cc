@@ -61,6 +61,16 @@ class PureAckFilter : public Ipv4PacketFilter {
 };
 NS_OBJECT_ENSURE_REGISTERED(PureAckFilter);
 
+// Priority 0 (every socket's) maps to band 1; the filter sends pure ACKs to band 0.
+static const char* PRIOMAP = "1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1";
+
+static void AckBands(TrafficControlHelper& tch, uint16_t h, const QueueSizeValue& qsize) {
+    TrafficControlHelper::ClassIdList cls = tch.AddQueueDiscClasses(h, 2, "ns3::QueueDiscClass");
+    tch.AddChildQueueDisc(h, cls[0], "ns3::FifoQueueDisc", "MaxSize", qsize);
+    tch.AddChildQueueDisc(h, cls[1], "ns3::FifoQueueDisc", "MaxSize", qsize);
+    tch.AddPacketFilter(h, "ns3::PureAckFilter");
+}
+
 // The engine's own flow table in every node: destination address (one a connection, plus each
 // sender's interface address for its ACKs) -> output interface, in a hash map. ns-3's static
 // routing scans its routes linearly per packet, which a switch of thousands of flows cannot afford.
@@ -476,6 +486,9 @@ int main(int argc, char** argv) {
     double ecnMin = 0, ecnMax = 0, ecnProb = 0, endS = 3600, rtoMin = 0.2;
     int ackPrio = 0;  // 1: pure ACKs ahead of data at every port (packetsim.emulated)
     double delAckS = 0.2;  // ns-3's default delayed-ACK timeout
+    // > 0: the emulator's shaping (emulator/testbed/shaping.py): the wire runs 100x faster and a
+    // token bucket at the link's rate, bursting max(2 frames, htbBurstS of traffic), paces it.
+    double htbBurstS = 0;
     struct L { int a, b; double gbps, delay; };
     std::vector<L> links;
     int nNodes = 0;
@@ -532,6 +545,8 @@ int main(int argc, char** argv) {
             in >> ackPrio;
         } else if (kind == "delack") {
             in >> delAckS;
+        } else if (kind == "htb") {
+            in >> htbBurstS;
         } else if (kind == "poll") {
             in >> pollS;
         } else if (kind == "wake") {
@@ -585,13 +600,7 @@ int main(int argc, char** argv) {
                              BooleanValue(true), "UseHardDrop", BooleanValue(false), "QW", DoubleValue(1.0),
                              "MeanPktSize", UintegerValue(mtu));
     } else if (ackPrio) {
-        // Priority 0 (every socket's) maps to band 1; the filter sends pure ACKs to band 0.
-        uint16_t h = tch.SetRootQueueDisc("ns3::PrioQueueDisc", "Priomap",
-                                          StringValue("1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1"));
-        TrafficControlHelper::ClassIdList cls = tch.AddQueueDiscClasses(h, 2, "ns3::QueueDiscClass");
-        tch.AddChildQueueDisc(h, cls[0], "ns3::FifoQueueDisc", "MaxSize", qsize);
-        tch.AddChildQueueDisc(h, cls[1], "ns3::FifoQueueDisc", "MaxSize", qsize);
-        tch.AddPacketFilter(h, "ns3::PureAckFilter");
+        AckBands(tch, tch.SetRootQueueDisc("ns3::PrioQueueDisc", "Priomap", StringValue(PRIOMAP)), qsize);
     } else {
         tch.SetRootQueueDisc("ns3::FifoQueueDisc", "MaxSize", qsize);
     }
@@ -602,7 +611,7 @@ int main(int argc, char** argv) {
         const L& l = links[i];
         PointToPointHelper p2p;
         std::ostringstream rate;
-        rate << uint64_t(l.gbps * 1e9) << "bps";
+        rate << uint64_t(l.gbps * 1e9 * (htbBurstS > 0 ? 100 : 1)) << "bps";
         p2p.SetDeviceAttribute("DataRate", StringValue(rate.str()));
         p2p.SetDeviceAttribute("Mtu", UintegerValue(mtu));
         p2p.SetChannelAttribute("Delay", TimeValue(Seconds(l.delay)));
@@ -617,7 +626,21 @@ int main(int argc, char** argv) {
             d.Get(dir)->SetAttribute("ReceiveErrorModel", PointerValue(ems[dir]));
         }
         cut.push_back(ems);
-        QueueDiscContainer qds = tch.Install(d);
+        TrafficControlHelper shaped;
+        if (htbBurstS > 0) {
+            std::ostringstream r;
+            r << uint64_t(l.gbps * 1e9) << "bps";
+            uint32_t burst = uint32_t(std::max(2.0 * mtu, l.gbps * 1e9 / 8 * htbBurstS));
+            uint16_t h = shaped.SetRootQueueDisc("ns3::TbfQueueDisc", "MaxSize", qsize, "Rate", StringValue(r.str()),
+                                                 "Burst", UintegerValue(burst), "Mtu", UintegerValue(mtu + 2));
+            TrafficControlHelper::ClassIdList one = shaped.AddQueueDiscClasses(h, 1, "ns3::QueueDiscClass");
+            if (ackPrio)
+                AckBands(shaped, shaped.AddChildQueueDisc(h, one[0], "ns3::PrioQueueDisc", "Priomap",
+                                                          StringValue(PRIOMAP)), qsize);
+            else
+                shaped.AddChildQueueDisc(h, one[0], "ns3::FifoQueueDisc", "MaxSize", qsize);
+        }
+        QueueDiscContainer qds = (htbBurstS > 0 ? shaped : tch).Install(d);
         addr.Assign(d);
         addr.NewNetwork();
         for (int dir = 0; dir < 2; dir++) {

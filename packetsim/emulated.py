@@ -14,7 +14,7 @@ import copy
 
 from badinput import InputError
 from experiment.model import Scale
-from experiment.transport import AFXDP_MTU_BYTES, EMULATOR_MTU_BYTES, QUEUE_PACKET_BYTES
+from experiment.transport import AFXDP_MTU_BYTES, EMULATOR_MTU_BYTES, HTB_BURST_S, QUEUE_PACKET_BYTES
 from packetsim.scenario import TRANSFER
 from packetsim.transport import Transport
 
@@ -64,7 +64,7 @@ def transport(exp) -> Transport:
     # bridges, not OVS, so only host and fabric links cross an OpenFlow switch.
     lat = {k: v * d + (hop if k != "nvlink" else 0.0) for k, v in base.items()}
     return Transport(cc=t.tcp.cc, mtu_bytes=mtu, switch_buffer_bytes=buf, ecn=None, latency_us=lat, spray=False,
-                     ack_priority=True, delack_s=LINUX_DELACK_S)
+                     ack_priority=True, delack_s=LINUX_DELACK_S, htb_burst_s=HTB_BURST_S)
 
 
 def to_emulated(sc, net, u: Scale) -> None:

@@ -282,6 +282,8 @@ def write(sc: Scenario, net, transport, path: str, *, seed: int, bin_s: float, e
             f.write("ackprio 1\n")
         if transport.delack_s is not None:
             f.write(f"delack {transport.delack_s!r}\n")
+        if transport.htb_burst_s:
+            f.write(f"htb {transport.htb_burst_s!r}\n")
         for at_s in sorted(set(sc.wakes)):
             f.write(f"wake {at_s!r}\n")
     # The driver's port of each directed net link: link i's end at a is port 2i, at b 2i+1.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from experiment.transport import QUEUE_PACKET_BYTES
+from experiment.transport import HTB_BURST_S, QUEUE_PACKET_BYTES
 
 
 # Only pure TCP ACKs (no payload, no SYN/FIN/RST) may skip the data queue.
@@ -64,7 +64,7 @@ def htb_cmds(dev: str, rate_mbps: float, queue_packets: int, mtu: int = 1500,
         raise ValueError(f"delay_us: expected >= 0, found {delay_us!r}")
     # burst: two frames or 1 ms of traffic. Larger bursts let a message of
     # the emulated size (often ~100 kB) pass at line rate, unshaped.
-    burst_bytes = max(2 * mtu, int(rate_mbps * 1e6 / 8 * 0.001))
+    burst_bytes = max(2 * mtu, int(rate_mbps * 1e6 / 8 * HTB_BURST_S))
     shape = f"burst {burst_bytes} cburst {burst_bytes}"
     if limit_bytes is not None and limit_bytes < 2 * mtu:
         raise ValueError(f"limit_bytes: expected >= two frames ({2 * mtu}), found {limit_bytes!r}")

@@ -28,6 +28,7 @@ def test_transport_is_the_emulators_defaults_with_the_measured_hop():
     assert t.latency_us == {"host": emulated.HOP_LATENCY_US, "fabric": emulated.HOP_LATENCY_US, "nvlink": 0.0}
     assert t.ecn is None and not t.spray
     assert t.ack_priority and t.delack_s == 0.04  # the emulator's ACK class; Linux's delayed-ACK floor
+    assert t.htb_burst_s == 0.001                  # the emulator's HTB burst: 1 ms of traffic, 2 frames at least
 
 
 def test_transport_scales_buffers_and_stretches_latency():
