@@ -1,12 +1,15 @@
-"""The flow engine checked against the emulator: the same experiments on both, back to back.
+"""The flow and packet engines checked against the emulator: the same experiments on each, back to back.
 
     sudo .venv/bin/python bench/bench_engines.py [--only SUBSTRING ...] [--out DIR] [--list]
-                                                 [--flow-only] [--seeds N]
+                                                 [--engines emulate,flow,packet] [--flow-only] [--seeds N]
 
-Each point is an experiment file of experiments/ with overrides. It runs on the emulator
-(`dtnet run`, holding /tmp/dtnet-mininet.lock, as every emulator run must) and then on the
-flow engine (in this process), and the bench prints per point the figure each engine gives,
-their ratio (flow / emulator) and whether the emulator marked its run faithful. The groups:
+Each point is an experiment file of experiments/ with overrides, with `transport.tcp.cc: cubic`
+on every engine (this kernel's default is bbr; ns-3 runs Cubic). It runs on the emulator
+(`dtnet run`, holding /tmp/dtnet-mininet.lock, as every emulator run must), then on the flow
+engine (in this process) and on the packet engine in the emulator's units
+(`packet: {units: emulated}`, holding the same lock when estimated over 20 s), and the bench prints per point the figure
+each engine gives, their ratios (flow / emulator, packet / emulator) and whether the emulator
+marked its run faithful. The groups:
 
 - all-reduce with each algorithm at 256 MiB and 1 GiB on a single switch (8 GPUs), a k=4
   fat-tree and a rail-optimized fabric (16 GPUs): collective time. `shortest` routing, which
@@ -16,17 +19,19 @@ their ratio (flow / emulator) and whether the emulator marked its run faithful. 
 - Hedera's stride and staggered (random) patterns under ECMP and congestion-aware:
   normalized throughput;
 - two and three jobs contending under ecmp, congestion-aware and coschedule: mean iteration
-  time, and whether both engines rank the policies alike;
+  time, and whether the engines rank the policies alike (the packet engine refuses coschedule);
 - the GPT 3D breakdown (tp 4, pp 2, dp 2): iteration time, compute, exposed communication, idle;
 - a link-down fault in the middle of a stride: completion time.
 
 Under ECMP the emulator's hash (OVS, the kernel's ephemeral ports) cannot be reproduced, so
 the flow engine runs N seeds (--seeds, default 8) and the bench gives the median, the spread
-and whether the emulator's figure lies inside it. Emulator results already complete in
-DIR/emulate/<point> for the same experiment are reused (delete DIR to measure afresh);
---flow-only never starts the emulator. DIR/bench_engines.json keeps every figure.
+and whether the emulator's figure lies inside it; the packet engine runs seed 0 only. Emulator
+and packet results already complete in DIR/emulate/<point> and DIR/packet/<point> for the same
+experiment are reused (delete DIR to measure afresh); without emulate in --engines the emulator
+is never started. DIR/bench_engines.json keeps every figure.
 Goals (issue 15): median |ratio - 1| <= 5% and p90 <= 10% over the faithful points, the same
-policy ranking on every contended point, and the flow engine >= 10^4 x faster.
+policy ranking on every contended point, and the flow engine >= 10^4 x faster; the packet engine
+against the emulator: the same median and p90 and the same rankings.
 """
 from __future__ import annotations
 
@@ -45,6 +50,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 LOCK = "/tmp/dtnet-mininet.lock"
+LOCK_ABOVE_S = 20.0  # packet runs estimated longer (packetsim.runner.estimate_wall_s) hold the lock
 DTNET = os.path.join(ROOT, ".venv", "bin", "dtnet")
 MIB, GIB = 1 << 20, 1 << 30
 
@@ -106,6 +112,8 @@ def _points() -> list[dict]:
                 "figure": "iteration", "name": "iteration time", "breakdown": True})
     pts.append({"group": "fault", "label": "stride + 2 core links down", "file": X("link-down-fat-tree"),
                 "sets": [], "figure": "makespan", "name": "completion time"})
+    for p in pts:  # the kernel's default is bbr here (docs/transport.md); ns-3 runs Cubic: the same on both
+        p["sets"].append("transport.tcp.cc=cubic")
     return pts
 
 
@@ -127,7 +135,7 @@ def _complete(folder: str, sets: list[str], path: str) -> dict | None:
     except (OSError, ValueError, Exception):  # noqa: BLE001: anything unreadable is simply not done
         return None
     if s.get("status") != "complete" or model.to_dict(ran)["jobs"] != model.to_dict(want)["jobs"] or \
-            ran.routing != want.routing or ran.topology != want.topology:
+            ran.routing != want.routing or ran.topology != want.topology or ran.transport != want.transport:
         return None
     return s
 
@@ -167,7 +175,7 @@ def run_flow(pt: dict, folder: str, seed: int, extra: tuple = ()) -> tuple[dict,
     exp = model.load(pt["file"], ["sweep={}", *pt["sets"], "engine=flow", f"flow.ecmp_seed={seed}", *extra])
     t0 = time.perf_counter()
     with redirect_stdout(io.StringIO()):
-        s = run_experiment(exp, folder, log=lambda m: None)
+        s = run_experiment(exp, folder, log=lambda m: None, force=True)  # a rerun measures afresh
     return s, time.perf_counter() - t0
 
 
@@ -186,14 +194,56 @@ def _fmt(v: float, name: str) -> str:
     return f"{v * 1e3:.2f} ms"
 
 
+def run_packet(pt: dict, folder: str) -> tuple[dict | None, float | None, str | None]:
+    """The point on the packet engine in the emulator's units (packet.units emulated), holding the
+    Mininet lock when it is estimated to take long, so that no emulator run shares the CPU with a
+    long ns-3 run: (summary, wall s, refusal)."""
+    import fcntl
+    from badinput import InputError
+    from experiment import model
+    from packetsim.runner import run_experiment
+    sets = ["sweep={}", *pt["sets"], "engine=packet", "packet.units=emulated"]
+    cached = _complete(folder, pt["sets"], pt["file"])
+    if cached is not None and (cached.get("model") or {}).get("units"):  # a run in emulated units
+        return cached, cached.get("bench_wall_s"), None
+    try:
+        exp = model.load(pt["file"], sets)
+        from packetsim.runner import check
+        check(exp)
+    except InputError as e:  # co-scheduling, for one: not in the packet engine yet
+        return None, None, str(e)
+    from packetsim.runner import estimate_wall_s, plan
+    _, _, net, sc, t, _ = plan(exp)
+    with open(LOCK, "a") as lock:
+        if estimate_wall_s(sc, net, t) > LOCK_ABOVE_S:  # a short run takes seconds of CPU: no lock
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        t0 = time.perf_counter()
+        with redirect_stdout(io.StringIO()):
+            s = run_experiment(exp, folder, log=lambda m: None, force=True)
+        wall = time.perf_counter() - t0
+    s["bench_wall_s"] = wall
+    with open(os.path.join(folder, "summary.json"), "w") as f:
+        json.dump(s, f, indent=1)
+    return (s if s.get("status") == "complete" else None), wall, None
+
+
+ENGINE_NAMES = ("emulate", "flow", "packet")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", action="append", default=[], help="run the points whose label contains this")
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "bench-engines"))
     ap.add_argument("--list", action="store_true", help="list the points and exit")
-    ap.add_argument("--flow-only", action="store_true", help="never start the emulator (reuse its results)")
+    ap.add_argument("--engines", default="emulate,flow",
+                    help="comma-separated, of emulate, flow, packet; without emulate the emulator's completed "
+                         "runs are reused and none is started")
+    ap.add_argument("--flow-only", action="store_true", help="the same as --engines flow")
     ap.add_argument("--seeds", type=int, default=8, help="ECMP seeds the flow engine runs per ECMP point")
     args = ap.parse_args(argv)
+    engines = {"flow"} if args.flow_only else set(args.engines.split(","))
+    if not engines <= set(ENGINE_NAMES) or not engines:
+        ap.error(f"--engines: expected a comma-separated list of {', '.join(ENGINE_NAMES)}, found {args.engines}")
     pts = [p for p in _points() if not args.only or any(o in p["label"] for o in args.only)]
     if args.list:
         for p in pts:
@@ -201,40 +251,54 @@ def main(argv=None) -> int:
         print(f"{len(pts)} points")
         return 0
     rows = []
-    print(f"{'point':<46}{'figure':<22}{'emulator':>11}{'flow':>11}{'ratio':>8}  {'faithful':<9}"
-          f"{'emu wall':>9}{'flow wall':>10}{'speedup':>9}  flow over seeds")
+    print(f"{'point':<46}{'figure':<22}{'emulator':>11}{'flow':>11}{'ratio':>8}{'packet':>11}{'pkt/emu':>8}  "
+          f"{'faithful':<9}{'emu wall':>9}{'flow wall':>10}{'speedup':>9}{'pkt wall':>9}  flow over seeds")
     for p in pts:
         emu_dir = os.path.join(args.out, "emulate", slug(p["label"]))
-        if args.flow_only:
-            emu, emu_wall = _complete(emu_dir, p["sets"], p["file"]), None
-            emu_wall = emu.get("bench_wall_s") if emu else None
-        else:
+        if "emulate" in engines:
             emu, emu_wall = run_emulator(p, emu_dir)
-        routing = next((s.split("=", 1)[1] for s in p["sets"] if s.startswith("controller.routing=")), None)
-        from experiment import model
-        routing = routing or model.load(p["file"]).routing
-        seeds = range(args.seeds) if routing in ("ecmp", "congestion-aware", "coschedule") else range(1)
-        flows = []
-        for seed in seeds:
-            s, wall = run_flow(p, os.path.join(args.out, "flow", slug(p["label"]), f"seed{seed}"), seed)
-            flows.append((s, wall))
+        else:
+            emu = _complete(emu_dir, p["sets"], p["file"])
+            emu_wall = emu.get("bench_wall_s") if emu else None
         f = FIGURES[p["figure"]]
-        fig = [f(s) for s, _ in flows if s["status"] == "complete"]
-        flow_fig = fig[0] if len(fig) == 1 else statistics.median(fig) if fig else float("nan")
-        flow_wall = statistics.median(w for _, w in flows)
-        flow_sim = statistics.median(s["model"]["run_s"] for s, _ in flows)
-        bundle, _ = run_flow(p, os.path.join(args.out, "flow", slug(p["label"]), "bundle"), 0,
-                             ("flow.collective_model=bundle",))
         row = {**{k: p[k] for k in ("group", "label", "figure", "name")}, "contend": p.get("contend"),
-               "policy": p.get("policy"), "flow": flow_fig, "flow_seeds": fig, "flow_wall_s": flow_wall, "flow_sim_s": flow_sim,
-               "flow_model": flows[0][0]["model"]["collective_model"],
-               "bundle": f(bundle) if bundle["status"] == "complete" else None, "bundle_sim_s": bundle["model"]["run_s"],
+               "policy": p.get("policy"), "flow": None, "flow_seeds": [], "flow_wall_s": None, "flow_sim_s": None,
+               "flow_model": None, "bundle": None, "bundle_sim_s": None,
                "emulator": f(emu) if emu else None, "faithful": bool(emu and emu["fidelity"]["ok"]),
-               "emulator_wall_s": emu_wall, "emulator_replay_s": emu.get("duration_s_wall") if emu else None}
-        if p.get("breakdown"):
-            row["breakdown"] = {"flow": flows[0][0]["jobs"][0]["breakdown_s"],
-                                "emulator": emu["jobs"][0]["breakdown_s"] if emu else None}
-        row["ratio"] = flow_fig / row["emulator"] if row["emulator"] else None
+               "emulator_wall_s": emu_wall, "emulator_replay_s": emu.get("duration_s_wall") if emu else None,
+               "packet": None, "packet_wall_s": None, "packet_ratio": None, "packet_refused": None}
+        fig = []
+        if "flow" in engines:
+            routing = next((s.split("=", 1)[1] for s in p["sets"] if s.startswith("controller.routing=")), None)
+            from experiment import model
+            routing = routing or model.load(p["file"]).routing
+            seeds = range(args.seeds) if routing in ("ecmp", "congestion-aware", "coschedule") else range(1)
+            flows = []
+            for seed in seeds:
+                s, wall = run_flow(p, os.path.join(args.out, "flow", slug(p["label"]), f"seed{seed}"), seed)
+                flows.append((s, wall))
+            fig = [f(s) for s, _ in flows if s["status"] == "complete"]
+            bundle, _ = run_flow(p, os.path.join(args.out, "flow", slug(p["label"]), "bundle"), 0,
+                                 ("flow.collective_model=bundle",))
+            row.update(flow=fig[0] if len(fig) == 1 else statistics.median(fig) if fig else float("nan"),
+                       flow_seeds=fig, flow_wall_s=statistics.median(w for _, w in flows),
+                       flow_sim_s=statistics.median(s["model"]["run_s"] for s, _ in flows),
+                       flow_model=flows[0][0]["model"]["collective_model"],
+                       bundle=f(bundle) if bundle["status"] == "complete" else None,
+                       bundle_sim_s=bundle["model"]["run_s"])
+            if p.get("breakdown"):
+                row["breakdown"] = {"flow": flows[0][0]["jobs"][0]["breakdown_s"],
+                                    "emulator": emu["jobs"][0]["breakdown_s"] if emu else None}
+        if "packet" in engines:
+            pkt, pkt_wall, refused = run_packet(p, os.path.join(args.out, "packet", slug(p["label"])))
+            row.update(packet=f(pkt) if pkt else None, packet_wall_s=pkt_wall, packet_refused=refused)
+            if pkt and row["emulator"]:
+                row["packet_ratio"] = row["packet"] / row["emulator"]
+                row["packet_retx"] = sum(fl["retransmissions"] for fl in pkt["flows"])
+                row["packet_drops"] = sum(q["drops"] for q in pkt["queues"])
+            if emu:
+                row["emulator_retx"] = (emu.get("tcp") or {}).get("retrans_segs")
+        row["ratio"] = row["flow"] / row["emulator"] if row["emulator"] and row["flow"] is not None else None
         row["inside_spread"] = (min(fig) * 0.98 <= row["emulator"] <= max(fig) * 1.02) if row["emulator"] and \
             len(fig) > 1 else None
         rows.append(row)
@@ -242,17 +306,26 @@ def main(argv=None) -> int:
             " (emulator inside)" if row["inside_spread"] else " (emulator outside)" if row["inside_spread"] is False
             else "") if len(fig) > 1 else ""
         emu_s = _fmt(row["emulator"], p["name"]) if row["emulator"] is not None else "-"
+        flow_s = _fmt(row["flow"], p["name"]) if row["flow"] is not None else "-"
         ratio = f"{row['ratio']:.3f}" if row["ratio"] else "-"
-        speed = f"{emu_wall / flow_wall:.0f}x" if emu_wall else "-"
-        print(f"{p['label']:<46}{p['name']:<22}{emu_s:>11}{_fmt(flow_fig, p['name']):>11}{ratio:>8}  "
+        pkt_s = _fmt(row["packet"], p["name"]) if row["packet"] is not None else (
+            "refused" if row["packet_refused"] else "-")
+        pratio = f"{row['packet_ratio']:.3f}" if row["packet_ratio"] else "-"
+        speed = f"{emu_wall / row['flow_wall_s']:.0f}x" if emu_wall and row["flow_wall_s"] else "-"
+        fwall = f"{row['flow_wall_s']:.3f}s" if row["flow_wall_s"] is not None else "-"
+        pwall = f"{row['packet_wall_s']:.1f}s" if row["packet_wall_s"] else "-"
+        print(f"{p['label']:<46}{p['name']:<22}{emu_s:>11}{flow_s:>11}{ratio:>8}{pkt_s:>11}{pratio:>8}  "
               f"{('yes' if row['faithful'] else 'NO' if emu else '-'):<9}"
-              f"{(f'{emu_wall:.1f}s' if emu_wall else '-'):>9}{flow_wall:>9.3f}s{speed:>9}  {spread}", flush=True)
-        if p.get("breakdown") and emu:
+              f"{(f'{emu_wall:.1f}s' if emu_wall else '-'):>9}{fwall:>10}{speed:>9}{pwall:>9}  {spread}", flush=True)
+        if p.get("breakdown") and emu and row.get("breakdown"):
             for part in ("compute", "exposed_comm", "idle"):
                 a, b = row["breakdown"]["emulator"][part], row["breakdown"]["flow"][part]
                 print(f"  {'breakdown ' + part:<58}{a * 1e3:>9.2f} ms{b * 1e3:>8.2f} ms"
                       f"{(b / a if a else float('nan')):>8.3f}")
-    _verdict(rows)
+    if "flow" in engines:
+        _verdict(rows)
+    if "packet" in engines:
+        _packet_verdict(rows)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench_engines.json"), "w") as f:
         json.dump(rows, f, indent=1)
@@ -287,18 +360,7 @@ def _verdict(rows: list[dict]) -> None:
         if r["ratio"] and (abs(r["ratio"] - 1) > 0.10 or not r["faithful"]):
             print(f"  miss or unfaithful: {r['label']}: ratio {r['ratio']:.3f}"
                   + ("" if r["faithful"] else " (emulator NOT faithful)"))
-    groups: dict[str, list[dict]] = {}
-    for r in rows:
-        if r["contend"] and r["ratio"]:
-            groups.setdefault(r["contend"], []).append(r)
-    for g, rs in groups.items():
-        higher_better = rs[0]["figure"] == "throughput"
-        # Two policies within TIE of each other are a tie, in either engine; the rankings agree when
-        # no pair is ordered one way by one engine and the other way by the other.
-        flips = [(a["policy"], b["policy"]) for i, a in enumerate(rs) for b in rs[i + 1:]
-                 if _sign(a["emulator"], b["emulator"]) * _sign(a["flow"], b["flow"]) < 0]
-        print(f"  ranking {g}: emulator {_ranked(rs, 'emulator', higher_better)}; flow {_ranked(rs, 'flow', higher_better)}: "
-              + ("same (ties within 2% aside)" if not flips else "DIFFERENT: " + ", ".join(f"{a} vs {b}" for a, b in flips)))
+    _rankings(rows, "flow", "ratio")
     speed = [r["emulator_wall_s"] / r["flow_wall_s"] for r in rows if r["emulator_wall_s"]]
     sim = [r["emulator_wall_s"] / r["flow_sim_s"] for r in rows if r["emulator_wall_s"] and r["flow_sim_s"]]
     bsim = [r["emulator_wall_s"] / r["bundle_sim_s"] for r in rows if r["emulator_wall_s"] and r["bundle_sim_s"]]
@@ -312,6 +374,40 @@ def _verdict(rows: list[dict]) -> None:
         print("  bundle / detailed figure: " + ", ".join(f"{r['label']} {r['bundle'] / r['flow']:.3f}" for r in bund
                                                        if abs(r["bundle"] / r["flow"] - 1) > 0.01)
               + f" (every other point within 1%)")
+
+
+def _rankings(rows: list[dict], engine: str, ratio_key: str) -> None:
+    """Per contended group, the emulator's ranking of the policies against engine's."""
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["contend"] and r[ratio_key]:
+            groups.setdefault(r["contend"], []).append(r)
+    for g, rs in groups.items():
+        higher_better = rs[0]["figure"] == "throughput"
+        # Two policies within TIE of each other are a tie, in either engine; the rankings agree when
+        # no pair is ordered one way by one engine and the other way by the other.
+        flips = [(a["policy"], b["policy"]) for i, a in enumerate(rs) for b in rs[i + 1:]
+                 if _sign(a["emulator"], b["emulator"]) * _sign(a[engine], b[engine]) < 0]
+        print(f"  ranking {g}: emulator {_ranked(rs, 'emulator', higher_better)}; {engine} "
+              f"{_ranked(rs, engine, higher_better)}: "
+              + ("same (ties within 2% aside)" if not flips else "DIFFERENT: " + ", ".join(f"{a} vs {b}" for a, b in flips)))
+
+
+def _packet_verdict(rows: list[dict]) -> None:
+    """The packet engine (in the emulator's units) against the emulator: |packet / emulator - 1| over
+    the faithful points, every figure (times and throughputs), and the policy rankings."""
+    ok = [r for r in rows if r["packet_ratio"] and r["faithful"]]
+    err = [abs(r["packet_ratio"] - 1) for r in ok]
+    print(f"\npacket engine (emulated units) vs emulator, faithful points: {len(ok)} of {len(rows)}; "
+          f"|packet/emu - 1| median {pct(err, 0.5) * 100:.1f}% (goal <= 5%), p90 {pct(err, 0.9) * 100:.1f}% "
+          "(goal <= 10%)")
+    for r in rows:
+        if r["packet_ratio"] and (abs(r["packet_ratio"] - 1) > 0.10 or not r["faithful"]):
+            print(f"  miss or unfaithful: {r['label']}: packet/emu {r['packet_ratio']:.3f}"
+                  + ("" if r["faithful"] else " (emulator NOT faithful)"))
+        if r["packet_refused"]:
+            print(f"  not run at packet level: {r['label']}: {r['packet_refused']}")
+    _rankings(rows, "packet", "packet_ratio")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from topologies import load_fabric_file
 ROUTINGS = tuple(BUILTINS)  # the built-in policies; any package.module:Class is one too
 ENGINES = tuple(ENGINE_TABLE)  # the names experiment.engine maps to code
 COLLECTIVE_MODELS = ("auto", "detailed", "bundle")
+PACKET_UNITS = ("real", "emulated")
 WINDOW_CHOICES = ("nccl",)  # flow.window_bytes by name (flowsim.engine.WINDOW_CHOICES gives the bytes)
 DATAPATHS = ("auto", "kernel", "userspace", "afxdp")
 ORDERS = ("as-listed", "rail-aligned")
@@ -156,6 +157,18 @@ class Flow:
 
 
 @dataclass(frozen=True)
+class Packet:
+    """How the packet engine runs the experiment (docs/packet-engine.md)."""
+    # real: real-cluster rates, sizes and transport; emulated: the emulator's own units (links x
+    # scale.link, sizes x scale.bytes, compute x dilation, its MTU and queues, its switches' hop
+    # delay), results divided back by the dilation: ns-3's TCP checked against the emulator's.
+    units: str = setting("real", str, lambda v: v in PACKET_UNITS, "one of " + ", ".join(PACKET_UNITS))
+    # units: emulated: one-way delay an OpenFlow switch hop adds, emulated microseconds
+    # (None: the one measured on this machine kind, packetsim.emulated.HOP_LATENCY_US)
+    hop_latency_us: float | None = setting(None, NUM, lambda v: 0 <= v <= 1e6, "microseconds in 0..1000000")
+
+
+@dataclass(frozen=True)
 class Experiment:
     name: str
     topology: dict
@@ -177,6 +190,7 @@ class Experiment:
     # False: the file has no scale: section (allowed with engine: flow, which works in real units).
     scale_given: bool = True
     transport: _transport.Transport = _transport.Transport()  # docs/transport.md
+    packet: Packet = Packet()
 
     @property
     def policy(self) -> str:
@@ -488,6 +502,9 @@ def parse(data, file: str | None = None) -> Experiment:
     prediction = Prediction(**read_settings(Prediction, ps))
     ps.done()
     flow = _flow(top.get("flow", dict, {}), file)
+    pk = _Section(top.get("packet", dict, {}), "packet", file)
+    packet = Packet(**read_settings(Packet, pk))
+    pk.done()
     sweep = _sweep(top.get("sweep", dict, {}), file)
     transport = _transport.parse(top.get("transport", dict, {}), file, _Section, read_settings)
     if transport.latency_us is not None and latency_us:
@@ -497,7 +514,8 @@ def parse(data, file: str | None = None) -> Experiment:
     return Experiment(name=name, topology=topo, scale=scale, routing=routing, jobs=tuple(jobs),
                       testbed=testbed, description=description, faults=faults, capture=capture,
                       prediction=prediction, sweep=sweep, engine=engine, flow=flow, scale_given=scale_given,
-                      source=file, raw=data, policy_params=policy_params, transport=transport)
+                      source=file, raw=data, policy_params=policy_params, transport=transport,
+                      packet=packet)
 
 
 def _controller(data, fabric, file) -> tuple[str, dict]:
@@ -664,6 +682,8 @@ def to_dict(exp: Experiment) -> dict:
                         "snaplen": exp.capture.snaplen}} if exp.capture.links else {}),
         "prediction": asdict(exp.prediction),
         **({"flow": {k: v for k, v in asdict(exp.flow).items() if v is not None}} if exp.flow != Flow() else {}),
+        **({"packet": {k: v for k, v in asdict(exp.packet).items() if v is not None}}
+           if exp.packet != Packet() else {}),
         **({"sweep": {"list": [dict(copy.deepcopy(p)) for p in exp.sweep]}} if exp.sweep else {}),
         **({"transport": exp.transport.to_dict()} if exp.transport.given() else {}),
     }

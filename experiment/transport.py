@@ -22,6 +22,17 @@ MAX_BUFFER_BYTES = 1 << 34  # 16 GiB: far beyond any switch's whole memory
 MAX_LATENCY_US = 1e6
 LINK_KINDS = ("host", "fabric", "nvlink")
 NUM = (int, float)
+# The emulator's defaults, here so that the packet engine can mirror them (packet: {units: emulated}).
+# Jumbo frames: AI fabrics run 4096 to 9000, and it cuts the switches' packet rate 6x.
+EMULATOR_MTU_BYTES = 9000
+# OVS's AF_XDP frames are 4 KiB; 3498 B is its MTU ceiling. Keep a margin.
+AFXDP_MTU_BYTES = 3000
+# testbed.queue_packets counts packets of this size: a queue's bound is in bytes, so jumbo frames
+# do not make it deeper in time.
+QUEUE_PACKET_BYTES = 1500
+# The emulator's HTB bursts at line rate up to two frames or this much of its rate's traffic, no more (a
+# larger burst would let a message of the emulated size, often ~100 kB, pass unshaped).
+HTB_BURST_S = 0.001
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ class ControllerLoop:
         sc.wakes = sorted({r["at_s"] for r in self.fault_log} | set(self.restart_at))
         self._wakes = list(sc.wakes)
         sc.poll_s = float(router.poll_s)
+        self.units = None  # experiment.model.Scale, with packet.units emulated: the driver runs in emulated units, the router in real
         router.attach(self)
         self.gates = None
         self.gate_events: list[dict] = []  # announce and offset events, for events.jsonl
@@ -80,11 +81,11 @@ class ControllerLoop:
         self.now = max(now, start_s)  # the rank's phase begins when the hold ends
         self.gates.begun(self, j, r, it)
         self.now = now
-        self._out.append(f"release {h} {start_s!r}")
+        self._out.append(f"release {h} {start_s * self._dilation()!r}")  # the driver's clock
 
     def on_gate(self, rec: dict) -> list[str]:
         """A hold task is ready (a gate line): announce, or release it at the answer's start, or park it."""
-        self.now = float(rec["t"])
+        self.now = float(rec["t"]) / self._dilation()
         h = int(rec["task"])
         j, r, it = self.sc.holds[h]
         opens = self.gates.ready(self, j, r, it)
@@ -94,6 +95,10 @@ class ControllerLoop:
             self._release(h, opens)
         out, self._out = self._out, []
         return out
+
+    def _dilation(self) -> float:
+        """Driver seconds per real second: the dilation with packet.units emulated, else 1."""
+        return self.units.dilation if self.units is not None else 1.0
 
     # -- what the router reads ------------------------------------------------------------
     def five_tuple(self, c: int) -> tuple[int, int, int, int]:
@@ -126,10 +131,12 @@ class ControllerLoop:
         if "task" in rec:
             return self.on_gate(rec)
         now = float(rec["t"])
-        self.now = now
-        net = self.net
         lb = np.asarray(rec["ports"], np.float64)[self.port_of_link]
         cb = np.asarray(rec["conns"], np.float64)
+        if self.units is not None:
+            now, lb, cb = now / self.units.dilation, lb / self.units.bytes, cb / self.units.bytes
+        self.now = now
+        net = self.net
         dt = now - self._t
         ids = np.arange(len(cb), dtype=np.int64)
         obs = Observation(now, net, lb, (lb - self._lb) / dt if dt > 0 else np.zeros_like(lb), ids,

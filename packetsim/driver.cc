@@ -39,6 +39,41 @@
 
 using namespace ns3;
 
+// Pure TCP ACKs (no payload, no SYN/FIN/RST) into band 0 of a PrioQueueDisc, as the emulator's
+// HTB gives them a class of their own (emulator/testbed/shaping.py): at emulated rates an ACK
+// queued behind a NIC's data returns hundreds of ms late and fires the sender's RTO.
+class PureAckFilter : public Ipv4PacketFilter {
+  public:
+    static TypeId GetTypeId() {
+        static TypeId tid =
+            TypeId("ns3::PureAckFilter").SetParent<Ipv4PacketFilter>().AddConstructor<PureAckFilter>();
+        return tid;
+    }
+
+  private:
+    int32_t DoClassify(Ptr<QueueDiscItem> item) const override {
+        Ptr<Ipv4QueueDiscItem> ip = DynamicCast<Ipv4QueueDiscItem>(item);
+        if (!ip || ip->GetHeader().GetProtocol() != 6) return PacketFilter::PF_NO_MATCH;
+        TcpHeader th;
+        Ptr<Packet> p = ip->GetPacket();
+        if (p->PeekHeader(th) == 0) return PacketFilter::PF_NO_MATCH;
+        bool pure = p->GetSize() == th.GetSerializedSize() &&
+                    !(th.GetFlags() & (TcpHeader::SYN | TcpHeader::FIN | TcpHeader::RST));
+        return pure ? 0 : PacketFilter::PF_NO_MATCH;
+    }
+};
+NS_OBJECT_ENSURE_REGISTERED(PureAckFilter);
+
+// Priority 0 (every socket's) maps to band 1; the filter sends pure ACKs to band 0.
+static const char* PRIOMAP = "1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1";
+
+static void AckBands(TrafficControlHelper& tch, uint16_t h, const QueueSizeValue& qsize) {
+    TrafficControlHelper::ClassIdList cls = tch.AddQueueDiscClasses(h, 2, "ns3::QueueDiscClass");
+    tch.AddChildQueueDisc(h, cls[0], "ns3::FifoQueueDisc", "MaxSize", qsize);
+    tch.AddChildQueueDisc(h, cls[1], "ns3::FifoQueueDisc", "MaxSize", qsize);
+    tch.AddPacketFilter(h, "ns3::PureAckFilter");
+}
+
 // The engine's own flow table in every node: destination address (one a connection, plus each
 // sender's interface address for its ACKs) -> output interface, in a hash map. ns-3's static
 // routing scans its routes linearly per packet, which a switch of thousands of flows cannot afford.
@@ -475,6 +510,11 @@ int main(int argc, char** argv) {
     uint32_t mtu = 9000, seed = 1;
     uint64_t buffer = 1 << 20;
     double ecnMin = 0, ecnMax = 0, ecnProb = 0, endS = 3600, rtoMin = 0.2;
+    int ackPrio = 0;  // 1: pure ACKs ahead of data at every port (packetsim.emulated)
+    double delAckS = 0.2;  // ns-3's default delayed-ACK timeout
+    // > 0: the emulator's shaping (emulator/testbed/shaping.py): the wire runs 100x faster and a
+    // token bucket at the link's rate, bursting max(2 frames, htbBurstS of traffic), paces it.
+    double htbBurstS = 0;
     struct L { int a, b; double gbps, delay; };
     std::vector<L> links;
     int nNodes = 0;
@@ -527,6 +567,12 @@ int main(int argc, char** argv) {
                 tasks[size_t(t)].slowFrom = from;
                 tasks[size_t(t)].slowFactor = factor;
             }
+        } else if (kind == "ackprio") {
+            in >> ackPrio;
+        } else if (kind == "delack") {
+            in >> delAckS;
+        } else if (kind == "htb") {
+            in >> htbBurstS;
         } else if (kind == "poll") {
             in >> pollS;
         } else if (kind == "wake") {
@@ -563,6 +609,7 @@ int main(int argc, char** argv) {
     Config::SetDefault("ns3::TcpSocket::RcvBufSize", UintegerValue(6 << 20));
     Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(10));
     Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(Seconds(rtoMin)));
+    Config::SetDefault("ns3::TcpSocket::DelAckTimeout", TimeValue(Seconds(delAckS)));
     Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MicroSeconds(1)));
     if (cc == "dctcp" || ecnMax > 0) Config::SetDefault("ns3::TcpSocketBase::UseEcn", StringValue("On"));
 
@@ -578,6 +625,8 @@ int main(int argc, char** argv) {
                              DoubleValue(ecnMax), "LInterm", DoubleValue(1.0 / std::max(ecnProb, 1e-9)), "UseEcn",
                              BooleanValue(true), "UseHardDrop", BooleanValue(false), "QW", DoubleValue(1.0),
                              "MeanPktSize", UintegerValue(mtu));
+    } else if (ackPrio) {
+        AckBands(tch, tch.SetRootQueueDisc("ns3::PrioQueueDisc", "Priomap", StringValue(PRIOMAP)), qsize);
     } else {
         tch.SetRootQueueDisc("ns3::FifoQueueDisc", "MaxSize", qsize);
     }
@@ -588,7 +637,7 @@ int main(int argc, char** argv) {
         const L& l = links[i];
         PointToPointHelper p2p;
         std::ostringstream rate;
-        rate << uint64_t(l.gbps * 1e9) << "bps";
+        rate << uint64_t(l.gbps * 1e9 * (htbBurstS > 0 ? 100 : 1)) << "bps";
         p2p.SetDeviceAttribute("DataRate", StringValue(rate.str()));
         p2p.SetDeviceAttribute("Mtu", UintegerValue(mtu));
         p2p.SetChannelAttribute("Delay", TimeValue(Seconds(l.delay)));
@@ -603,7 +652,21 @@ int main(int argc, char** argv) {
             d.Get(dir)->SetAttribute("ReceiveErrorModel", PointerValue(ems[dir]));
         }
         cut.push_back(ems);
-        QueueDiscContainer qds = tch.Install(d);
+        TrafficControlHelper shaped;
+        if (htbBurstS > 0) {
+            std::ostringstream r;
+            r << uint64_t(l.gbps * 1e9) << "bps";
+            uint32_t burst = uint32_t(std::max(2.0 * mtu, l.gbps * 1e9 / 8 * htbBurstS));
+            uint16_t h = shaped.SetRootQueueDisc("ns3::TbfQueueDisc", "MaxSize", qsize, "Rate", StringValue(r.str()),
+                                                 "Burst", UintegerValue(burst), "Mtu", UintegerValue(mtu + 2));
+            TrafficControlHelper::ClassIdList one = shaped.AddQueueDiscClasses(h, 1, "ns3::QueueDiscClass");
+            if (ackPrio)
+                AckBands(shaped, shaped.AddChildQueueDisc(h, one[0], "ns3::PrioQueueDisc", "Priomap",
+                                                          StringValue(PRIOMAP)), qsize);
+            else
+                shaped.AddChildQueueDisc(h, one[0], "ns3::FifoQueueDisc", "MaxSize", qsize);
+        }
+        QueueDiscContainer qds = (htbBurstS > 0 ? shaped : tch).Install(d);
         addr.Assign(d);
         addr.NewNetwork();
         for (int dir = 0; dir < 2; dir++) {

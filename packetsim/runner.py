@@ -26,7 +26,7 @@ from flowsim.control import ControllerRouter, table_router
 from flowsim.routing import EcmpRouter
 from experiment.plan import job_predictions
 from flowsim.runner import exp_for_outputs, host_fault_fields, split_faults, time_scale
-from packetsim import ns3, scenario
+from packetsim import emulated, ns3, scenario
 from packetsim.control import ControllerLoop
 from packetsim.transport import settings
 
@@ -44,7 +44,10 @@ def check(exp) -> str:
     """Refuse what the packet engine cannot model (InputError, exit 2); one line on what it runs."""
     refuse_non_replay(exp, "packet", "it writes queue statistics instead")
     check_transport(exp, ENGINE)
-    t = settings(exp)
+    u = emulated.units(exp)
+    if u is not None:
+        emulated.check(exp)
+    t = settings(exp) if u is None else emulated.transport(exp)
     if t.spray and exp.faults:
         raise InputError("faults", "no faults with spraying on engine: packet (the sprayed next hops do not "
                          "change when links fail; run it with engine: flow)", f"{len(exp.faults)} faults",
@@ -53,7 +56,9 @@ def check(exp) -> str:
     how = ("per-packet spraying over the equal-cost paths" if t.spray
            else f"ECMP seed {exp.flow.ecmp_seed}" if isinstance(table, EcmpRouter)
            else "the policy's object in the loop" if table is None else "")
-    return (f"engine packet: ns-3 {ns3.NS3_VERSION}, TCP {t.cc}, MTU {t.mtu_bytes} B, buffer "
+    return (f"engine packet: ns-3 {ns3.NS3_VERSION}, "
+            + (f"in the emulator's units (links x {u.link:g}, bytes x {u.bytes:g}, time x {u.dilation:g}, "
+               f"{t.latency_us['fabric']:g} us a hop), " if u else "") + f"TCP {t.cc}, MTU {t.mtu_bytes} B, buffer "
             f"{t.switch_buffer_bytes} B a port, " + (f"ECN {t.ecn.min_bytes}-{t.ecn.max_bytes} B, " if t.ecn else "")
             + f"routing {exp.routing}" + (f" ({how})" if how else ""))
 
@@ -109,6 +114,12 @@ def plan(exp, log=print):
             announced = announcements(fabric, jobs)
             scenario.hold(sc, announced)
             loop.coschedule(jobs, announced)
+    u = emulated.units(exp)
+    if u is not None:  # planned in real units, run in the emulator's (packetsim.emulated)
+        t = emulated.transport(exp)
+        emulated.to_emulated(sc, net, u)
+        if loop is not None:
+            loop.units = u
     return fabric, jobs, net, sc, t, loop
 
 
@@ -122,9 +133,12 @@ def bin_s(sc, net) -> float:
     return next(m * exp10 for m in (1, 2, 5, 10) if m * exp10 >= want)
 
 
-def execute(sc, net, t, work_dir: str, *, seed: int = 1, log=print, loop=None) -> tuple[dict, dict]:
-    """Run the scenario on ns-3: (the driver's results, the links it built). Progress in simulated time."""
+def execute(sc, net, t, work_dir: str, *, seed: int = 1, log=print, loop=None, units=None) -> tuple[dict, dict]:
+    """Run the scenario on ns-3: (the driver's results, the links it built). Progress in simulated time.
+    units: the emulator's factors when the scenario is in emulated units; the results come back real."""
     path = os.path.join(work_dir, "packet-scenario.txt")
+    if units is not None:
+        net = emulated.scaled_net(net, units)
     w = sc.bin_s or bin_s(sc, net)
     built = scenario.write(sc, net, t, path, seed=seed, bin_s=w, end_s=END_S, rto_min_s=RTO_MIN_S)
     built["bin_s"] = w
@@ -143,6 +157,9 @@ def execute(sc, net, t, work_dir: str, *, seed: int = 1, log=print, loop=None) -
     finally:
         if os.path.exists(path):
             os.unlink(path)
+    if units is not None:
+        emulated.to_real(res, built, units)
+        w /= units.dilation
     res["bin_s"] = built["bin_s"] = res["meta"].get("bin_s", w)  # doubled by the driver when a run outlasts its plan
     return res, built
 
@@ -183,7 +200,7 @@ class PacketEngine(Engine):
                 f"{sc.transfers} transfers, {sc.payload_bytes / 2**20:.4g} MiB; estimated {self.est:.3g} s")
         try:
             self.res, self.built = execute(sc, self.net, self.t, run.out_dir, seed=exp.flow.ecmp_seed + 1, log=run.log,
-                                           loop=self.loop)
+                                           loop=self.loop, units=emulated.units(exp))
         except RuntimeError as e:
             raise RunFailure(str(e)) from None
         meta = self.res["meta"]
@@ -324,6 +341,10 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
             "per-flow routes: each switch holds a host route per connection (its own addresses), filled "
             "from the routing policy's paths; ECMP hashes the flow engine's five-tuple",
             "segments of MTU - 52 bytes (IP, TCP and timestamp headers); timestamps and SACK on"]
+        + (["in the emulator's units (packet.units emulated): link rates x scale.link, bytes x scale.bytes, "
+            "times x the dilation, the emulator's MTU and queues and its switches' hop delay; every figure "
+            "divided back to real units; pure ACKs share the data FIFO (the emulator gives them a class "
+            "of their own)"] if emulated.units(exp) else [])
         + (["per-packet spraying: at each node of a flow's equal-cost paths every data packet draws its "
             "next hop at random (ACKs keep one path back); TCP sees the reordering"] if t.spray else [])
         + ([f"the policy's own object in the loop (flowsim.control.ControllerRouter): it places every "
@@ -336,6 +357,8 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
         + ([f"pace answers refused: the driver has no per-host rate cap, so the {loop.paces_refused} answers "
             "that asked a job to pace sent at full rate (the start offsets were applied)"]
            if loop is not None and loop.paces_refused else []),
+        **({"units": {"units": "emulated", "link": u.link, "bytes": u.bytes, "dilation": u.dilation}}
+           if (u := emulated.units(exp)) else {}),
         "link_bin_s": res["bin_s"],
         "events": meta["events"], "events_per_s": meta["events"] / max(meta["wall_s"], 1e-9),
         "run_s": meta["wall_s"], "wall_s": wall_s, "simulated_s": meta["sim_end"] - max(meta["t0"], 0.0),

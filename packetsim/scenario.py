@@ -293,6 +293,12 @@ def write(sc: Scenario, net, transport, path: str, *, seed: int, bin_s: float, e
             f.write(f"straggle {t} {from_s!r} {factor!r}\n")
         if sc.poll_s > 0:
             f.write(f"poll {sc.poll_s!r}\n")
+        if transport.ack_priority:
+            f.write("ackprio 1\n")
+        if transport.delack_s is not None:
+            f.write(f"delack {transport.delack_s!r}\n")
+        if transport.htb_burst_s:
+            f.write(f"htb {transport.htb_burst_s!r}\n")
         for at_s in sorted(set(sc.wakes)):
             f.write(f"wake {at_s!r}\n")
     # The driver's port of each directed net link: link i's end at a is port 2i, at b 2i+1.

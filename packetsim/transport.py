@@ -20,6 +20,11 @@ class Transport:
     ecn: Ecn | None = None  # experiment.transport's, as the file gives it
     latency_us: dict = field(default_factory=dict)  # link kind (host, fabric, nvlink) -> one-way us
     spray: bool = False
+    ack_priority: bool = False  # pure ACKs ahead of data at every port, as the emulator's shaping
+    delack_s: float | None = None  # delayed-ACK timeout; None: ns-3's 200 ms
+    # > 0: shape every link as the emulator's HTB (a token bucket bursting this much traffic, at
+    # least two frames, over a wire 100x faster); 0: the wire itself at the link's rate
+    htb_burst_s: float = 0.0
 
 
 def settings(exp) -> Transport:

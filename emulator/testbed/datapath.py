@@ -9,6 +9,7 @@ import os
 import subprocess
 
 from emulator.testbed.process import TestbedError, closed_fds_argv
+from experiment.transport import AFXDP_MTU_BYTES, EMULATOR_MTU_BYTES
 
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
 
@@ -59,10 +60,8 @@ def netem_available() -> bool:
 # AF_XDP port type without a busy-polling thread: PMD ports take a whole core,
 # which on 2 cores starves the hosts.
 AFXDP_PORT = "afxdp-nonpmd"
-# OVS's AF_XDP frames are 4 KiB; 3498 B is its MTU ceiling. Keep a margin.
-AFXDP_MTU = 3000
-# Jumbo frames elsewhere: AI fabrics run 4096 to 9000, and it cuts the switches' packet rate 6x.
-MTU = 9000
+AFXDP_MTU = AFXDP_MTU_BYTES  # experiment.transport says why
+MTU = EMULATOR_MTU_BYTES
 
 
 def ovs_iface_types() -> set[str]:

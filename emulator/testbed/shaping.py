@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+from experiment.transport import HTB_BURST_S, QUEUE_PACKET_BYTES
+
 
 # Only pure TCP ACKs (no payload, no SYN/FIN/RST) may skip the data queue.
 # Anything that carries sequence space must keep its place in its flow:
@@ -62,11 +64,11 @@ def htb_cmds(dev: str, rate_mbps: float, queue_packets: int, mtu: int = 1500,
         raise ValueError(f"delay_us: expected >= 0, found {delay_us!r}")
     # burst: two frames or 1 ms of traffic. Larger bursts let a message of
     # the emulated size (often ~100 kB) pass at line rate, unshaped.
-    burst_bytes = max(2 * mtu, int(rate_mbps * 1e6 / 8 * 0.001))
+    burst_bytes = max(2 * mtu, int(rate_mbps * 1e6 / 8 * HTB_BURST_S))
     shape = f"burst {burst_bytes} cburst {burst_bytes}"
     if limit_bytes is not None and limit_bytes < 2 * mtu:
         raise ValueError(f"limit_bytes: expected >= two frames ({2 * mtu}), found {limit_bytes!r}")
-    limit = max(queue_packets * 1500, 2 * mtu) if limit_bytes is None else limit_bytes
+    limit = max(queue_packets * QUEUE_PACKET_BYTES, 2 * mtu) if limit_bytes is None else limit_bytes
     ctl_mbps = rate_mbps * 0.05
     if delay_us > 0:
         held = queue_packets if limit_bytes is None else math.ceil(limit_bytes / 64)
