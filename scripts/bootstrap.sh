@@ -17,8 +17,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${DTNET_VENV:-$ROOT/.venv}"
 APT_PKGS=(mininet python3-networkx python3-yaml openvswitch-switch iperf3 ethtool iputils-ping tcpdump iproute2 python3-venv python3-dev gcc make python3-simgrid)
 # ns-3 for `engine: packet`, with DTNET_NS3=1 (`make packet`, `make test`): Debian's C++ library
-# and a compiler for the engine's driver (docs/packet-engine.md says why not the PyPI bindings).
-NS3_APT_PKGS=(libns3-dev g++)
+# a compiler for the engine's driver (docs/packet-engine.md says why not the PyPI bindings), and
+# tcmalloc, which the driver links when present (a quarter faster).
+NS3_APT_PKGS=(libns3-dev g++ libtcmalloc-minimal4)
 if [[ "${DTNET_NS3:-0}" == 1 ]]; then
     APT_PKGS+=("${NS3_APT_PKGS[@]}")
 fi

@@ -76,19 +76,26 @@ def send_dependencies(schedule: Schedule) -> list[tuple[list[int], list[int]]]:
     double-binary-tree all-reduce carry different chunks and must not wait on
     each other."""
     tr = schedule.transfers
-    recvs: dict[int, list[int]] = {}
+    # Each rank's receives by chunk, in step order: a send looks up only the receives of its
+    # own chunks, not every earlier receive of its rank (that scan made a ring plan O(n^3)).
+    by_chunk: dict[tuple[int, int], list[int]] = {}
     for i in sorted(range(len(tr)), key=lambda i: tr[i].step):
-        recvs.setdefault(tr[i].dst, []).append(i)
-    steps = {r: [tr[j].step for j in lst] for r, lst in recvs.items()}
+        for c in set(tr[i].chunks):
+            by_chunk.setdefault((tr[i].dst, c), []).append(i)
+    steps = {k: [tr[j].step for j in lst] for k, lst in by_chunk.items()}
     out = []
     for t in tr:
         mine = set(t.chunks)
-        before = recvs.get(t.src, [])[:bisect.bisect_left(steps.get(t.src, []), t.step)]
-        deps = [j for j in before if mine & set(tr[j].chunks)]
-        if not deps:
+        found = set()
+        for c in mine:
+            lst = by_chunk.get((t.src, c))
+            if lst:
+                found.update(lst[:bisect.bisect_left(steps[t.src, c], t.step)])
+        if not found:
             out.append(([], []))
             continue
-        last = max(tr[j].step for j in deps)
+        deps = sorted(found, key=lambda j: (tr[j].step, j))  # the receives' step order, as before
+        last = tr[deps[-1]].step
         follow = [tr[j].step == last or set(tr[j].chunks) == mine for j in deps]
         out.append(([j for j, f in zip(deps, follow) if not f], [j for j, f in zip(deps, follow) if f]))
     return out
