@@ -537,6 +537,10 @@ int main(int argc, char** argv) {
     Config::SetDefault("ns3::TcpSocket::RcvBufSize", UintegerValue(6 << 20));
     Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(10));
     Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(Seconds(rtoMin)));
+    // Linux's delayed-ACK timer starts at 40 ms (TCP_DELACK_MIN); ns-3's 200 ms default equals the
+    // minimum RTO, so after a timeout (cwnd 1) each lone segment's ACK came just as the RTO fired
+    // again, and a connection advanced one segment per 200 ms (incast rounds of 30 s and more).
+    Config::SetDefault("ns3::TcpSocket::DelAckTimeout", TimeValue(MilliSeconds(40)));
     Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MicroSeconds(1)));
     if (cc == "dctcp" || ecnMax > 0) Config::SetDefault("ns3::TcpSocketBase::UseEcn", StringValue("On"));
 

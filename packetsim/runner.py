@@ -33,6 +33,7 @@ from packetsim.transport import settings
 ENGINE = "packet"
 LINK_BINS = 200         # links.csv intervals over the run's bandwidth-bound duration, about
 RTO_MIN_S = 0.2         # Linux's minimum retransmission timeout
+DELAYED_ACK_S = 0.04    # Linux's delayed-ACK timer (TCP_DELACK_MIN); the driver sets the same
 END_S = 24 * 3600.0     # simulated seconds after which the driver gives up
 EVENTS_PER_S = 150_000  # ns-3 events a wall second on this machine kind (docs/packet-engine.md)
 MAX_WALL_S = 3600.0     # estimated longer: refused without force
@@ -314,7 +315,7 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
         "transport": {"cc": t.cc, "mtu_bytes": t.mtu_bytes, "segment_bytes": t.mtu_bytes - 52,
                       "switch_buffer_bytes": t.switch_buffer_bytes,
                       "ecn": vars(t.ecn) if t.ecn else None, "latency_us": t.latency_us,
-                      "rto_min_s": RTO_MIN_S, "routing": exp.routing},
+                      "rto_min_s": RTO_MIN_S, "delayed_ack_s": DELAYED_ACK_S, "routing": exp.routing},
         "statements": [
             "every packet over point-to-point links at their configured rates; each output port a FIFO "
             "(RED marking when ECN is set) of switch_buffer_bytes, host NICs too",
