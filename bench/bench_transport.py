@@ -69,7 +69,7 @@ def run_point(path: str, overrides: list[str], engine: str, out: str) -> dict:
 
 def port_into(summary: dict, host: str) -> dict:
     """The queue of the switch port that feeds HOST (the incast and dctcp bottleneck)."""
-    ports = [q for q in summary["queues"] if q["link"].endswith(f"->{host}")]
+    ports = [q for q in summary["queues"] if q["dst"] == host]
     return max(ports, key=lambda q: q["tx_bytes"])
 
 
@@ -95,11 +95,11 @@ def incast(out: str, quick: bool) -> list[dict]:
             goodput = n * size * 8 / its["mean"] / 1e9
             row = {"senders": n, "buffer_bytes": buf, "goodput_gbps": goodput, "of_line": goodput / 10,
                    "drops": q["drops"], "retransmissions": retransmissions(s),
-                   "rounds_over_rto": sum(t > rto_s for t in its["raw"]), "round_mean_s": its["mean"],
-                   "round_max_s": max(its["raw"]), "queue_max_bytes": q["max_bytes"]}
+                   "rounds_over_rto": sum(t > rto_s for t in its["all"]), "round_mean_s": its["mean"],
+                   "round_max_s": max(its["all"]), "queue_max_bytes": q["max_bytes"]}
             rows.append(row)
             print(f"{n:>3} {buf:>9} {goodput:>13.2f} {goodput / 10:>8.2f} {q['drops']:>6} {row['retransmissions']:>6} "
-                  f"{row['rounds_over_rto']:>9} / {rounds:<2} {its['mean'] * 1e3:>14.2f} {max(its['raw']) * 1e3:>8.2f}",
+                  f"{row['rounds_over_rto']:>9} / {rounds:<2} {its['mean'] * 1e3:>14.2f} {max(its['all']) * 1e3:>8.2f}",
                   flush=True)
     return rows
 
