@@ -511,7 +511,7 @@ int main(int argc, char** argv) {
     uint64_t buffer = 1 << 20;
     double ecnMin = 0, ecnMax = 0, ecnProb = 0, endS = 3600, rtoMin = 0.2;
     int ackPrio = 0;  // 1: pure ACKs ahead of data at every port (packetsim.emulated)
-    double delAckS = 0.2;  // ns-3's default delayed-ACK timeout
+    double delAckS = 0.04;  // Linux's delayed-ACK floor (the scenario says; packetsim.transport says why)
     // > 0: the emulator's shaping (emulator/testbed/shaping.py): the wire runs 100x faster and a
     // token bucket at the link's rate, bursting max(2 frames, htbBurstS of traffic), paces it.
     double htbBurstS = 0;

@@ -21,9 +21,6 @@ from packetsim.transport import Transport
 # One-way delay a link to or from an OVS userspace switch adds, emulated microseconds: ping RTT
 # through 1, 3 and 5 switches grows 203 us a link (docs/packet-engine.md, "Against the emulator").
 HOP_LATENCY_US = 100.0
-# Linux's delayed-ACK timeout floor (TCP_DELACK_MIN, 40 ms): ns-3's 200 ms equals the minimum RTO,
-# so at emulated rates a delayed ACK races the sender's timer and loses (spurious retransmissions).
-LINUX_DELACK_S = 0.04
 
 
 def units(exp) -> Scale | None:
@@ -64,7 +61,7 @@ def transport(exp) -> Transport:
     # bridges, not OVS, so only host and fabric links cross an OpenFlow switch.
     lat = {k: v * d + (hop if k != "nvlink" else 0.0) for k, v in base.items()}
     return Transport(cc=t.tcp.cc, mtu_bytes=mtu, switch_buffer_bytes=buf, ecn=None, latency_us=lat, spray=False,
-                     ack_priority=True, delack_s=LINUX_DELACK_S, htb_burst_s=HTB_BURST_S)
+                     ack_priority=True, htb_burst_s=HTB_BURST_S)
 
 
 def to_emulated(sc, net, u: Scale) -> None:

@@ -333,7 +333,7 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
         "transport": {"cc": t.cc, "mtu_bytes": t.mtu_bytes, "segment_bytes": t.mtu_bytes - 52,
                       "switch_buffer_bytes": t.switch_buffer_bytes,
                       "ecn": vars(t.ecn) if t.ecn else None, "latency_us": t.latency_us,
-                      "rto_min_s": RTO_MIN_S, "routing": exp.routing},
+                      "rto_min_s": RTO_MIN_S, "delayed_ack_s": t.delack_s, "routing": exp.routing},
         "statements": [
             "every packet over point-to-point links at their configured rates; each output port a FIFO "
             "(RED marking when ECN is set) of switch_buffer_bytes, host NICs too",

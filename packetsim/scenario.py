@@ -295,8 +295,7 @@ def write(sc: Scenario, net, transport, path: str, *, seed: int, bin_s: float, e
             f.write(f"poll {sc.poll_s!r}\n")
         if transport.ack_priority:
             f.write("ackprio 1\n")
-        if transport.delack_s is not None:
-            f.write(f"delack {transport.delack_s!r}\n")
+        f.write(f"delack {transport.delack_s!r}\n")
         if transport.htb_burst_s:
             f.write(f"htb {transport.htb_burst_s!r}\n")
         for at_s in sorted(set(sc.wakes)):

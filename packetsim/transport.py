@@ -21,7 +21,10 @@ class Transport:
     latency_us: dict = field(default_factory=dict)  # link kind (host, fabric, nvlink) -> one-way us
     spray: bool = False
     ack_priority: bool = False  # pure ACKs ahead of data at every port, as the emulator's shaping
-    delack_s: float | None = None  # delayed-ACK timeout; None: ns-3's 200 ms
+    # Linux's delayed-ACK timer floor (TCP_DELACK_MIN). ns-3's 200 ms default equals the minimum
+    # RTO: after a timeout each lone segment's ACK came as the RTO fired again (incast rounds of
+    # 30 s, spurious retransmissions after every idle phase in emulated units).
+    delack_s: float = 0.04
     # > 0: shape every link as the emulator's HTB (a token bucket bursting this much traffic, at
     # least two frames, over a wire 100x faster); 0: the wire itself at the link's rate
     htb_burst_s: float = 0.0

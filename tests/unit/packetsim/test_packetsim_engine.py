@@ -91,6 +91,25 @@ def test_dctcp_holds_the_queue_near_its_marking_threshold_where_cubic_fills_the_
 
 
 @needs_ns3
+def test_incast_collapses_on_a_shallow_buffer_and_runs_at_the_line_rate_on_a_deep_one(tmp_path):
+    # Phanishayee et al. (FAST 2008) in miniature: 16 senders of 256 KiB each into one 10 Gb/s port.
+    n, size, mtu = 16, 256 << 10, 1500
+    net = fake_net([f"h{i}" for i in range(n + 1)] + ["s"], [(i, n + 1, 10.0) for i in range(n)] + [(n + 1, n, 10.0)])
+    flows = [([i, n + 1, n], size) for i in range(n)]
+    ideal = n * size / (10e9 / 8 * (mtu - 52) / (mtu + 2))  # the port busy throughout, less headers
+    last, port = {}, {}
+    for buf in (32 << 10, 8 << 20):  # about 20 frames: whole windows lost; all 4 MiB fit
+        res = simulate(net, flows, tmp_path, buffer=buf, mtu_bytes=mtu)
+        last[buf] = max(t["end"] for t in res["tasks"])
+        port[buf] = next(q for q in res["queues"] if q["link"] == n and q["dir"] == 0)
+    assert port[32 << 10]["drops"] > 0
+    # a sender waited out a timeout, but recovered after it: a few RTOs, not one segment per RTO
+    assert ideal + runner.RTO_MIN_S <= last[32 << 10] <= ideal + 4 * runner.RTO_MIN_S, (last, ideal)
+    assert port[8 << 20]["drops"] == 0
+    assert ideal <= last[8 << 20] <= 1.05 * ideal, (last, ideal)
+
+
+@needs_ns3
 def test_a_flow_table_moved_mid_run_carries_the_flow_on_its_new_path(tmp_path):
     # h0 - A, then A - B - D or A - C - D, then D - h1
     names = ["h0", "h1", "A", "B", "C", "D"]
