@@ -193,8 +193,7 @@ class PacketEngine(Engine):
             run.status = "complete"
         else:
             run.error = (f"{meta['tasks'] - meta['tasks_done']} of {meta['tasks']} tasks unfinished at "
-                         f"{meta['sim_end']:.6g} s" + (" (stalled: no byte delivered and no task finished for "
-                                                       "120 s of simulated time)" if meta.get("stalled") else ""))
+                         f"{meta['sim_end']:.6g} s" + (f" (stopped: {meta['stall']})" if meta.get("stall") else ""))
         run.log(f"[packet] {meta['events']:,} events in {meta['wall_s']:.3g} s: "
                 f"{meta['events'] / max(meta['wall_s'], 1e-9):,.0f} events/s")
 
