@@ -4,8 +4,9 @@
 
 The issue's acceptance: `dtnet run --engine packet` completes on every file of experiments/ it
 accepts, and refuses with one line what it cannot model. Each file runs as a user would run it
-(`dtnet run FILE --engine packet`, without --force, so the hour estimate refuses too), one at a
-time under /tmp/dtnet-mininet.lock (the machine is shared; an ns-3 run is CPU-bound), with a wall
+(`dtnet check FILE --engine packet` for every file first, which plans and refuses as `run`
+does and starts nothing; then `dtnet run FILE --engine packet` on the accepted ones, without
+--force, so the hour estimate refuses too), one at a time under /tmp/dtnet-mininet.lock (the machine is shared; an ns-3 run is CPU-bound), with a wall
 limit per run. The run folders go under a temporary folder (or --out). Per file it prints:
 accepted or refused (the one-line reason), the run's status, its simulated time and wall
 seconds. A sweep file runs every point; its status is the sweep's exit.
@@ -30,20 +31,32 @@ def dtnet() -> list[str]:
     return [exe] if os.path.exists(exe) else [sys.executable, "-m", "dtnet.cli"]
 
 
-def run_one(path: str, out: str, wall_s: float) -> dict:
-    """One file on the packet engine: {file, verdict, reason, status, simulated_s, wall_s}."""
+def check_one(path: str) -> dict:
+    """`dtnet check FILE --engine packet`, without the lock: it plans and refuses as `run` does and
+    starts nothing. A row with verdict accepted or refused (the one-line reason)."""
+    t0 = time.monotonic()
+    p = subprocess.run(dtnet() + ["check", path, "--engine", "packet"], capture_output=True, text=True, cwd=ROOT)
+    err = [x for x in p.stderr.splitlines() if x.strip()]
+    row = {"file": os.path.relpath(path, ROOT), "rc": p.returncode, "wall_s": round(time.monotonic() - t0, 1),
+           "verdict": "accepted" if p.returncode == 0 else "refused", "reason": "", "status": "",
+           "simulated_s": None}
+    if p.returncode != 0:
+        row["reason"] = err[-1] if err else f"(exit {p.returncode}, no message)"
+        if p.returncode != 2 or len(err) != 1 or "Traceback" in p.stderr:
+            row["reason"] += f" [exit {p.returncode}, {len(err)} lines on stderr: not a one-line refusal]"
+    return row
+
+
+def run_one(row: dict, out: str, wall_s: float) -> dict:
+    """An accepted file on the packet engine, under the lock: its status, simulated and wall time."""
     cmd = ["flock", "-o", LOCK, "timeout", "--signal=TERM", str(int(wall_s))] + dtnet() + [
-        "run", path, "--engine", "packet", "--out", out]
+        "run", row["file"], "--engine", "packet", "--out", out]
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    wall = time.monotonic() - t0
     err = [x for x in p.stderr.splitlines() if x.strip()]
-    row = {"file": os.path.relpath(path, ROOT), "rc": p.returncode, "wall_s": round(wall, 1),
-           "verdict": "accepted", "reason": "", "status": "", "simulated_s": None}
-    if p.returncode == 2:  # bad input or a refusal: one line, nothing run
-        row.update(verdict="refused", reason=err[-1] if err else "(no message)")
-        if len(err) != 1 or "Traceback" in p.stderr:
-            row["reason"] += f" [not one line: {len(err)} lines on stderr]"
+    row.update(rc=p.returncode, wall_s=round(time.monotonic() - t0, 1))
+    if p.returncode == 2:  # refused by run although check accepted it
+        row.update(verdict="refused by run", reason=err[-1] if err else "(no message)")
         return row
     summary = os.path.join(out, "summary.json")
     if os.path.exists(summary):
@@ -64,6 +77,12 @@ def run_one(path: str, out: str, wall_s: float) -> dict:
     return row
 
 
+def show(r: dict) -> None:
+    sim = f"{r['simulated_s']:.4g}" if r["simulated_s"] is not None else ""
+    print(f"| {os.path.basename(r['file'])} | {r['verdict']} | {r['status']} | {sim} | {r['wall_s']} | "
+          f"{r['reason']} |", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", default=[], help="files whose name contains one of these")
@@ -73,15 +92,15 @@ def main() -> int:
     out = a.out or tempfile.mkdtemp(prefix="packet-all-")
     files = sorted(glob.glob(os.path.join(ROOT, "experiments", "*.yaml")))
     files = [f for f in files if not a.only or any(s in os.path.basename(f) for s in a.only)]
-    rows = []
     print(f"run folders under {out}", flush=True)
     print("| file | accepted | status | simulated s | wall s | reason |\n|---|---|---|---|---|---|", flush=True)
-    for f in files:
-        r = run_one(f, os.path.join(out, os.path.basename(f)[:-5]), a.wall_s)
-        rows.append(r)
-        sim = f"{r['simulated_s']:.4g}" if r["simulated_s"] is not None else ""
-        print(f"| {os.path.basename(r['file'])} | {r['verdict']} | {r['status']} | {sim} | {r['wall_s']} | "
-              f"{r['reason']} |", flush=True)
+    rows = [check_one(f) for f in files]  # every refusal first: they need no lock
+    for r in rows:
+        if r["verdict"] == "refused":
+            show(r)
+    for r in rows:
+        if r["verdict"] == "accepted":
+            show(run_one(r, os.path.join(out, os.path.basename(r["file"])[:-5]), a.wall_s))
     with open(os.path.join(out, "bench_packet_all.json"), "w") as f:
         json.dump(rows, f, indent=1)
     bad = [r for r in rows if r["verdict"] == "accepted" and r["status"] not in ("complete", "sweep complete")]
