@@ -171,6 +171,15 @@ def test_check_refuses_what_it_cannot_model_in_one_line(tmp_path):
         assert e.value.key == key and "\n" not in str(e.value)
 
 
+def test_check_refuses_more_gpus_than_a_packet_run_takes_unless_forced(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "MAX_RANKS", 3)  # `dtnet check` says what `dtnet run` would refuse
+    exp = model.load(write(tmp_path, ring(n=4)))
+    with pytest.raises(InputError) as e:
+        runner.check(exp)
+    assert e.value.key == "engine" and "4 hosts" in str(e.value) and "\n" not in str(e.value)
+    assert runner.check(exp, force=True).startswith("engine packet")
+
+
 def test_a_run_without_ns3_says_how_to_install_it(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(ns3, "HEADER", str(tmp_path / "absent.h"))
     monkeypatch.setattr(ns3, "binary_path", lambda: str(tmp_path / "absent-binary"))
