@@ -614,6 +614,10 @@ int main(int argc, char** argv) {
     Config::SetDefault("ns3::TcpSocket::RcvBufSize", UintegerValue(6 << 20));
     Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(10));
     Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(Seconds(rtoMin)));
+    // ns-3 delays an ACK up to 200 ms, as long as the minimum RTO: a sender down to one segment
+    // after losses then gets its ACK only after its RTO fired, and advances a segment per RTO (the
+    // trickle of docs/packet-engine.md). Linux's delayed ACK is at most 40 ms (TCP_DELACK_MIN).
+    Config::SetDefault("ns3::TcpSocket::DelAckTimeout", TimeValue(MilliSeconds(40)));
     Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MicroSeconds(1)));
     if (cc == "dctcp" || ecnMax > 0) Config::SetDefault("ns3::TcpSocketBase::UseEcn", StringValue("On"));
 
