@@ -20,6 +20,9 @@
 // Commands on stdin at a poll or gate: "route CONN K N0 .. NK-1" (the connection's new path),
 // "release TASK AT_S" (a hold task ends at AT_S since t0, or now if that has passed), "go".
 // stdout carries JSON lines: progress, polls, and at the end the results.
+// Debugging a stalled run (stderr, kept in the run folder's packet-scenario.txt.err while it runs):
+//   DTNET_NS3_TRACE=CONN  that connection's segments, ACKs, cwnd, bytes in flight and TCP state
+//   DTNET_NS3_DROPS=1     every packet dropped: at the IP layer (no route), a full queue, a cut cable
 #include "ns3/core-module.h"
 #include "ns3/internet-module.h"
 #include "ns3/network-module.h"
@@ -110,9 +113,13 @@ class FlowTable : public Ipv4RoutingProtocol {
         r->SetOutputDevice(ipv4->GetNetDevice(iface));
         return r;
     }
+    void SetSource(Ipv4Address dest, Ipv4Address src) { source[dest.Get()] = src; }
     Ptr<Ipv4Route> RouteOutput(Ptr<Packet>, const Ipv4Header& h, Ptr<NetDevice>, Socket::SocketErrno& err) override {
         Ptr<Ipv4Route> r = Lookup(h.GetDestination());
         err = r ? Socket::ERROR_NOTERROR : Socket::ERROR_NOROUTETOHOST;
+        // ns-3's TCP takes its local address from the route at Connect, whatever it was bound to
+        auto s = source.find(h.GetDestination().Get());
+        if (r && s != source.end()) r->SetSource(s->second);
         return r;
     }
     bool RouteInput(Ptr<const Packet> p, const Ipv4Header& h, Ptr<const NetDevice> idev, UnicastForwardCallback ucb,
@@ -144,6 +151,7 @@ class FlowTable : public Ipv4RoutingProtocol {
     Ptr<Ipv4> ipv4;
     std::unordered_map<uint32_t, uint32_t> table;
     std::unordered_map<uint32_t, std::vector<uint32_t>> spray;
+    std::unordered_map<uint32_t, Ipv4Address> source;
 };
 
 class FlowTableHelper : public Ipv4RoutingHelper {
@@ -178,6 +186,7 @@ struct Conn {
 struct Port {  // one directed link: the queue at A's end toward B
     int link, dir;
     Ptr<QueueDisc> qd;
+    Ptr<NetDevice> dev;
     double last = 0, area = 0;
     uint32_t cur = 0, max = 0;
     uint64_t txTotal = 0;  // every byte sent, for the controller's port counters
@@ -196,6 +205,8 @@ static size_t doneCount = 0, connected = 0, computing = 0;
 static uint64_t delivered = 0;           // payload bytes received by every socket
 static const size_t MAX_BINS = 20000;    // per port: past it the interval doubles (a run far longer than planned)
 static const double STALL_S = 120;       // simulated seconds without a byte or a task: the run is stuck
+static const double TRICKLE_S = 10;      // a window of simulated time (50 minimum RTOs) ...
+static const double TRICKLE_FRACTION = 1e-3;  // ... delivering under this share of the slowest link: stuck
 
 static void Coarsen() {  // every port's series at twice the interval, so that memory stays bounded
     binS *= 2;
@@ -208,6 +219,7 @@ static void Coarsen() {  // every port's series at twice the interval, so that m
 }
 static std::chrono::steady_clock::time_point wallStart, lastPrint;
 
+static int traceConn = -1;  // DTNET_NS3_TRACE: one connection's segments, to debug a stall
 static double SimNow() { return Simulator::Now().GetSeconds(); }
 
 static void Pump(int c);
@@ -332,11 +344,30 @@ static void OnConnectFail(int c, Ptr<Socket>) {
     Simulator::Stop();
 }
 
-static void OnAccept(int c, Ptr<Socket> s, const Address&) { s->SetRecvCallback(MakeBoundCallback(&OnRecv, c)); }
+static void OnTraceRx(const char* what, Ptr<const Packet> p, const TcpHeader& h, Ptr<const TcpSocketBase>) {
+    std::cerr << SimNow() << " " << what << " " << h.GetSequenceNumber() << " len " << p->GetSize() << " ack "
+              << h.GetAckNumber() << " win " << h.GetWindowSize() << "\n";
+}
 
-static void OnTcpTx(int c, Ptr<const Packet> p, const TcpHeader& h, Ptr<const TcpSocketBase>) {
+static void OnTraceValue(const char* what, uint32_t, uint32_t now) { std::cerr << SimNow() << " " << what << " " << now << "\n"; }
+static void OnTraceState(TcpSocketState::TcpCongState_t, TcpSocketState::TcpCongState_t now) {
+    std::cerr << SimNow() << " state " << TcpSocketState::TcpCongStateName[now] << "\n";
+}
+
+static void OnAccept(int c, Ptr<Socket> s, const Address&) {
+    s->SetRecvCallback(MakeBoundCallback(&OnRecv, c));
+    if (c == traceConn) {
+        s->TraceConnectWithoutContext("Rx", MakeBoundCallback(&OnTraceRx, "rx"));
+        s->TraceConnectWithoutContext("Tx", MakeBoundCallback(&OnTraceRx, "acktx"));
+    }
+}
+
+static void OnTcpTx(int c, Ptr<const Packet> p, const TcpHeader& h, Ptr<const TcpSocketBase> sock) {
     Conn& cn = conns[c];
     uint32_t len = p->GetSize();
+    if (c == traceConn)
+        std::cerr << SimNow() << " tx " << h.GetSequenceNumber() << " len " << len << " ack " << h.GetAckNumber()
+                  << "\n";
     if (len == 0) return;
     uint32_t end = h.GetSequenceNumber().GetValue() + len;
     if (cn.highTx != 0 && int32_t(end - cn.highTx) <= 0) {
@@ -386,9 +417,9 @@ static void SetRoute(Ptr<Node> n, Ipv4Address dest, int iface) {
 }
 
 static void InstallPath(int c, const std::vector<int>& path) {
-    // Forward: every node of the path holds a host route for the connection's own destination
-    // address. Back (ACKs): toward the sender's interface address, which connections leaving by
-    // that interface share; any of their paths is a right way back.
+    // Every node of the path holds a host route for the connection's own destination address
+    // (data) and for its own source address (ACKs). Per-connection source addresses matter: a
+    // shared one would leave a stale ACK route over a dead link once another flow moved away.
     Conn& cn = conns[c];
     for (size_t i = 0; i + 1 < path.size(); i++) {
         SetRoute(nodes.Get(path[i]), cn.daddr, int(ifaceOf.at({path[i], path[i + 1]}).first));
@@ -398,8 +429,10 @@ static void InstallPath(int c, const std::vector<int>& path) {
 }
 
 static void Reroute(int c, std::vector<int> path) {
-    for (size_t i = 1; i + 1 < conns[c].path.size(); i++)  // switches of the old path forget the flow
+    for (size_t i = 1; i + 1 < conns[c].path.size(); i++) {  // switches of the old path forget the flow
         SetRoute(nodes.Get(conns[c].path[i]), conns[c].daddr, -1);
+        SetRoute(nodes.Get(conns[c].path[i]), conns[c].saddr, -1);
+    }
     InstallPath(c, path);
 }
 
@@ -457,21 +490,50 @@ static bool Commands() {
     return true;
 }
 
-static bool stalled = false;
+static std::string stall;  // why the run was stopped unfinished, for the results ("" when it was not)
+static double minLinkBps = 0;
+
+static std::string Unfinished() {  // the connections still owing bytes, to name in a stall
+    std::ostringstream o;
+    int n = 0;
+    for (size_t c = 0; c < conns.size(); c++)
+        if (conns[c].recvHead < conns[c].recvq.size() && n++ < 5) o << (n > 1 ? ", " : "") << c << " (" << conns[c].bytesRx << " B)";
+    return o.str();
+}
 
 static void Progress(double endS) {
-    static double lastMove = 0;
-    static uint64_t lastDelivered = 0;
+    static double lastMove = 0, windowStart = 0;
+    static uint64_t lastDelivered = 0, windowDelivered = 0;
     static size_t lastDone = 0;
+    static bool windowComputed = false;
+    if (computing > 0) windowComputed = true;
     if (delivered != lastDelivered || doneCount != lastDone || computing > 0) {
         lastDelivered = delivered;
         lastDone = doneCount;
         lastMove = SimNow();
     } else if (SimNow() - lastMove > STALL_S) {  // TCP has given up, or a dependency never comes
-        std::cerr << "stalled: no byte delivered and no task finished for " << STALL_S << " s of simulated time\n";
-        stalled = true;
+        stall = "no byte delivered and no task finished for " + std::to_string(int(STALL_S)) +
+                " s of simulated time; connections owing bytes: " + Unfinished();
         Simulator::Stop();
         return;
+    }
+    // A trickle: bytes keep coming, but far below any link's rate (one segment per RTO), so the
+    // stall above never fires while simulated time runs on for hours. No compute in the window:
+    // a long compute phase is not a trickle.
+    if (SimNow() - windowStart >= TRICKLE_S) {
+        double rate = double(delivered - windowDelivered) * 8 / (SimNow() - windowStart);
+        if (!windowComputed && t0 >= 0 && rate < TRICKLE_FRACTION * minLinkBps) {
+            std::ostringstream o;
+            o << "trickling: " << (delivered - windowDelivered) << " bytes delivered in the last " << TRICKLE_S
+              << " s of simulated time, under " << TRICKLE_FRACTION * 100 << "% of the slowest link; connections owing bytes: "
+              << Unfinished();
+            stall = o.str();
+            Simulator::Stop();
+            return;
+        }
+        windowStart = SimNow();
+        windowDelivered = delivered;
+        windowComputed = computing > 0;
     }
     auto w = std::chrono::steady_clock::now();
     if (std::chrono::duration<double>(w - lastPrint).count() >= 1.0) {
@@ -485,7 +547,21 @@ static void Progress(double endS) {
 }
 
 static void DebugDrop(int n, const Ipv4Header& h, Ptr<const Packet>, Ipv4L3Protocol::DropReason r, Ptr<Ipv4>, uint32_t i) {
-    std::cerr << "drop at node " << n << " iface " << i << " reason " << int(r) << " " << h.GetSource() << " -> " << h.GetDestination() << "\n";
+    std::cerr << SimNow() << " drop at node " << n << " iface " << i << " reason " << int(r) << " " << h.GetSource() << " -> " << h.GetDestination() << "\n";
+}
+
+static void DebugQdDrop(int port, Ptr<const QueueDiscItem> item) {
+    Ptr<const Ipv4QueueDiscItem> ip = DynamicCast<const Ipv4QueueDiscItem>(item);
+    if (ip) std::cerr << SimNow() << " qdrop at port " << port << " " << ip->GetHeader().GetSource() << " -> " << ip->GetHeader().GetDestination() << "\n";
+}
+
+static void DebugPhyDrop(int port, Ptr<const Packet> p) {
+    Ptr<Packet> c = p->Copy();
+    PppHeader ppp;
+    Ipv4Header h;
+    c->RemoveHeader(ppp);
+    c->PeekHeader(h);
+    std::cerr << SimNow() << " cut at port " << port << " " << h.GetSource() << " -> " << h.GetDestination() << "\n";
 }
 
 static void OpenAll() {
@@ -532,6 +608,7 @@ int main(int argc, char** argv) {
             L l;
             in >> id >> l.a >> l.b >> l.gbps >> l.delay;
             links.push_back(l);
+            minLinkBps = minLinkBps > 0 ? std::min(minLinkBps, l.gbps * 1e9) : l.gbps * 1e9;
         } else if (kind == "conn") {
             int id;
             Conn c;
@@ -680,6 +757,7 @@ int main(int argc, char** argv) {
             q.link = int(i);
             q.dir = dir;
             q.qd = qds.Get(dir);
+            q.dev = d.Get(dir);
             int pi = int(ports.size());
             ports.push_back(q);
             q.qd->TraceConnectWithoutContext("BytesInQueue", MakeBoundCallback(&OnBacklog, pi));
@@ -693,7 +771,9 @@ int main(int argc, char** argv) {
         cn.daddr = Ipv4Address(0x0B000000u + uint32_t(c) + 1);  // 11.0.0.0/8: one address a connection
         int sp = cn.path[0], dp = cn.path.back();
         Ptr<Ipv4> sip = nodes.Get(sp)->GetObject<Ipv4>(), dip = nodes.Get(dp)->GetObject<Ipv4>();
-        cn.saddr = sip->GetAddress(ifaceOf.at({sp, cn.path[1]}).first, 0).GetLocal();  // TCP takes the route's
+        cn.saddr = Ipv4Address(0x0C000000u + uint32_t(c) + 1);  // 12.0.0.0/8: its ACKs' own address
+        sip->AddAddress(ifaceOf.at({sp, cn.path[1]}).first, Ipv4InterfaceAddress(cn.saddr, "255.255.255.255"));
+        DynamicCast<FlowTable>(sip->GetRoutingProtocol())->SetSource(cn.daddr, cn.saddr);
         dip->AddAddress(ifaceOf.at({dp, cn.path[cn.path.size() - 2]}).first,
                         Ipv4InterfaceAddress(cn.daddr, "255.255.255.255"));
         InstallPath(int(c), cn.path);
@@ -734,14 +814,28 @@ int main(int argc, char** argv) {
     if (getenv("DTNET_NS3_DROPS"))  // why packets vanish, when a scenario stalls
         for (uint32_t i = 0; i < nodes.GetN(); i++)
             nodes.Get(i)->GetObject<Ipv4L3Protocol>()->TraceConnectWithoutContext("Drop", MakeBoundCallback(&DebugDrop, int(i)));
+    if (getenv("DTNET_NS3_TRACE")) {
+        traceConn = atoi(getenv("DTNET_NS3_TRACE"));
+        Ptr<Socket> tx = conns.at(size_t(traceConn)).tx;
+        tx->TraceConnectWithoutContext("Rx", MakeBoundCallback(&OnTraceRx, "ackrx"));
+        tx->TraceConnectWithoutContext("CongestionWindow", MakeBoundCallback(&OnTraceValue, "cwnd"));
+        tx->TraceConnectWithoutContext("BytesInFlight", MakeBoundCallback(&OnTraceValue, "inflight"));
+        tx->TraceConnectWithoutContext("SlowStartThreshold", MakeBoundCallback(&OnTraceValue, "ssthresh"));
+        tx->TraceConnectWithoutContext("CongState", MakeCallback(&OnTraceState));
+    }
+    if (getenv("DTNET_NS3_DROPS"))
+        for (size_t i = 0; i < ports.size(); i++) {
+            ports[i].qd->TraceConnectWithoutContext("Drop", MakeBoundCallback(&DebugQdDrop, int(i)));
+            ports[i].dev->TraceConnectWithoutContext("PhyRxDrop", MakeBoundCallback(&DebugPhyDrop, int(i ^ 1)));
+        }
     Simulator::Stop(Seconds(endS));
     Simulator::Run();
     double simEnd = SimNow();
     double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wallStart).count();
     printf("{\"type\":\"meta\",\"ns3\":\"3.37\",\"events\":%llu,\"t0\":%.12g,\"sim_end\":%.12g,\"wall_s\":%.6f,"
-           "\"tasks_done\":%zu,\"tasks\":%zu,\"bin_s\":%.12g,\"stalled\":%s}\n",
+           "\"tasks_done\":%zu,\"tasks\":%zu,\"bin_s\":%.12g,\"stall\":\"%s\"}\n",
            (unsigned long long)Simulator::GetEventCount(), t0, simEnd, wall, doneCount, tasks.size(), binS,
-           stalled ? "true" : "false");
+           stall.c_str());
     auto rel = [](double x) { return x < 0 || t0 < 0 ? -1.0 : x - t0; };
     for (size_t t = 0; t < tasks.size(); t++)
         printf("{\"type\":\"task\",\"id\":%zu,\"ready\":%.12g,\"start\":%.12g,\"end\":%.12g,\"recv\":%llu}\n", t,

@@ -40,9 +40,15 @@ MAX_RANKS = 4096        # more: refused without force before planning (the plan 
 PROGRESS_EVERY_S = 5.0
 
 
-def check(exp) -> str:
-    """Refuse what the packet engine cannot model (InputError, exit 2); one line on what it runs."""
+def check(exp, force: bool = False) -> str:
+    """Refuse what the packet engine cannot model (InputError, exit 2); one line on what it runs.
+    `dtnet check` refuses what `dtnet run` would without --force: too many GPUs (the run's hour
+    estimate needs the plan, so only the run says that one)."""
     refuse_non_replay(exp, "packet", "it writes queue statistics instead")
+    ranks = exp.fabric().host_count  # the fabric's GPUs: a bound on the ranks, known before planning
+    if ranks > MAX_RANKS and not force:
+        raise InputError("engine", f"at most {MAX_RANKS:,} GPUs at packet level (more would take hours; run "
+                         "it with engine: flow, or --force it)", f"engine: packet on {ranks:,} hosts", exp.source)
     check_transport(exp, ENGINE)
     u = emulated.units(exp)
     if u is not None:
@@ -169,15 +175,11 @@ class PacketEngine(Engine):
     name, label, keep_events = ENGINE, "packet engine", True
 
     def check(self, exp) -> str:
-        verdict = check(exp)
+        verdict = check(exp, self.force)
         ns3.build(print)  # no ns-3: the one-line error saying how to install it, before anything is written
         return verdict
 
     def plan(self, exp, fabric) -> list:
-        ranks = fabric.host_count  # the fabric's GPUs: a bound on the ranks, known before planning
-        if ranks > MAX_RANKS and not self.force:
-            raise InputError("engine", f"at most {MAX_RANKS:,} GPUs at packet level (more would take hours; run "
-                             "it with engine: flow, or --force it)", f"engine: packet on {ranks:,} hosts", exp.source)
         try:
             _, jobs, self.net, self.sc, self.t, self.loop = plan(exp)
         except ValueError as e:  # no path for a connection
@@ -211,8 +213,7 @@ class PacketEngine(Engine):
             run.status = "complete"
         else:
             run.error = (f"{meta['tasks'] - meta['tasks_done']} of {meta['tasks']} tasks unfinished at "
-                         f"{meta['sim_end']:.6g} s" + (" (stalled: no byte delivered and no task finished for "
-                                                       "120 s of simulated time)" if meta.get("stalled") else ""))
+                         f"{meta['sim_end']:.6g} s" + (f" (stopped: {meta['stall']})" if meta.get("stall") else ""))
         run.log(f"[packet] {meta['events']:,} events in {meta['wall_s']:.3g} s: "
                 f"{meta['events'] / max(meta['wall_s'], 1e-9):,.0f} events/s")
 

@@ -37,8 +37,9 @@ def path(net, nodes):
     return np.array([ids[a, b] for a, b in zip(nodes, nodes[1:])])
 
 
-def simulate(net, flows, tmp_path, reroutes=(), buffer=1 << 20, **transport):
-    """Run transfers [(node path, bytes)] all ready at t=0; the driver's results."""
+def simulate(net, flows, tmp_path, reroutes=(), buffer=1 << 20, cuts=(), **transport):
+    """Run transfers [(node path, bytes)] all ready at t=0; the driver's results. cuts: [(at_s,
+    node a, node b)], the cable a-b down from then."""
     sc = scenario.Scenario()
     for k, (nodes, size) in enumerate(flows):
         c = sc.conn(0, k, k + 1000, list(range(2000)))
@@ -46,7 +47,9 @@ def simulate(net, flows, tmp_path, reroutes=(), buffer=1 << 20, **transport):
         sc.paths.append(path(net, nodes))
     sc.slice_bytes, sc.bin_s = 1, 1e-3
     sc.reroutes = [(at, c, path(net, nodes)) for at, c, nodes in reroutes]
+    sc.linkstates = [(at, path(net, [a, b]).tolist() + path(net, [b, a]).tolist(), False) for at, a, b in cuts]
     t = Transport(switch_buffer_bytes=buffer, latency_us={"host": transport.pop("latency_us", 1.0)}, **transport)
+    os.makedirs(tmp_path, exist_ok=True)
     return runner.execute(sc, net, t, str(tmp_path))[0]
 
 
@@ -125,6 +128,27 @@ def test_a_flow_table_moved_mid_run_carries_the_flow_on_its_new_path(tmp_path):
     assert via_b + via_c >= frames
 
 
+@needs_ns3
+def test_a_flow_moved_off_a_cut_cable_onto_a_busy_path_finishes_within_twice_the_time_without_the_cut(tmp_path):
+    # The controller's reroute under load at 400 Gb/s, in miniature: h0 -> h1 over A-B-D and
+    # h2 -> h3 over A-C-D; halfway, A-B dies and h0's flow moves to A-C-D, where the two share
+    # 400 Gb/s. Hand-computed: half alone (T/2), then half each at half rate (T): 1.5 T, with
+    # T the time without the cut. A trickle (a segment per 200 ms RTO) would take seconds.
+    names = ["h0", "h1", "A", "B", "C", "D", "h2", "h3"]
+    net = fake_net(names, [(0, 2, 400.0), (2, 3, 400.0), (2, 4, 400.0), (3, 5, 400.0), (4, 5, 400.0),
+                           (5, 1, 400.0), (6, 2, 400.0), (5, 7, 400.0)])
+    size = 50_000_000
+    flows = [([0, 2, 3, 5, 1], size), ([6, 2, 4, 5, 7], size)]
+    alone = max(t["end"] for t in simulate(net, flows, tmp_path / "alone", buffer=4 << 20)["tasks"])
+    half = size / (400e9 / 8 * GOODPUT) / 2
+    res = simulate(net, flows, tmp_path / "cut", buffer=4 << 20, cuts=[(half, 2, 3)],
+                   reroutes=[(half, 0, [0, 2, 4, 5, 1])])
+    ends = [t["end"] for t in res["tasks"]]
+    assert [c["bytes"] for c in res["conns"]] == [size, size]
+    assert 1.3 * alone <= max(ends) <= 2 * alone, (ends, alone)  # they shared A-C, and no RTO
+    assert res["conns"][0]["retx"] > 0  # what was on the cut cable was lost and sent again
+
+
 def write(tmp_path, data: dict, name="exp.yaml") -> str:
     p = tmp_path / name
     p.write_text(yaml.safe_dump(data))
@@ -163,6 +187,15 @@ def test_check_refuses_what_it_cannot_model_in_one_line(tmp_path):
         with pytest.raises(InputError) as e:
             runner.check(exp)
         assert e.value.key == key and "\n" not in str(e.value)
+
+
+def test_check_refuses_more_gpus_than_a_packet_run_takes_unless_forced(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "MAX_RANKS", 3)  # `dtnet check` says what `dtnet run` would refuse
+    exp = model.load(write(tmp_path, ring(n=4)))
+    with pytest.raises(InputError) as e:
+        runner.check(exp)
+    assert e.value.key == "engine" and "4 hosts" in str(e.value) and "\n" not in str(e.value)
+    assert runner.check(exp, force=True).startswith("engine packet")
 
 
 def test_a_run_without_ns3_says_how_to_install_it(tmp_path, monkeypatch, capsys):
