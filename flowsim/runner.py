@@ -21,7 +21,7 @@ import numpy as np
 from badinput.paths import open_out
 from experiment.engine import Interrupted, RunFailure, refuse_non_replay
 from experiment.model import Experiment, Scale
-from experiment.transport import check_transport, ignored_note
+from experiment.transport import EMULATOR_MTU_BYTES, check_transport, ignored_note
 from experiment.outputs.announcements import summarize as announcement_summary
 from experiment.outputs.links import COLUMNS as LINK_COLUMNS
 from experiment.outputs.summary import build as build_summary, job_results
@@ -31,7 +31,7 @@ from experiment.plan import PREDICT_MAX_TRANSFERS, announcements, collective_tra
 from flowsim.control import ControllerRouter, needs_controller, table_router
 from flowsim.cosched import PhaseGates
 from flowsim.engine import Fault, JobSpec, Params, Simulation, Straggler, window_bytes_of
-from flowsim.network import LINK_KINDS, Net
+from flowsim.network import FRAMING_BYTES, LINK_KINDS, TCPIP_HEADER_BYTES, Net, goodput_fraction
 from flowsim.routing import ShortestRouter
 
 ENGINE = "flow"
@@ -60,8 +60,19 @@ def check(exp: Experiment) -> str:
 
 
 def transport_ignored(exp: Experiment) -> list[str]:
-    """The transport: keys the file set that the flow model does not model."""
-    return check_transport(exp, ENGINE)
+    """The transport: keys the file set that the flow model does not model (the MTU counts
+    when flow.headers takes headers from the rates)."""
+    return [k for k in check_transport(exp, ENGINE) if not (k == "mtu_bytes" and exp.flow.headers != "none")]
+
+
+def mtu_bytes(exp: Experiment) -> int:
+    """transport.mtu_bytes, or the 9000-byte frames the emulator and the packet engine use by default."""
+    return exp.transport.mtu_bytes or EMULATOR_MTU_BYTES
+
+
+def goodput(exp: Experiment) -> float:
+    """The payload share of every link's rate under flow.headers (1 with none)."""
+    return goodput_fraction(exp.flow.headers, mtu_bytes(exp))
 
 
 def _fmt_kinds(lat) -> str:
@@ -201,6 +212,7 @@ class FlowEngine(Engine):
             record_transfers=self.model == "detailed" and self.transfers <= TRANSFER_EVENTS_MAX)
         phases = PhaseGates(announcements(fabric, jobs), router, on_event=events.add) if exp.coschedules else None
         net = Net.from_fabric(fabric)
+        net.set_goodput(goodput(exp))
         specs = [JobSpec(jp.name, jp.hosts, jp.trace, start_s=exp.jobs[jp.index].start_ms / 1000.0) for jp in jobs]
         run.log(f"[flow] {exp.name}: {sum(len(jp.hosts) for jp in jobs)} ranks, {self.model} collectives"
                 + (f" ({self.transfers} transfers)" if self.model == "detailed" else "")
@@ -374,6 +386,11 @@ def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model
         assumptions["statements"] = assumptions["statements"] + [
             f"no alpha-beta prediction for the collectives of {', '.join(map(str, big))} ranks: their schedules "
             f"have more than {PREDICT_MAX_TRANSFERS} transfers to build"]
+    if exp.flow.headers != "none":
+        assumptions["statements"] = assumptions["statements"] + [
+            f"headers {exp.flow.headers}: every link carries payload at (MTU - {TCPIP_HEADER_BYTES}) / (MTU + "
+            f"{FRAMING_BYTES[exp.flow.headers]}) = {goodput(exp):.5f} of its rate (MTU {mtu_bytes(exp)}: TCP/IP "
+            "headers and framing on every full segment; ACKs not counted)"]
     if res is not None and any(sim.class_mode):
         assumptions["statements"] = assumptions["statements"] + [
             f"rank classes: {sim.n_ranks} simulated ranks stand for {sum(jp.trace.nranks for jp in jobs)}; every rank of "
@@ -391,13 +408,15 @@ def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model
                          per_job=per_job, real_units=True, slice_bytes=slice_bytes(exp), engine={
         "engine": ENGINE,  # whatever engine the experiment names (a bench runs emulator files here too)
         "model": {**assumptions, "collective_model": model,
+                  "headers": {"headers": exp.flow.headers, "mtu_bytes": mtu_bytes(exp), "goodput_fraction": goodput(exp)},
                   "mirrors_scale": {"link": exp.scale.link, "bytes": exp.scale.bytes,
                                     "dilation": exp.scale.dilation} if exp.scale_given else None,
                   "ignored": ["testbed (but slice_bytes)", "scale (but what it mirrors)"]
                   + [f"transport.{k}" for k in transport_ignored(exp)],
                   "transport": {"models": {k: v for k, v in exp.transport.given().items()
                                            if k not in transport_ignored(exp)},
-                                "ignores": ignored_note(exp, ENGINE)},
+                                "ignores": {k: v for k, v in ignored_note(exp, ENGINE).items()
+                                            if not (k == "mtu_bytes" and exp.flow.headers != "none")}},
                   "counters": counters, "run_s": getattr(sim, "run_s", None), "wall_s": wall_s},
         "fidelity": {"ok": status == "complete" and converged, "engine": ENGINE, "checks": checks,
                      "note": "a model, not an emulation: what it assumed is under model"},
