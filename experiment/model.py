@@ -159,6 +159,9 @@ class Flow:
     # none: links carry payload at their line rate; ppp / ethernet: every segment also carries
     # TCP/IP headers and that link framing, so goodput is a fraction of the rate (MSS / frame)
     headers: str = "none"
+    # each switch holds a transfer's last packet before sending it on (its serialization again at
+    # every link after the first); false: bytes cross a path at once
+    store_and_forward: bool = False
 
 
 @dataclass(frozen=True)
@@ -556,6 +559,7 @@ def _flow(data, file) -> Flow:
                             expected="bytes in 1..1099511627776 or one of " + ", ".join(WINDOW_CHOICES)),
         headers=fs.get("headers", str, "none", check=lambda v: v in HEADER_CHOICES,
                        expected="one of " + ", ".join(HEADER_CHOICES)),
+        store_and_forward=fs.get("store_and_forward", bool, False),
     )
     fs.done()
     return flow

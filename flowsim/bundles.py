@@ -95,7 +95,11 @@ class Bundles:
         if self.p.latency_s <= 0 and not self.p.has_link_latency:
             return 0.0
         self._route_missing(self.B_conns[b])
-        return max((self.C_lat[c] for c in self.B_conns[b].tolist()), default=self.p.latency_s)
+        conns = self.B_conns[b]
+        lat = np.array([self.C_lat[c] for c in conns.tolist()])
+        if self.p.store_forward is not None:  # a step's last packet, at most a chunk
+            lat = lat + self._store_forward_s(conns, np.full(len(conns), float(self.B_chunk[b])))
+        return float(lat.max()) if len(lat) else self.p.latency_s
 
     def _bundle_column(self, b: int) -> tuple[np.ndarray, np.ndarray]:
         """(distinct links, bytes per unit of the bundle's rate on each), kept until a route changes."""

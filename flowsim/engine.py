@@ -61,6 +61,10 @@ class Params:
     # Bytes a connection keeps in flight (TCP's window, NCCL's buffers): its rate is at most
     # window_bytes / RTT, RTT twice its delivery latency. None: no limit (latency costs no bandwidth).
     window_bytes: float | None = None
+    # (mss_bytes, header_bytes): store and forward. Each link after the first of a path holds a
+    # transfer's last packet, min(size, mss) + header_bytes, for its serialization: delivery is
+    # that much later. None: bytes cross every link at once.
+    store_forward: tuple | None = None
 
     def __post_init__(self):
         if not self.slice_bytes > 0:
@@ -78,6 +82,10 @@ class Params:
                              f"found {self.collective_model!r}")
         if self.window_bytes is not None and not self.window_bytes > 0:
             raise ValueError(f"window_bytes: expected > 0 or None, found {self.window_bytes!r}")
+        if self.store_forward is not None and not (len(self.store_forward) == 2 and self.store_forward[0] > 0
+                                                   and self.store_forward[1] >= 0):
+            raise ValueError(f"store_forward: expected (mss_bytes > 0, header_bytes >= 0) or None, "
+                             f"found {self.store_forward!r}")
         if self.series_bin_s is not None and not self.series_bin_s > 0:
             raise ValueError(f"series_bin_s: expected > 0 or None, found {self.series_bin_s!r}")
 
@@ -90,7 +98,7 @@ class Params:
 
     @property
     def has_link_latency(self) -> bool:
-        return bool((self.kind_latency_s > 0).any())
+        return bool((self.kind_latency_s > 0).any()) or self.store_forward is not None
 
 
 # NCCL's default buffer of one connection (NCCL_BUFFSIZE, Simple protocol): the data it may
@@ -911,7 +919,10 @@ class Simulation(Bundles, RateSolver):
         """Delivery latency of each transfer: its connection's."""
         if self.p.latency_s <= 0 and not self.p.has_link_latency:
             return np.zeros(len(tids))
-        return np.array([self.C_lat[c] for c in self.T_conn[tids].tolist()])
+        lat = np.array([self.C_lat[c] for c in self.T_conn[tids].tolist()])
+        if self.p.store_forward is not None:
+            lat = lat + self._store_forward_s(self.T_conn[tids], self.T_size[tids])
+        return lat
 
 
     # ---- routing, faults and polls -------------------------------------------------------

@@ -122,6 +122,17 @@ class Net:
         """NIC rate of host position h, bytes/s of payload."""
         return float(self.host_nic[h]) * self.goodput
 
+    def store_forward_s_per_byte(self, path) -> float:
+        """A packet's serialization, seconds per byte, summed over a path's links after the first
+        (each switch receives a whole packet before it sends it on); a path made of k equal-cost
+        paths (spraying: k copies of the host link) counts each 1/k."""
+        path = np.asarray(path, np.int64)
+        if len(path) < 2:
+            return 0.0
+        line_Bps = self.link_gbps[path] * (1e9 / 8)
+        share = 1.0 / np.count_nonzero(path == path[0])
+        return float((share / line_Bps).sum() - 1.0 / line_Bps[0])
+
     def set_goodput(self, fraction: float) -> None:
         """Every link carries payload at this fraction of its rate (headers and framing take the
         rest: goodput_fraction); link_gbps stays the line rate, which links.csv reports."""

@@ -168,6 +168,20 @@ class RateSolver:
         else:
             self.link_load = (sp.csr_matrix(a_csc) @ rf)[:self.net.n_links]
 
+    def _store_forward_s(self, conns: np.ndarray, size_bytes: np.ndarray) -> np.ndarray:
+        """Store-and-forward delay of each transfer (Params.store_forward): its last packet,
+        min(size, mss) + headers, serialized again at every link of its path after the first."""
+        mss, header = self.p.store_forward
+        cache = self.__dict__.setdefault("_sf_cache", {})  # conn -> (its path, seconds per byte)
+        per = np.empty(len(conns))
+        for k, c in enumerate(np.asarray(conns).tolist()):
+            path = self.C_path[c]
+            got = cache.get(c)
+            if got is None or got[0] is not path:  # a new path replaces the array (reroutes, faults)
+                got = cache[c] = (path, 0.0 if path is None else self.net.store_forward_s_per_byte(path))
+            per[k] = got[1]
+        return per * (np.minimum(np.asarray(size_bytes, float), mss) + header)
+
     def _window_caps(self, conns: np.ndarray) -> np.ndarray | None:
         """Each connection's window limit, window_bytes / RTT (RTT: twice its delivery latency;
         none at zero latency), or None when no window is modelled."""

@@ -75,6 +75,14 @@ def goodput(exp: Experiment) -> float:
     return goodput_fraction(exp.flow.headers, mtu_bytes(exp))
 
 
+def store_forward(exp: Experiment) -> tuple | None:
+    """Params.store_forward for flow.store_and_forward: (MSS, TCP/IP headers + the framing of
+    flow.headers, none with headers none), or None."""
+    if not exp.flow.store_and_forward:
+        return None
+    return (mtu_bytes(exp) - TCPIP_HEADER_BYTES, TCPIP_HEADER_BYTES + FRAMING_BYTES.get(exp.flow.headers, 0))
+
+
 def _fmt_kinds(lat) -> str:
     return ", ".join(f"{k} {lat.of(k):g} us" for k in LINK_KINDS)
 
@@ -208,7 +216,7 @@ class FlowEngine(Engine):
         self.params = params = Params(
             slice_bytes=slice_bytes(exp), latency_s=latency_s(exp), hop_latency_s=hop_latency_s(exp),
             link_latency_s=link_latency_s(exp), collective_model=self.model,
-            window_bytes=window_bytes_of(exp.flow.window_bytes), series_bin_s=bin_s,
+            window_bytes=window_bytes_of(exp.flow.window_bytes), store_forward=store_forward(exp), series_bin_s=bin_s,
             record_transfers=self.model == "detailed" and self.transfers <= TRANSFER_EVENTS_MAX)
         phases = PhaseGates(announcements(fabric, jobs), router, on_event=events.add) if exp.coschedules else None
         net = Net.from_fabric(fabric)
@@ -391,6 +399,11 @@ def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model
             f"headers {exp.flow.headers}: every link carries payload at (MTU - {TCPIP_HEADER_BYTES}) / (MTU + "
             f"{FRAMING_BYTES[exp.flow.headers]}) = {goodput(exp):.5f} of its rate (MTU {mtu_bytes(exp)}: TCP/IP "
             "headers and framing on every full segment; ACKs not counted)"]
+    if exp.flow.store_and_forward:
+        mss, header = store_forward(exp)
+        assumptions["statements"] = assumptions["statements"] + [
+            f"store and forward: every link of a path after the first delays a transfer's delivery by its last "
+            f"packet's serialization, min(size, {mss:g}) + {header:g} bytes at that link's rate"]
     if res is not None and any(sim.class_mode):
         assumptions["statements"] = assumptions["statements"] + [
             f"rank classes: {sim.n_ranks} simulated ranks stand for {sum(jp.trace.nranks for jp in jobs)}; every rank of "
@@ -409,6 +422,7 @@ def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model
         "engine": ENGINE,  # whatever engine the experiment names (a bench runs emulator files here too)
         "model": {**assumptions, "collective_model": model,
                   "headers": {"headers": exp.flow.headers, "mtu_bytes": mtu_bytes(exp), "goodput_fraction": goodput(exp)},
+                  "store_and_forward": exp.flow.store_and_forward,
                   "mirrors_scale": {"link": exp.scale.link, "bytes": exp.scale.bytes,
                                     "dilation": exp.scale.dilation} if exp.scale_given else None,
                   "ignored": ["testbed (but slice_bytes)", "scale (but what it mirrors)"]

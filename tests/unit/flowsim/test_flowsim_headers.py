@@ -73,3 +73,49 @@ def test_bad_headers_are_one_line_errors(tmp_path, capsys, bad):
     assert main(["check", ring_file(tmp_path, {"headers": bad})]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "flow.headers" in err and "Traceback" not in err
+
+
+# Store and forward (flow.store_and_forward): each link after the first holds a transfer's last
+# packet, min(size, mss) + headers, for one more serialization.
+MSS, HDR = 8948, 54  # the packet engine's segment at MTU 9000; IP/TCP/timestamps 52 + PPP 2
+
+
+def _sim(n, trace, **params):
+    fab = single_switch(n, link_gbps=8)  # 10^9 B/s a link; every path: host link, switch, host link
+    res = Simulation(Net.from_fabric(fab), [JobSpec("j", fab.hosts[:n], trace)], EcmpRouter(0), Params(**params)).run()
+    assert res.complete, res.stalled
+    return res
+
+
+@pytest.mark.parametrize("size", [10**8, 4096])
+def test_one_transfer_is_late_by_its_last_packet_at_the_second_link(size):
+    ops = {0: [Op("x", "send", (), size_bytes=size, peer=1)], 1: [Op("x", "recv", (), size_bytes=size, peer=0)]}
+    res = _sim(2, Trace(nranks=2, groups={}, ops=ops), store_forward=(MSS, HDR))
+    end = max(e["end"] for e in res.op_events())
+    assert end == pytest.approx(size / 1e9 + (min(size, MSS) + HDR) / 1e9, rel=1e-9)
+
+
+@pytest.mark.parametrize("model", ["detailed", "bundle"])
+def test_a_ring_pays_one_packet_a_step(model):
+    from traffic.workload import build_workload
+    n, size = 4, 4 * 2**20
+    chunk = size // n
+    tr = build_workload({"collective": "all_reduce", "algorithm": "ring", "size_bytes": size}, n)
+    plain = _sim(n, tr, slice_bytes=chunk, collective_model=model).collectives()[0]["cct_s"]
+    sf = _sim(n, tr, slice_bytes=chunk, collective_model=model, store_forward=(MSS, HDR)).collectives()[0]["cct_s"]
+    assert plain == pytest.approx(2 * (n - 1) / n * size / 1e9, rel=1e-6)
+    frame_s = (MSS + HDR) / 1e9  # the chunk (1 MiB) is larger than a segment: a whole frame a step
+    if model == "detailed":
+        assert sf - plain == pytest.approx(2 * (n - 1) * frame_s, rel=1e-6)
+    # Either model charges it as it charges a delivery latency of the same size.
+    lat = _sim(n, tr, slice_bytes=chunk, collective_model=model, latency_s=frame_s).collectives()[0]["cct_s"]
+    assert sf == pytest.approx(lat, rel=1e-9)
+
+
+def test_store_and_forward_through_a_file_is_in_the_summary(tmp_path):
+    assert main(["run", ring_file(tmp_path, {"store_and_forward": True, "headers": "ppp"}),
+                 "--out", str(tmp_path / "sf")]) == 0
+    s = json.loads((tmp_path / "sf" / "summary.json").read_text())
+    assert s["model"]["store_and_forward"] is True
+    assert any(st.startswith("store and forward") for st in s["model"]["statements"])
+    assert main(["check", ring_file(tmp_path, {"store_and_forward": "yes"})]) == 2
