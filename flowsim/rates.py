@@ -172,15 +172,17 @@ class RateSolver:
         """Store-and-forward delay of each transfer (Params.store_forward): its last packet,
         min(size, mss) + headers, serialized again at every link of its path after the first."""
         mss, header = self.p.store_forward
-        cache = self.__dict__.setdefault("_sf_cache", {})  # conn -> (its path, seconds per byte)
-        per = np.empty(len(conns))
-        for k, c in enumerate(np.asarray(conns).tolist()):
-            path = self.C_path[c]
-            got = cache.get(c)
-            if got is None or got[0] is not path:  # a new path replaces the array (reroutes, faults)
-                got = cache[c] = (path, 0.0 if path is None else self.net.store_forward_s_per_byte(path))
-            per[k] = got[1]
-        return per * (np.minimum(np.asarray(size_bytes, float), mss) + header)
+        conns = np.asarray(conns, np.int64)
+        per, version = self.__dict__.get("_sf_per_byte", (np.zeros(0), None))  # per connection, NaN: not yet
+        if version != self._path_version:  # paths moved (reroutes, faults): compute afresh
+            per = np.zeros(0)
+        if len(per) < len(self.C_src):
+            per = np.concatenate([per, np.full(len(self.C_src) - len(per), np.nan)])
+        for c in conns[np.isnan(per[conns])].tolist():
+            if self.C_path[c] is not None:
+                per[c] = self.net.store_forward_s_per_byte(self.C_path[c])
+        self._sf_per_byte = (per, self._path_version)
+        return np.nan_to_num(per[conns]) * (np.minimum(np.asarray(size_bytes, float), mss) + header)
 
     def _window_caps(self, conns: np.ndarray) -> np.ndarray | None:
         """Each connection's window limit, window_bytes / RTT (RTT: twice its delivery latency;
