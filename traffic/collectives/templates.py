@@ -112,7 +112,7 @@ def transfer_stages(t: Template) -> np.ndarray:
     return np.array(st, np.int64)
 
 
-def _stages_of_template(t: Template) -> tuple[BundleShape, ...]:
+def stages_of_template(t: Template) -> tuple[BundleShape, ...]:
     """One bundle per stage, each started by the end of the one before."""
     stage = transfer_stages(t)
     out = []
@@ -135,7 +135,7 @@ def _ring_pairs(members: np.ndarray, sizes: np.ndarray, skip: int, steps=None) -
     return members.ravel(), members[:, (i + 1) % k].ravel(), nbytes.ravel()
 
 
-def _hierarchical_stages(op: str, n: int, size_bytes: int, g: int) -> tuple[BundleShape, ...] | None:
+def hierarchical_stages(op: str, n: int, size_bytes: int, g: int) -> tuple[BundleShape, ...] | None:
     """Hierarchical all-reduce, reduce-scatter and all-gather as ring phases inside servers and along
     rails, without the schedule (its rail rings have n^2 / g transfers). A phase's steps stream
     on their connections. As send_dependencies has it, a phase's first step streams behind the
@@ -198,10 +198,10 @@ def bundle_stages(op: str, algorithm: str, nranks: int, size_bytes: int, root: i
                   or (algorithm == "direct" and op == "all_to_all")):
         return (_closed_form_shape(op, algorithm, n, size_bytes),)
     if algorithm == "hierarchical" and n > 1 and gpus_per_server:
-        hit = _hierarchical_stages(op, n, size_bytes, gpus_per_server)
+        hit = hierarchical_stages(op, n, size_bytes, gpus_per_server)
         if hit is not None:
             return hit
-    return _stages_of_template(template(op, algorithm, nranks, size_bytes, root, gpus_per_server)) or (_EMPTY,)
+    return stages_of_template(template(op, algorithm, nranks, size_bytes, root, gpus_per_server)) or (_EMPTY,)
 
 
 def _closed_form_shape(op: str, algorithm: str, n: int, size_bytes: int) -> BundleShape:

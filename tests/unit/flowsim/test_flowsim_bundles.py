@@ -9,7 +9,7 @@ from experiment import model
 from experiment.plan import job_traces
 from flowsim import EcmpRouter, JobSpec, Net, Params, Simulation
 from flowsim.runner import BUNDLE_AGREEMENT, BUNDLE_DISAGREES, collective_model
-from traffic.collectives.templates import (_hierarchical_stages, bundle_shape, bundle_stages, template,
+from traffic.collectives.templates import (hierarchical_stages, bundle_shape, bundle_stages, template,
                                            transfer_stages)
 
 GIB = 1 << 30
@@ -21,12 +21,12 @@ def _pairs(n, src, dst, nbytes) -> dict:
 
 
 @pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter", "all_gather"])
-def test_hierarchical_stages_carry_the_schedules_bytes_without_building_it(op):
+def testhierarchical_stages_carry_the_schedules_bytes_without_building_it(op):
     """Closed-form stages (a 4,096-GPU schedule has 4.2 M transfers): per connection, over all
     stages, exactly the bytes the schedule sends, and the schedule's step count."""
     for servers, g, size in ((2, 2, 1000), (3, 4, 77777), (5, 3, 123456789), (4, 8, GIB + 7)):
         n = servers * g
-        stages = _hierarchical_stages(op, n, size, g)
+        stages = hierarchical_stages(op, n, size, g)
         t = template(op, "hierarchical", n, size, 0, g)
         got = _pairs(n, np.concatenate([s.src for s in stages]), np.concatenate([s.dst for s in stages]),
                      np.concatenate([s.bytes for s in stages]))
