@@ -32,7 +32,7 @@ from flowsim.bundles import Bundles
 from flowsim.network import LINK_KINDS, Net
 from flowsim.rates import BYTE_TOL, DONE, INFLIGHT, QUEUED, RateSolver
 from flowsim.routing import Observation, Router, five_tuple_hash, path_weights
-from traffic.collectives.templates import bundle_shape, template
+from traffic.collectives.templates import bundle_stages, template
 from traffic.layout import parse_peer
 from traffic.collectives.algorithms import effective_gpus_per_server
 
@@ -155,7 +155,9 @@ class _Inst:
     members: list[int] = None     # member -> actor (global): the ranks, or rank classes, taking part
     groups: np.ndarray = None     # class instances: the concrete groups (rows of job ranks) it covers
     pairs: tuple = None           # class send/recv: (src ranks, dst ranks)
-    tmpl: object = None           # Template (detailed) or BundleShape (bundle)
+    tmpl: object = None           # Template (detailed) or its BundleShapes (bundle; bundle_stages)
+    bundles_left: int = 0         # of its BundleShapes, those not yet ended
+    waiting: list = None          # per BundleShape: the bundles it still waits for
     base: int = -1                # first global transfer id (detailed)
     sends_left: np.ndarray = None
     recvs_left: np.ndarray = None
@@ -344,6 +346,7 @@ class Simulation(Bundles, RateSolver):
         self.B_live: set[int] = set()
         self.B_steps: list[int] = []
         self.B_chunk: list[float] = []
+        self.B_part: list[int] = []   # which of its instance's BundleShapes
 
     def _grow(self, need: int):
         cap = len(self.T_size)
@@ -604,7 +607,7 @@ class Simulation(Bundles, RateSolver):
 
         def make(inst):
             if self.p.collective_model == "bundle" and len(group) > 1:
-                inst.tmpl = bundle_shape(op.op, op.algorithm or "ring", len(group), op.size_bytes, root, gps)
+                inst.tmpl = bundle_stages(op.op, op.algorithm or "ring", len(group), op.size_bytes, root, gps)
                 inst.sends_left[:] = 1  # a token each, returned when the bundle ends
             else:
                 t = template(op.op, op.algorithm or "ring", len(group), op.size_bytes, root, gps)
@@ -701,7 +704,7 @@ class Simulation(Bundles, RateSolver):
             inst.groups = groups
             gps = self._group_gps(j, groups[0].tolist()) if op.algorithm == "hierarchical" else None
             n = groups.shape[1]
-            inst.tmpl = bundle_shape(op.op, op.algorithm or "ring", n, op.size_bytes, op.root or 0, gps) if n > 1 \
+            inst.tmpl = bundle_stages(op.op, op.algorithm or "ring", n, op.size_bytes, op.root or 0, gps) if n > 1 \
                 else None
             inst.sends_left[:] = 1 if n > 1 else 0  # a token each, returned when the bundle ends
 
@@ -757,7 +760,7 @@ class Simulation(Bundles, RateSolver):
             if len(fifo) == 1:
                 self._start_bundle(inst)
         elif inst.bundle < 0 and inst.pairs is None and inst.n_started == len(inst.members):
-            self._start_bundle(inst)  # a collective when its last member starts
+            self._start_bundles(inst)  # a collective when its last member starts
         self._maybe_member_done(inst, local)
 
     def _maybe_member_done(self, inst: _Inst, local: int):

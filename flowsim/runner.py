@@ -39,6 +39,14 @@ ENGINE = "flow"
 # (the detailed model costs about one solve per transfer boundary); bundles beyond.
 AUTO_DETAILED_TRANSFERS = 200_000
 AUTO_DETAILED_OPS = 200_000  # per-rank ops: the detailed model runs every rank
+# Bundles agree with the detailed model within BUNDLE_AGREEMENT for rings, direct and hierarchical
+# (bench/bench_bundles.py); for tree and halving-doubling they do not (a tied rate fills a
+# bottleneck the detailed model's gated steps leave idle), so auto keeps those detailed, counting
+# their transfers (not the n^2 bound), up to a few minutes of detailed run (a 1,024-GPU
+# halving-doubling all-reduce, 20,480 transfers: 6.6 CPU s, about 4x a doubling).
+BUNDLE_AGREEMENT = 0.05
+BUNDLE_DISAGREES = ("tree", "halving-doubling")
+AUTO_DETAILED_CHAINED_TRANSFERS = 250_000
 TRANSFER_EVENTS_MAX = 20_000
 LINKS_CSV_MAX_ROWS = 2_000_000
 EMULATOR_SAMPLE_S = 0.25  # the emulator reads its link counters every quarter wall second
@@ -126,10 +134,21 @@ def _fmt_bytes(n: float) -> str:
 
 # -- building the simulation ----------------------------------------------------------
 
+def _detailed_transfers(op, n: int) -> int:
+    """Transfers of one instance in the detailed model: counted for tree and halving-doubling,
+    whose schedules are small, else plan.collective_transfers."""
+    if op.algorithm == "tree" and op.op in ("all_reduce", "broadcast", "reduce"):
+        return 4 * (n - 1)
+    if op.algorithm == "halving-doubling" and op.op != "all_to_all":
+        return 2 * n * (n.bit_length() + 1)
+    return collective_transfers(op, n)
+
+
 def collective_model(exp: Experiment, jobs) -> tuple[str, int]:
     """(detailed or bundle, the transfers the detailed model would simulate): detailed expands every
-    rank and every transfer, so auto takes it only while that stays small."""
-    total, ops = 0, 0
+    rank and every transfer, so auto takes it only while that stays small, or, for the algorithms
+    whose bundles are outside the stated agreement (BUNDLE_DISAGREES), while it stays feasible."""
+    total, ops, disagree = 0, 0, False
     for jp in jobs:
         tr = jp.trace
         ops += tr.op_count()
@@ -146,12 +165,14 @@ def collective_model(exp: Experiment, jobs) -> tuple[str, int]:
                 else:
                     count, n = 1, len(tr.groups[op.group])
                 if n > 1:
-                    total += count * collective_transfers(op, n)
-            if len(cls) > 1 and total > AUTO_DETAILED_TRANSFERS:
+                    total += count * _detailed_transfers(op, n)
+                    disagree |= op.algorithm in BUNDLE_DISAGREES
+            if len(cls) > 1 and total > AUTO_DETAILED_CHAINED_TRANSFERS:
                 break
     if exp.flow.collective_model != "auto":
         return exp.flow.collective_model, total
-    small = total <= AUTO_DETAILED_TRANSFERS and ops <= AUTO_DETAILED_OPS
+    limit = AUTO_DETAILED_CHAINED_TRANSFERS if disagree else AUTO_DETAILED_TRANSFERS
+    small = total <= limit and ops <= AUTO_DETAILED_OPS
     return ("detailed" if small else "bundle"), total
 
 
