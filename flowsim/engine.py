@@ -334,6 +334,7 @@ class Simulation(Bundles, RateSolver):
         self.C_src, self.C_dst, self.C_key, self.C_job, self.C_sport = [], [], [], [], []
         self.C_lat: list[float] = []  # each connection's delivery latency: latency_s + hops x hop_latency_s
         self.C_path: list[np.ndarray | None] = []
+        self._n_unrouted = 0  # connections whose C_path is None
         self.C_bytes = np.zeros(0)
         self.C_rate = np.zeros(0)
         self.queued: set[int] = set()   # transfer ids queued and not yet sent
@@ -808,6 +809,7 @@ class Simulation(Bundles, RateSolver):
             self.C_job.extend([j] * len(new))
             self.C_key.extend(keys.tolist())
             self.C_path.extend([None] * len(new))
+            self._n_unrouted += len(new)
             self.C_lat.extend([self.p.latency_s] * len(new))
             self.counters["connections"] += len(new)
         return out
@@ -965,6 +967,8 @@ class Simulation(Bundles, RateSolver):
 
     # ---- routing, faults and polls -------------------------------------------------------
     def _route_missing(self, conns):
+        if self._n_unrouted == 0:  # the common case, asked at every bundle start and solve
+            return
         miss = [c for c in np.asarray(conns).tolist() if self.C_path[c] is None]
         if not miss:
             return
@@ -976,6 +980,7 @@ class Simulation(Bundles, RateSolver):
         for k, c in enumerate(miss):
             self.C_path[c] = links[indptr[k]:indptr[k + 1]].astype(np.int64)
             self.C_lat[c] = self._path_lat(self.C_path[c])
+        self._n_unrouted -= len(miss)
         self.counters["routed"] += len(miss)
 
     def _live_conns(self) -> np.ndarray:
@@ -1001,6 +1006,8 @@ class Simulation(Bundles, RateSolver):
         for c, path in changes.items():
             path = np.asarray(path, np.int64)
             old = self.C_path[c]
+            if old is None:
+                self._n_unrouted -= 1
             if old is None or len(old) != len(path) or (old != path).any():
                 self.C_path[c] = path
                 self.C_lat[c] = self._path_lat(path)

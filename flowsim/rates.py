@@ -107,7 +107,11 @@ class RateSolver:
         paths = [self.C_path[c] for c in conns]
         lens = [len(p) for p in paths]
         cols_links = list(paths)
-        cols_w = [path_weights(p) if self.router.splits else np.ones(len(p)) for p in paths]
+        if self.router.splits:
+            cols_w = [path_weights(p) for p in paths]
+        else:  # views of one array of ones, not an array per connection and solve
+            ones = np.ones(max(lens, default=0))
+            cols_w = [ones[:n] for n in lens]
         for b in blive:
             lk, w = self._bundle_column(int(b))
             cols_links.append(lk)
