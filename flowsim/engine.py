@@ -338,6 +338,8 @@ class Simulation(Bundles, RateSolver):
         self.C_bytes = np.zeros(0)
         self.C_rate = np.zeros(0)
         self.queued: set[int] = set()   # transfer ids queued and not yet sent
+        self._q = np.zeros(0, np.int64)  # the last solve's queue (flowsim.rates)
+        self._gate_info = None
         # The queued sends a solve looks at (flowsim.rates, "Awake sends"): eligible, and not held
         # at rate zero by a gate chain that has not started; they stay awake until sent.
         self.awake: set[int] = set()

@@ -82,8 +82,8 @@ class RateSolver:
         for b in self.B_live:
             self._route_missing(self.B_conns[b])
         warm = self.T_rate[q].copy()  # last solve's rates: the fixed point starts there
-        old = getattr(self, "_q", None)
-        if old is not None and len(old):  # only the last solve's queue can hold rates
+        old = self._q
+        if len(old):  # only the last solve's queue can hold rates
             self.T_rate[old[self.T_state[old] == QUEUED]] = 0
             self.T_qpos[old] = -1
         self.T_qpos[q] = np.arange(len(q))
@@ -355,7 +355,7 @@ class RateSolver:
     def _next_continuous(self) -> float:
         """Time until the next transfer or bundle end, or a held/free send changing state."""
         t = math.inf
-        q = getattr(self, "_q", np.zeros(0, np.int64))
+        q = self._q
         if len(q):
             r = self.T_rate[q]
             pos = r > 0
@@ -418,7 +418,7 @@ class RateSolver:
     def _advance(self, dt: float):
         if dt <= 0:
             return
-        q = getattr(self, "_q", np.zeros(0, np.int64))
+        q = self._q
         if len(q):
             first = q[(self.T_sent[q] <= 0) & (self.T_rate[q] > 0)]
             if self.p.record_transfers:
