@@ -119,7 +119,8 @@ def point_answers(_: int) -> dict:
                 s = run_experiment(exp, tmp, log=lambda *a, **k: None)
             figs = []
             for j in s["jobs"]:
-                figs += list(j["iteration_time_s"]["raw"]) + [c["cct_s"] for c in j.get("collectives", [])]
+                figs += list(j["iteration_time_s"]["all"])
+                figs += [x for c in j.get("collectives", []) for x in c["cct_s_all"]]
             out[f"{name} {' '.join(sets)} {cm}".replace("  ", " ")] = figs
     return {"gpus": 0, "cpu_s": time.process_time() - c0, "answers": out, "rss_gb": _rss_gb()}
 
