@@ -979,8 +979,10 @@ class Simulation(Bundles, RateSolver):
         dst = np.array([self.C_dst[c] for c in miss])
         key = np.array([self.C_key[c] for c in miss], np.uint64)
         indptr, links = self.router.route(self.net, src, dst, key, conns=np.array(miss, np.int64))
+        links = links.astype(np.int64)  # one copy; each path is a view of it (never written in place)
+        bounds = indptr.tolist()
         for k, c in enumerate(miss):
-            self.C_path[c] = links[indptr[k]:indptr[k + 1]].astype(np.int64)
+            self.C_path[c] = links[bounds[k]:bounds[k + 1]]
             self.C_lat[c] = self._path_lat(self.C_path[c])
         self._n_unrouted -= len(miss)
         self.counters["routed"] += len(miss)
