@@ -768,7 +768,7 @@ static void DebugPhyDrop(int port, Ptr<const Packet> p) {
 }
 
 // Each connection's gate (tsq records), and the departures and drops at its sender's ports that
-// take its bytes back out from below TCP.
+// take its bytes back out from below TCP (only at senders with a limit: a packet is parsed there).
 static void GateInstall(const std::vector<std::pair<int, uint64_t>>& tsq, uint32_t mtu) {
     gateSegment = mtu - 52;
     gateOf.assign(conns.size(), Gate());
@@ -778,10 +778,12 @@ static void GateInstall(const std::vector<std::pair<int, uint64_t>>& tsq, uint32
         g.host = conns[c].src;
         g.sock = DynamicCast<GatedSocket>(conns[c].tx);
         conns[c].tx->TraceConnectWithoutContext("Tx", MakeBoundCallback(&GateOnTx, int(c)));
-        sender[size_t(g.host)] = true;
     }
     for (auto& [c, bytes] : tsq)
-        if (c >= 0 && size_t(c) < conns.size()) gateOf[size_t(c)].limit = bytes;
+        if (c >= 0 && size_t(c) < conns.size() && bytes > 0) {
+            gateOf[size_t(c)].limit = bytes;
+            sender[size_t(conns[size_t(c)].src)] = true;  // only these pay for reading their departures
+        }
     for (auto& [ab, ip] : ifaceOf) {
         if (!sender[size_t(ab.first)]) continue;
         Port& q = ports[size_t(ip.second)];
@@ -924,7 +926,7 @@ int main(int argc, char** argv) {
     Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(mtu - 52));  // IP 20 + TCP 20 + timestamps 12
     // Linux's default tcp_wmem/tcp_rmem maxima are 4 and 6 MiB; ns-3 scans its send buffer per ACK,
     // so a bigger one costs time with nothing gained at datacenter round trips.
-    Config::SetDefault("ns3::TcpSocket::SndBufSize", UintegerValue(4 << 20));
+    Config::SetDefault("ns3::TcpSocket::SndBufSize", UintegerValue(4 << 20));  // packetsim.transport.SEND_BUFFER_BYTES
     Config::SetDefault("ns3::TcpSocket::RcvBufSize", UintegerValue(6 << 20));
     Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(10));
     Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(Seconds(rtoMin)));

@@ -15,6 +15,7 @@ import numpy as np
 from experiment.plan import BASE_PORT, gpus_per_server
 from flowsim.network import LINK_KINDS
 from flowsim.routing import five_tuple_hash
+from packetsim.transport import SEND_BUFFER_BYTES
 from traffic.collectives.templates import template
 
 COMPUTE, TRANSFER, JOIN, HOLD = "C", "X", "J", "H"
@@ -301,7 +302,7 @@ def write(sc: Scenario, net, transport, path: str, *, seed: int, bin_s: float, e
             f.write(f"htb {transport.htb_burst_s!r}\n")
         tsq = [transport.tsq_bytes(float(net.link_gbps[int(p[0])])) for p in sc.paths]  # by its first link
         for c, limit in enumerate(tsq):
-            if limit:
+            if 0 < limit < SEND_BUFFER_BYTES:  # at the send buffer it cannot bind: the driver skips its cost
                 f.write(f"tsq {c} {limit}\n")
         for node, Bps, from_s, until_s in sc.paces:
             f.write(f"pace {node} {Bps!r} {from_s!r} {until_s!r}\n")

@@ -16,6 +16,7 @@ CCS = ("newreno", "cubic", "dctcp", "bbr")
 # qdisc and NIC, and never more than net.ipv4.tcp_limit_output_bytes. ns-3 has no TSQ: without it
 # a sender's whole window waits in its own NIC queue, the RTT of every flow on that NIC climbs and
 # retransmission timers fire for nothing. The driver takes the link rate as the pacing rate.
+SEND_BUFFER_BYTES = 4 << 20  # every sender socket's (the driver's SndBufSize): Linux's tcp_wmem maximum
 TSQ_WINDOW_S = 1.0 / 1024
 TSQ_MIN_SEGMENTS = 2
 TSQ_MAX_BYTES = 4 << 20  # /proc/sys/net/ipv4/tcp_limit_output_bytes on the emulator's kernel here (6.18)
