@@ -932,7 +932,12 @@ int main(int argc, char** argv) {
     Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(Seconds(rtoMin)));
     Config::SetDefault("ns3::TcpSocket::DelAckTimeout", TimeValue(Seconds(delAckS)));
     Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MicroSeconds(1)));
-    if (cc == "dctcp" || ecnMax > 0) Config::SetDefault("ns3::TcpSocketBase::UseEcn", StringValue("On"));
+    if (cc == "dctcp" || ecnMax > 0) {
+        Config::SetDefault("ns3::TcpSocketBase::UseEcn", StringValue("On"));
+        // Linux ACKs at once after a CE mark (tcp_ecn_check_ce: "sender can have a very low cwnd");
+        // ns-3 has no quick-ACK mode, and a one-segment window would wait out the delayed ACK.
+        Config::SetDefault("ns3::TcpSocket::DelAckCount", UintegerValue(1));
+    }
 
     nodes.Create(nNodes);
     InternetStackHelper stack;
@@ -950,6 +955,15 @@ int main(int argc, char** argv) {
         AckBands(tch, tch.SetRootQueueDisc("ns3::PrioQueueDisc", "Priomap", StringValue(PRIOMAP)), qsize);
     } else {
         tch.SetRootQueueDisc("ns3::FifoQueueDisc", "MaxSize", qsize);
+    }
+    // ECN marking is the switches': a host NIC's queue marks nothing, as in the published DCTCP
+    // setups (marking there cut every window of a NIC-bound ring to two segments).
+    TrafficControlHelper hostTch;
+    hostTch.SetRootQueueDisc("ns3::FifoQueueDisc", "MaxSize", qsize);
+    std::vector<char> endpoint(nNodes, 0);
+    for (const Conn& c : conns) {
+        endpoint[c.path.empty() ? c.src : c.path.front()] = 1;
+        endpoint[c.path.empty() ? c.dst : c.path.back()] = 1;
     }
     histW = std::max(1.0, double(buffer) / 2000.0);
     Ipv4AddressHelper addr;
@@ -987,7 +1001,11 @@ int main(int argc, char** argv) {
             else
                 shaped.AddChildQueueDisc(h, one[0], "ns3::FifoQueueDisc", "MaxSize", qsize);
         }
-        QueueDiscContainer qds = (htbBurstS > 0 ? shaped : tch).Install(d);
+        QueueDiscContainer qds;
+        for (int dir = 0; dir < 2; dir++) {
+            bool host = ecnMax > 0 && endpoint[dir ? l.b : l.a];
+            qds.Add((htbBurstS > 0 ? shaped : host ? hostTch : tch).Install(d.Get(dir)));
+        }
         addr.Assign(d);
         addr.NewNetwork();
         for (int dir = 0; dir < 2; dir++) {

@@ -345,7 +345,8 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
                       "tsq_bytes": _tsq_summary(res.get("tsq_bytes") or [])},
         "statements": [
             "every packet over point-to-point links at their configured rates; each output port a FIFO "
-            "(RED marking when ECN is set) of switch_buffer_bytes, host NICs too",
+            "of switch_buffer_bytes, host NICs too; with ECN set, RED marking at switch ports only, and "
+            "receivers ACK every segment (Linux's quick ACK after a CE mark)",
             "one TCP connection per ordered peer pair of a job, opened before the replay starts (t=0)",
             "per-flow routes: each switch holds a host route per connection (its own addresses), filled "
             "from the routing policy's paths; ECMP hashes the flow engine's five-tuple",

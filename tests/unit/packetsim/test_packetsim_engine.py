@@ -95,6 +95,20 @@ def test_dctcp_holds_the_queue_near_its_marking_threshold_where_cubic_fills_the_
 
 
 @needs_ns3
+def test_ecn_marks_only_at_switch_ports_not_at_a_host_nic(tmp_path):
+    # One host sends to two others: its own NIC is the bottleneck. Switches mark (DCTCP's K), a
+    # host's queue does not, so DCTCP runs at the line rate with no mark on the sender's NIC.
+    net = fake_net(["h0", "h1", "h2", "s"], [(0, 3, 10.0), (3, 1, 10.0), (3, 2, 10.0)])
+    size, k = 10_000_000, 30_000
+    res = simulate(net, [([0, 3, 1], size), ([0, 3, 2], size)], tmp_path, cc="dctcp", ecn=Ecn(k, k, 1.0),
+                   latency_us=5.0)
+    ideal = 2 * size / (10e9 / 8 * GOODPUT)
+    assert max(t["end"] for t in res["tasks"]) <= ideal * 1.03
+    nic = next(q for q in res["queues"] if q["link"] == 0 and q["dir"] == 0)
+    assert nic["max"] > 2 * k and nic["marks"] == 0  # a queue above K, and still no mark
+
+
+@needs_ns3
 def test_incast_collapses_on_a_shallow_buffer_and_runs_at_the_line_rate_on_a_deep_one(tmp_path):
     # Phanishayee et al. (FAST 2008) in miniature: 16 senders of 256 KiB each into one 10 Gb/s port.
     n, size, mtu = 16, 256 << 10, 1500
