@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -60,13 +61,20 @@ def run_once(tree: str, yaml_path: str, out_dir: str) -> dict:
 
 
 def main(argv=None) -> int:
+    work = tempfile.mkdtemp(prefix="dtnet-bench-whole-")
+    try:
+        return bench(work, argv)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # the baseline's files and every run's folder
+
+
+def bench(work: str, argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--baseline", default="main", help="the revision to compare with (default main)")
     ap.add_argument("--gpus", default="16,256,1024,4096", help="GPU counts, comma-separated")
     ap.add_argument("--pairs", type=int, default=3, help="old/new pairs per point (default 3)")
     args = ap.parse_args(argv)
     gpus = [int(x) for x in args.gpus.split(",")]
-    work = tempfile.mkdtemp(prefix="dtnet-bench-whole-")
     old_tree = os.path.join(work, "baseline")
     os.makedirs(old_tree)
     archive = subprocess.run(["git", "-C", ROOT, "archive", args.baseline], capture_output=True, check=True).stdout
