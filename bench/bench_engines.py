@@ -2,6 +2,11 @@
 
     sudo .venv/bin/python bench/bench_engines.py [--only SUBSTRING ...] [--out DIR] [--list]
                                                  [--engines emulate,flow,packet] [--flow-only] [--seeds N]
+    .venv/bin/python bench/bench_engines.py --reference packet [--only SUBSTRING ...] [--out DIR] [--list]
+                                            [--flow-set flow.KEY=VALUE ...]
+
+With --reference packet the flow engine is held to the packet engine instead, in real units, on
+points of its own from 16 to 1,024 GPUs (bench/flow_vs_packet.py); no emulator run is started.
 
 Each point is an experiment file of experiments/ with overrides, with `transport.tcp.cc: cubic`
 on every engine (this kernel's default is bbr; ns-3 runs Cubic). It runs on the emulator
@@ -240,7 +245,15 @@ def main(argv=None) -> int:
                          "runs are reused and none is started")
     ap.add_argument("--flow-only", action="store_true", help="the same as --engines flow")
     ap.add_argument("--seeds", type=int, default=8, help="ECMP seeds the flow engine runs per ECMP point")
+    ap.add_argument("--reference", choices=("emulate", "packet"), default="emulate",
+                    help="emulate (default): the points above against the emulator (--engines); packet: the flow "
+                         "engine against the packet engine in real units, its own points (bench/flow_vs_packet.py)")
+    ap.add_argument("--flow-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="with --reference packet: a setting for the flow engine's runs only, e.g. flow.headers=tcp")
     args = ap.parse_args(argv)
+    if args.reference == "packet":
+        import flow_vs_packet
+        return flow_vs_packet.main(args)
     engines = {"flow"} if args.flow_only else set(args.engines.split(","))
     if not engines <= set(ENGINE_NAMES) or not engines:
         ap.error(f"--engines: expected a comma-separated list of {', '.join(ENGINE_NAMES)}, found {args.engines}")
@@ -326,10 +339,15 @@ def main(argv=None) -> int:
         _verdict(rows)
     if "packet" in engines:
         _packet_verdict(rows)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "bench_engines.json"), "w") as f:
+    return write_rows(args.out, "bench_engines.json", rows)
+
+
+def write_rows(out: str, name: str, rows: list[dict]) -> int:
+    """Keep every figure in out/name, say where, and return the bench's exit status (0)."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, name), "w") as f:
         json.dump(rows, f, indent=1)
-    print(f"\nfigures: {os.path.join(args.out, 'bench_engines.json')}")
+    print(f"\nfigures: {os.path.join(out, name)}")
     return 0
 
 
@@ -376,21 +394,25 @@ def _verdict(rows: list[dict]) -> None:
               + f" (every other point within 1%)")
 
 
-def _rankings(rows: list[dict], engine: str, ratio_key: str) -> None:
-    """Per contended group, the emulator's ranking of the policies against engine's."""
+def _rankings(rows: list[dict], engine: str, ratio_key: str, ref: str = "emulator") -> bool:
+    """Per contended group, the reference's (ref) ranking of the policies against engine's; True
+    when they agree on every group."""
     groups: dict[str, list[dict]] = {}
     for r in rows:
         if r["contend"] and r[ratio_key]:
             groups.setdefault(r["contend"], []).append(r)
+    agree = True
     for g, rs in groups.items():
         higher_better = rs[0]["figure"] == "throughput"
         # Two policies within TIE of each other are a tie, in either engine; the rankings agree when
         # no pair is ordered one way by one engine and the other way by the other.
         flips = [(a["policy"], b["policy"]) for i, a in enumerate(rs) for b in rs[i + 1:]
-                 if _sign(a["emulator"], b["emulator"]) * _sign(a[engine], b[engine]) < 0]
-        print(f"  ranking {g}: emulator {_ranked(rs, 'emulator', higher_better)}; {engine} "
+                 if _sign(a[ref], b[ref]) * _sign(a[engine], b[engine]) < 0]
+        agree = agree and not flips
+        print(f"  ranking {g}: {ref} {_ranked(rs, ref, higher_better)}; {engine} "
               f"{_ranked(rs, engine, higher_better)}: "
               + ("same (ties within 2% aside)" if not flips else "DIFFERENT: " + ", ".join(f"{a} vs {b}" for a, b in flips)))
+    return agree
 
 
 def _packet_verdict(rows: list[dict]) -> None:

@@ -35,6 +35,8 @@ ENGINES = tuple(ENGINE_TABLE)  # the names experiment.engine maps to code
 COLLECTIVE_MODELS = ("auto", "detailed", "bundle")
 PACKET_UNITS = ("real", "emulated")
 WINDOW_CHOICES = ("nccl",)  # flow.window_bytes by name (flowsim.engine.WINDOW_CHOICES gives the bytes)
+# flow.headers: what a link carries besides payload (flowsim.network.FRAMING_BYTES gives the bytes)
+HEADER_CHOICES = ("none", "ppp", "ethernet")
 DATAPATHS = ("auto", "kernel", "userspace", "afxdp")
 ORDERS = ("as-listed", "rail-aligned")
 # Mininet's TCLink refuses bw above 1000 Mb/s; below 0.1 Mb/s HTB is coarse.
@@ -154,6 +156,12 @@ class Flow:
     link_bin_ms: float | None = None  # links.csv interval; None: the emulator's (0.25 s wall / dilation), or 1 ms
     # bytes a connection keeps in flight (rate <= window / RTT), or "nccl" (its 4 MiB buffers); None: no window
     window_bytes: int | str | None = None
+    # none: links carry payload at their line rate; ppp / ethernet: every segment also carries
+    # TCP/IP headers and that link framing, so goodput is a fraction of the rate (MSS / frame)
+    headers: str = "none"
+    # each switch holds a transfer's last packet before sending it on (its serialization again at
+    # every link after the first); false: bytes cross a path at once
+    store_and_forward: bool = False
 
 
 @dataclass(frozen=True)
@@ -549,6 +557,9 @@ def _flow(data, file) -> Flow:
         window_bytes=fs.get("window_bytes", (int, str), None,
                             check=lambda v: v in WINDOW_CHOICES if isinstance(v, str) else 1 <= v <= 1 << 40,
                             expected="bytes in 1..1099511627776 or one of " + ", ".join(WINDOW_CHOICES)),
+        headers=fs.get("headers", str, "none", check=lambda v: v in HEADER_CHOICES,
+                       expected="one of " + ", ".join(HEADER_CHOICES)),
+        store_and_forward=fs.get("store_and_forward", bool, False),
     )
     fs.done()
     return flow

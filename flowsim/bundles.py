@@ -16,7 +16,16 @@ from flowsim.rates import BYTE_TOL, fill_rates
 class Bundles:
     """Collective instances as single entities (``collective_model="bundle"``; part of Simulation)."""
 
-    def _start_bundle(self, inst: _Inst):
+    def _start_bundles(self, inst: _Inst):
+        """A collective's bundles that start with it (the others start when their `after` ends)."""
+        if not inst.tmpl:
+            return self._start_bundle(inst)
+        inst.bundles_left = len(inst.tmpl)
+        inst.waiting = [len(shape.after) for shape in inst.tmpl]
+        for k in [k for k, w in enumerate(inst.waiting) if not w]:
+            self._start_bundle(inst, k)
+
+    def _start_bundle(self, inst: _Inst, part: int = 0):
         b = len(self.B_inst)
         inst.bundle = b
         steps, chunk = 1, float(inst.op.size_bytes)
@@ -29,7 +38,7 @@ class Bundles:
                 conns = self._conn_cache[ck] = self._conns(inst.job, *inst.pairs)
             nbytes = np.full(len(conns), float(inst.op.size_bytes))
         elif inst.groups is not None:  # a class collective: the shape in every group it covers
-            shape, rows = inst.tmpl, inst.groups
+            shape, rows = (inst.tmpl[part] if inst.tmpl else None), inst.groups
             if shape is None:
                 conns, nbytes = np.zeros(0, np.int64), np.zeros(0)
             else:
@@ -42,7 +51,7 @@ class Bundles:
                 conns, nbytes = hit
                 steps, chunk = shape.num_steps, shape.chunk_bytes
         else:
-            shape = inst.tmpl
+            shape = inst.tmpl[part]
             g = np.asarray(inst.group, np.int64)
             conns = self._conns(inst.job, g[shape.src], g[shape.dst])
             nbytes = shape.bytes
@@ -61,6 +70,7 @@ class Bundles:
         self.B_work[b], self.B_done[b], self.B_rate[b], self.B_cap[b] = work, 0.0, 0.0, np.inf
         self.B_steps.append(steps)
         self.B_chunk.append(chunk)
+        self.B_part.append(part)
         self.counters["bundles"] += 1
         self.dirty = True
         if work <= 0 or not len(conns):
@@ -95,7 +105,11 @@ class Bundles:
         if self.p.latency_s <= 0 and not self.p.has_link_latency:
             return 0.0
         self._route_missing(self.B_conns[b])
-        return max((self.C_lat[c] for c in self.B_conns[b].tolist()), default=self.p.latency_s)
+        conns = self.B_conns[b]
+        lat = np.array([self.C_lat[c] for c in conns.tolist()])
+        if self.p.store_forward is not None:  # a step's last packet, at most a chunk
+            lat = lat + self._store_forward_s(conns, np.full(len(conns), float(self.B_chunk[b])))
+        return float(lat.max()) if len(lat) else self.p.latency_s
 
     def _bundle_column(self, b: int) -> tuple[np.ndarray, np.ndarray]:
         """(distinct links, bytes per unit of the bundle's rate on each), kept until a route changes."""
@@ -140,6 +154,17 @@ class Bundles:
 
     def _bundle_members_done(self, b: int):
         inst = self.B_inst[b]
+        if inst.tmpl and inst.pairs is None:
+            # A collective of several bundles: those this one's end starts, then the end of the last.
+            inst.bundles_left -= 1
+            part = self.B_part[b]
+            for k, shape in enumerate(inst.tmpl):
+                if part in shape.after:
+                    inst.waiting[k] -= 1
+                    if not inst.waiting[k]:
+                        self._start_bundle(inst, k)
+            if inst.bundles_left:
+                return
         if inst.pairs is not None:
             fifo = self.p2p_fifo[inst.members[0] * self.n_ranks + inst.members[1]]
             fifo.pop(0)

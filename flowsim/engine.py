@@ -32,7 +32,7 @@ from flowsim.bundles import Bundles
 from flowsim.network import LINK_KINDS, Net
 from flowsim.rates import BYTE_TOL, DONE, INFLIGHT, QUEUED, RateSolver
 from flowsim.routing import Observation, Router, five_tuple_hash, path_weights
-from traffic.collectives.templates import bundle_shape, template
+from traffic.collectives.templates import bundle_stages, template
 from traffic.layout import parse_peer
 from traffic.collectives.algorithms import effective_gpus_per_server
 
@@ -61,6 +61,10 @@ class Params:
     # Bytes a connection keeps in flight (TCP's window, NCCL's buffers): its rate is at most
     # window_bytes / RTT, RTT twice its delivery latency. None: no limit (latency costs no bandwidth).
     window_bytes: float | None = None
+    # (mss_bytes, header_bytes): store and forward. Each link after the first of a path holds a
+    # transfer's last packet, min(size, mss) + header_bytes, for its serialization: delivery is
+    # that much later. None: bytes cross every link at once.
+    store_forward: tuple | None = None
 
     def __post_init__(self):
         if not self.slice_bytes > 0:
@@ -78,19 +82,29 @@ class Params:
                              f"found {self.collective_model!r}")
         if self.window_bytes is not None and not self.window_bytes > 0:
             raise ValueError(f"window_bytes: expected > 0 or None, found {self.window_bytes!r}")
+        if self.store_forward is not None and not (len(self.store_forward) == 2 and self.store_forward[0] > 0
+                                                   and self.store_forward[1] >= 0):
+            raise ValueError(f"store_forward: expected (mss_bytes > 0, header_bytes >= 0) or None, "
+                             f"found {self.store_forward!r}")
         if self.series_bin_s is not None and not self.series_bin_s > 0:
             raise ValueError(f"series_bin_s: expected > 0 or None, found {self.series_bin_s!r}")
+        # Computed once: the engine asks at every bundle and transfer.
+        if self.link_latency_s is not None:
+            kinds = np.asarray(self.link_latency_s, float)
+        else:
+            kinds = np.array([0.0 if k == "nvlink" else self.hop_latency_s for k in LINK_KINDS])
+        kinds.flags.writeable = False
+        object.__setattr__(self, "_kind_latency_s", kinds)
+        object.__setattr__(self, "_has_link_latency", bool((kinds > 0).any()))
 
     @property
     def kind_latency_s(self) -> np.ndarray:
         """Delivery latency each link of a kind adds (indexed by LINK_KINDS)."""
-        if self.link_latency_s is not None:
-            return np.asarray(self.link_latency_s, float)
-        return np.array([0.0 if k == "nvlink" else self.hop_latency_s for k in LINK_KINDS])
+        return self._kind_latency_s
 
     @property
     def has_link_latency(self) -> bool:
-        return bool((self.kind_latency_s > 0).any())
+        return self._has_link_latency or self.store_forward is not None
 
 
 # NCCL's default buffer of one connection (NCCL_BUFFSIZE, Simple protocol): the data it may
@@ -147,7 +161,9 @@ class _Inst:
     members: list[int] = None     # member -> actor (global): the ranks, or rank classes, taking part
     groups: np.ndarray = None     # class instances: the concrete groups (rows of job ranks) it covers
     pairs: tuple = None           # class send/recv: (src ranks, dst ranks)
-    tmpl: object = None           # Template (detailed) or BundleShape (bundle)
+    tmpl: object = None           # Template (detailed) or its BundleShapes (bundle; bundle_stages)
+    bundles_left: int = 0         # of its BundleShapes, those not yet ended
+    waiting: list = None          # per BundleShape: the bundles it still waits for
     base: int = -1                # first global transfer id (detailed)
     sends_left: np.ndarray = None
     recvs_left: np.ndarray = None
@@ -171,6 +187,7 @@ class Simulation(Bundles, RateSolver):
         self.net, self.jobs, self.router, self.p = net, list(jobs), router, params
         self.faults, self.stragglers = list(faults), list(stragglers)
         self.phases = phases
+        self._any_latency = params.latency_s > 0 or params.has_link_latency
         self.pace: dict[int, tuple[float, float, float]] = {}  # job -> (share of each NIC, from_s, until_s)
         self.parked: dict[tuple, list[tuple[int, int]]] = {}   # (job, iteration) -> ops waiting for an answer
         self.fault_log: list[dict] = []
@@ -311,19 +328,34 @@ class Simulation(Bundles, RateSolver):
         self.T_gs, self.T_ge, self.T_ws, self.T_we = z(np.int64), z(np.int64), z(np.int64), z(np.int64)
         self.T_local = z(np.int64)
         self.T_first, self.T_end = z(), z()
+        self.T_fs, self.T_fe = z(np.int64), z(np.int64)   # followers: the sends gated on this transfer
+        self.T_qpos = np.full(cap, -1, np.int64)           # position in the current solve's queue, or -1
+        self.T_awake = z(bool)
         self.n_T = 0
         self.G = np.zeros(1024, np.int64)
         self.n_G = 0
         self.W = np.zeros(1024, np.int64)
         self.n_W = 0
+        self.F = np.zeros(1024, np.int64)
+        self.n_F = 0
+        self._followers: dict[int, tuple] = {}  # id(template) -> (template, followers CSR)
         # Connections: (job, src rank, dst rank) -> id.
         self.conn_of: dict[tuple, int] = {}
         self.C_src, self.C_dst, self.C_key, self.C_job, self.C_sport = [], [], [], [], []
         self.C_lat: list[float] = []  # each connection's delivery latency: latency_s + hops x hop_latency_s
         self.C_path: list[np.ndarray | None] = []
+        self._n_unrouted = 0  # connections whose C_path is None
         self.C_bytes = np.zeros(0)
         self.C_rate = np.zeros(0)
         self.queued: set[int] = set()   # transfer ids queued and not yet sent
+        self._q = np.zeros(0, np.int64)  # the last solve's queue (flowsim.rates)
+        self._gate_info = None
+        # The queued sends a solve looks at (flowsim.rates, "Awake sends"): eligible, and not held
+        # at rate zero by a gate chain that has not started; they stay awake until sent.
+        self.awake: set[int] = set()
+        self._wake_pending: list[np.ndarray] = []   # transfers whose awakeness may have changed
+        self._to_route: list[np.ndarray] = []       # connections of sends that became eligible
+        self._tiny_q: set[int] = set()   # queued sends of under a byte: always looked at
         # Bundles: entity id -> (instance, conn ids, weights, work bytes, done bytes, rate)
         self.B_inst: list[_Inst] = []
         self.B_key: list = []
@@ -336,6 +368,7 @@ class Simulation(Bundles, RateSolver):
         self.B_live: set[int] = set()
         self.B_steps: list[int] = []
         self.B_chunk: list[float] = []
+        self.B_part: list[int] = []   # which of its instance's BundleShapes
 
     def _grow(self, need: int):
         cap = len(self.T_size)
@@ -343,9 +376,10 @@ class Simulation(Bundles, RateSolver):
             return
         new = max(need, 2 * cap)
         for name in ("T_size", "T_sent", "T_rate", "T_last", "T_conn", "T_seq", "T_inst", "T_state", "T_earlier",
-                     "T_gs", "T_ge", "T_ws", "T_we", "T_local", "T_first", "T_end"):
+                     "T_gs", "T_ge", "T_ws", "T_we", "T_local", "T_first", "T_end", "T_fs", "T_fe", "T_qpos",
+                     "T_awake"):
             old = getattr(self, name)
-            arr = np.zeros(new, old.dtype)
+            arr = np.full(new, -1, old.dtype) if name == "T_qpos" else np.zeros(new, old.dtype)
             arr[:cap] = old
             setattr(self, name, arr)
 
@@ -596,7 +630,7 @@ class Simulation(Bundles, RateSolver):
 
         def make(inst):
             if self.p.collective_model == "bundle" and len(group) > 1:
-                inst.tmpl = bundle_shape(op.op, op.algorithm or "ring", len(group), op.size_bytes, root, gps)
+                inst.tmpl = bundle_stages(op.op, op.algorithm or "ring", len(group), op.size_bytes, root, gps)
                 inst.sends_left[:] = 1  # a token each, returned when the bundle ends
             else:
                 t = template(op.op, op.algorithm or "ring", len(group), op.size_bytes, root, gps)
@@ -693,7 +727,7 @@ class Simulation(Bundles, RateSolver):
             inst.groups = groups
             gps = self._group_gps(j, groups[0].tolist()) if op.algorithm == "hierarchical" else None
             n = groups.shape[1]
-            inst.tmpl = bundle_shape(op.op, op.algorithm or "ring", n, op.size_bytes, op.root or 0, gps) if n > 1 \
+            inst.tmpl = bundle_stages(op.op, op.algorithm or "ring", n, op.size_bytes, op.root or 0, gps) if n > 1 \
                 else None
             inst.sends_left[:] = 1 if n > 1 else 0  # a token each, returned when the bundle ends
 
@@ -749,7 +783,7 @@ class Simulation(Bundles, RateSolver):
             if len(fifo) == 1:
                 self._start_bundle(inst)
         elif inst.bundle < 0 and inst.pairs is None and inst.n_started == len(inst.members):
-            self._start_bundle(inst)  # a collective when its last member starts
+            self._start_bundles(inst)  # a collective when its last member starts
         self._maybe_member_done(inst, local)
 
     def _maybe_member_done(self, inst: _Inst, local: int):
@@ -788,6 +822,7 @@ class Simulation(Bundles, RateSolver):
             self.C_job.extend([j] * len(new))
             self.C_key.extend(keys.tolist())
             self.C_path.extend([None] * len(new))
+            self._n_unrouted += len(new)
             self.C_lat.extend([self.p.latency_s] * len(new))
             self.counters["connections"] += len(new)
         return out
@@ -810,6 +845,9 @@ class Simulation(Bundles, RateSolver):
         self.T_gs[sl], self.T_ge[sl] = g0 + t.gate_ptr[:-1], g0 + t.gate_ptr[1:]
         w0 = self._append("W", "n_W", base + t.waiter)
         self.T_ws[sl], self.T_we[sl] = w0 + t.waiter_ptr[:-1], w0 + t.waiter_ptr[1:]
+        fptr, fol = self._followers_of(t)
+        f0 = self._append("F", "n_F", base + fol)
+        self.T_fs[sl], self.T_fe[sl] = f0 + fptr[:-1], f0 + fptr[1:]
         j, grp = inst.job, inst.group
         g = np.asarray(grp, np.int64)
         self.T_conn[sl] = self._conns(j, g[t.src], g[t.dst])
@@ -831,12 +869,23 @@ class Simulation(Bundles, RateSolver):
         self.T_state[base], self.T_inst[base], self.T_local[base], self.T_earlier[base] = 0, len(self.inst_list), 0, 0
         self.T_gs[base] = self.T_ge[base] = self.n_G
         self.T_ws[base] = self.T_we[base] = self.n_W
+        self.T_fs[base] = self.T_fe[base] = self.n_F
         self.T_conn[base] = self._conns(inst.job, [inst.group[0]], [inst.group[1]])[0]
         self.n_T = base + 1
         self.counters["transfers"] += 1
         if size == 0:
             self.T_state[base] = DONE
             self._count_done(inst, 0)
+
+    def _followers_of(self, t) -> tuple[np.ndarray, np.ndarray]:
+        """The reverse of a template's gates (CSR: transfer -> the transfers gated on it), cached per template."""
+        hit = self._followers.get(id(t))
+        if hit is None:
+            owner = np.repeat(np.arange(t.n), np.diff(t.gate_ptr))
+            order = np.argsort(t.gate, kind="stable")
+            ptr = np.concatenate([[0], np.cumsum(np.bincount(t.gate, minlength=t.n))]).astype(np.int64)
+            hit = self._followers[id(t)] = (t, ptr, owner[order])  # the template kept, so its id stays its own
+        return hit[1], hit[2]
 
     def _enqueue(self, tids: np.ndarray):
         """A rank's op started: its sends join their connections' queues, in order."""
@@ -847,6 +896,10 @@ class Simulation(Bundles, RateSolver):
         self._seq += len(tids)
         self.T_state[tids] = QUEUED
         self.queued.update(tids.tolist())
+        tiny = tids[self.T_size[tids] < 1.0]
+        if len(tiny):
+            self._tiny_q.update(tiny.tolist())
+        self._eligible(tids[self.T_earlier[tids] == 0])
         self.dirty = True
 
     def _count_done(self, inst: _Inst, local_t: int):
@@ -864,6 +917,9 @@ class Simulation(Bundles, RateSolver):
             w = self.W[self.T_ws[t]:self.T_we[t]]
             if len(w):
                 np.subtract.at(self.T_earlier, w, 1)
+                w = w[(self.T_earlier[w] == 0) & (self.T_state[w] == QUEUED)]
+                if len(w):
+                    self._eligible(w)
 
     def _transfers_done(self, tids: np.ndarray):
         """Delivered: the receiver has every byte."""
@@ -878,12 +934,20 @@ class Simulation(Bundles, RateSolver):
     def _finish_transfers(self):
         if not self.queued:
             return
-        q = np.fromiter(self.queued, np.int64, len(self.queued))
-        fin = q[self.T_size[q] - self.T_sent[q] <= BYTE_TOL + 1e-12 * self.T_size[q]]
+        # Only awake sends move, and a queued send of a byte or more that has not moved is not done:
+        # the rest cannot finish now.
+        q = np.fromiter(self.awake, np.int64, len(self.awake))
+        if self._tiny_q:
+            q = np.union1d(q, np.fromiter(self._tiny_q, np.int64, len(self._tiny_q)))
+        fin = np.sort(q[self.T_size[q] - self.T_sent[q] <= BYTE_TOL + 1e-12 * self.T_size[q]])
         if not len(fin):
             return
         self.T_sent[fin] = self.T_size[fin]
-        self.queued.difference_update(fin.tolist())
+        done = fin.tolist()
+        self.queued.difference_update(done)
+        self.awake.difference_update(done)
+        self._tiny_q.difference_update(done)
+        self._started(fin)
         self.dirty = True
         lat = self._lat_of(fin)
         late = lat > 0
@@ -909,13 +973,18 @@ class Simulation(Bundles, RateSolver):
 
     def _lat_of(self, tids: np.ndarray) -> np.ndarray:
         """Delivery latency of each transfer: its connection's."""
-        if self.p.latency_s <= 0 and not self.p.has_link_latency:
+        if not self._any_latency:
             return np.zeros(len(tids))
-        return np.array([self.C_lat[c] for c in self.T_conn[tids].tolist()])
+        lat = np.array([self.C_lat[c] for c in self.T_conn[tids].tolist()])
+        if self.p.store_forward is not None:
+            lat = lat + self._store_forward_s(self.T_conn[tids], self.T_size[tids])
+        return lat
 
 
     # ---- routing, faults and polls -------------------------------------------------------
     def _route_missing(self, conns):
+        if self._n_unrouted == 0:  # the common case, asked at every bundle start and solve
+            return
         miss = [c for c in np.asarray(conns).tolist() if self.C_path[c] is None]
         if not miss:
             return
@@ -924,9 +993,12 @@ class Simulation(Bundles, RateSolver):
         dst = np.array([self.C_dst[c] for c in miss])
         key = np.array([self.C_key[c] for c in miss], np.uint64)
         indptr, links = self.router.route(self.net, src, dst, key, conns=np.array(miss, np.int64))
+        links = links.astype(np.int64)  # one copy; each path is a view of it (never written in place)
+        bounds = indptr.tolist()
         for k, c in enumerate(miss):
-            self.C_path[c] = links[indptr[k]:indptr[k + 1]].astype(np.int64)
+            self.C_path[c] = links[bounds[k]:bounds[k + 1]]
             self.C_lat[c] = self._path_lat(self.C_path[c])
+        self._n_unrouted -= len(miss)
         self.counters["routed"] += len(miss)
 
     def _live_conns(self) -> np.ndarray:
@@ -952,6 +1024,8 @@ class Simulation(Bundles, RateSolver):
         for c, path in changes.items():
             path = np.asarray(path, np.int64)
             old = self.C_path[c]
+            if old is None:
+                self._n_unrouted -= 1
             if old is None or len(old) != len(path) or (old != path).any():
                 self.C_path[c] = path
                 self.C_lat[c] = self._path_lat(path)

@@ -13,6 +13,24 @@ from topologies.fabric import HOST, Fabric
 
 HOST_NODE, SWITCH_NODE, NVLINK_NODE = 0, 1, 2
 LINK_KINDS = ("host", "fabric", "nvlink")
+# Bytes a TCP segment carries besides its payload: IPv4 20, TCP 20, the timestamp option 12
+# (the packet engine's segments are MTU - 52 bytes, as Linux's with timestamps).
+TCPIP_HEADER_BYTES = 52
+# Bytes the link adds to each IP packet, by flow.headers: ppp as the packet engine's ns-3
+# point-to-point links; ethernet as a real NIC (header 14, FCS 4, preamble 8, inter-frame gap 12).
+FRAMING_BYTES = {"ppp": 2, "ethernet": 38}
+
+
+def goodput_fraction(headers: str, mtu_bytes: int) -> float:
+    """Payload over wire bytes of a full segment: (MTU - 52) / (MTU + framing); 1 for headers none.
+    ACKs (54 to 90 bytes per two segments, on the reverse direction) are not counted."""
+    if headers == "none":
+        return 1.0
+    if headers not in FRAMING_BYTES:
+        raise ValueError(f"headers: expected none or one of {', '.join(FRAMING_BYTES)}, found {headers!r}")
+    if not mtu_bytes > TCPIP_HEADER_BYTES:
+        raise ValueError(f"mtu_bytes: expected > {TCPIP_HEADER_BYTES}, found {mtu_bytes!r}")
+    return (mtu_bytes - TCPIP_HEADER_BYTES) / (mtu_bytes + FRAMING_BYTES[headers])
 
 
 def _ip_int(ip: str) -> int:
@@ -41,6 +59,7 @@ class Net:
         self.host_switch = np.asarray(host_switch, dtype=np.int64)  # fabric switch (node index) or -1
         self.host_nvl = np.asarray(host_nvl, dtype=np.int64)        # NVLink switch (node index) or -1
         self.kind, self.params = kind, dict(params or {})
+        self.goodput = 1.0  # payload share of every link's rate (set_goodput)
         self.version = 0  # bumped on every link state change, so routers can drop caches
         # What the controller sees, when the Net comes from a Fabric: each directed link's port
         # number at its source node, each node's datapath id, each host's rank in the fabric
@@ -75,7 +94,7 @@ class Net:
         """Per directed link, bytes/s; 0 while the link is down (read-only: kept until links change)."""
         cached = getattr(self, "_cap", None)
         if cached is None or cached[0] != self.version:
-            cap = np.where(self.link_up, self.link_gbps * (1e9 / 8), 0.0)
+            cap = np.where(self.link_up, self.link_gbps * (1e9 / 8 * self.goodput), 0.0)
             cap.setflags(write=False)
             self._cap = cached = (self.version, cap)
         return cached[1]
@@ -100,8 +119,27 @@ class Net:
         return self._link_of[int(ia), int(ib)]
 
     def host_nic_Bps(self, h: int) -> float:
-        """NIC rate of host position h, bytes/s."""
-        return float(self.host_nic[h])
+        """NIC rate of host position h, bytes/s of payload."""
+        return float(self.host_nic[h]) * self.goodput
+
+    def store_forward_s_per_byte(self, path) -> float:
+        """A packet's serialization, seconds per byte, summed over a path's links after the first
+        (each switch receives a whole packet before it sends it on); a path made of k equal-cost
+        paths (spraying: k copies of the host link) counts each 1/k."""
+        path = np.asarray(path, np.int64)
+        if len(path) < 2:
+            return 0.0
+        line_Bps = self.link_gbps[path] * (1e9 / 8)
+        share = 1.0 / np.count_nonzero(path == path[0])
+        return float((share / line_Bps).sum() - 1.0 / line_Bps[0])
+
+    def set_goodput(self, fraction: float) -> None:
+        """Every link carries payload at this fraction of its rate (headers and framing take the
+        rest: goodput_fraction); link_gbps stays the line rate, which links.csv reports."""
+        if not 0 < fraction <= 1:
+            raise ValueError(f"goodput fraction: expected in (0, 1], found {fraction!r}")
+        self.goodput = float(fraction)
+        self.version += 1
 
     def link_name(self, i: int) -> tuple[str, str]:
         return self.names[self.link_src[i]], self.names[self.link_dst[i]]

@@ -55,6 +55,8 @@ def fill_rates(ent: np.ndarray, link: np.ndarray, w: np.ndarray, cap_link: np.nd
 class RateSolver:
     """Rates of every queued transfer and live bundle (part of Simulation)."""
 
+    skip_asleep = True  # False: every eligible queued send is awake (the reference tests compare with)
+
     def _solve(self):
         """Rates of every queued transfer and live bundle for the current state."""
         self._flush()
@@ -70,15 +72,21 @@ class RateSolver:
     def _solve_rates(self):
         self.counters["solves"] += 1
         self.dirty = False
-        q = np.fromiter(self.queued, np.int64, len(self.queued)) if self.queued else np.zeros(0, np.int64)
-        q = q[self.T_earlier[q] == 0]
+        if self._to_route:
+            self._route_missing(np.concatenate(self._to_route))
+            self._to_route = []
+        self._wake()
+        q = np.fromiter(self.awake, np.int64, len(self.awake)) if self.awake else np.zeros(0, np.int64)
         if len(q):
             q = q[np.lexsort((self.T_seq[q], self.T_conn[q]))]
-        self._route_missing(self.T_conn[q])
         for b in self.B_live:
             self._route_missing(self.B_conns[b])
         warm = self.T_rate[q].copy()  # last solve's rates: the fixed point starts there
-        self.T_rate[:self.n_T][self.T_state[:self.n_T] == QUEUED] = 0
+        old = self._q
+        if len(old):  # only the last solve's queue can hold rates
+            self.T_rate[old[self.T_state[old] == QUEUED]] = 0
+            self.T_qpos[old] = -1
+        self.T_qpos[q] = np.arange(len(q))
         self._q = q
         nc = len(self.C_src)
         if len(self.C_rate) < nc:
@@ -99,7 +107,11 @@ class RateSolver:
         paths = [self.C_path[c] for c in conns]
         lens = [len(p) for p in paths]
         cols_links = list(paths)
-        cols_w = [path_weights(p) if self.router.splits else np.ones(len(p)) for p in paths]
+        if self.router.splits:
+            cols_w = [path_weights(p) for p in paths]
+        else:  # views of one array of ones, not an array per connection and solve
+            ones = np.ones(max(lens, default=0))
+            cols_w = [ones[:n] for n in lens]
         for b in blive:
             lk, w = self._bundle_column(int(b))
             cols_links.append(lk)
@@ -168,6 +180,22 @@ class RateSolver:
         else:
             self.link_load = (sp.csr_matrix(a_csc) @ rf)[:self.net.n_links]
 
+    def _store_forward_s(self, conns: np.ndarray, size_bytes: np.ndarray) -> np.ndarray:
+        """Store-and-forward delay of each transfer (Params.store_forward): its last packet,
+        min(size, mss) + headers, serialized again at every link of its path after the first."""
+        mss, header = self.p.store_forward
+        conns = np.asarray(conns, np.int64)
+        per, version = self.__dict__.get("_sf_per_byte", (np.zeros(0), None))  # per connection, NaN: not yet
+        if version != self._path_version:  # paths moved (reroutes, faults): compute afresh
+            per = np.zeros(0)
+        if len(per) < len(self.C_src):
+            per = np.concatenate([per, np.full(len(self.C_src) - len(per), np.nan)])
+        for c in conns[np.isnan(per[conns])].tolist():
+            if self.C_path[c] is not None:
+                per[c] = self.net.store_forward_s_per_byte(self.C_path[c])
+        self._sf_per_byte = (per, self._path_version)
+        return np.nan_to_num(per[conns]) * (np.minimum(np.asarray(size_bytes, float), mss) + header)
+
     def _window_caps(self, conns: np.ndarray) -> np.ndarray | None:
         """Each connection's window limit, window_bytes / RTT (RTT: twice its delivery latency;
         none at zero latency), or None when no window is modelled."""
@@ -211,11 +239,7 @@ class RateSolver:
         """For each queued send: free (may send at any rate now) or held at its gate, the
         rate at which its gate opens, and data for the catch-up and gate-switch events."""
         n = len(q)
-        lens = self.T_ge[q] - self.T_gs[q]
-        owner = np.repeat(np.arange(n), lens)
-        starts = np.repeat(self.T_gs[q], lens)
-        idx = starts + (np.arange(len(owner)) - np.repeat(np.cumsum(lens) - lens, lens))
-        g = self.G[idx] if len(idx) else np.zeros(0, np.int64)
+        owner, g = self._ranges(self.T_gs, self.T_ge, self.G, q)
         live = self.T_state[g] != DONE
         owner, g = owner[live], g[live]
         size_x = self.T_size[q]
@@ -265,14 +289,67 @@ class RateSolver:
 
     def _pos_of(self, tids: np.ndarray) -> np.ndarray:
         """Position of each transfer in the current solve's queue, or -1."""
-        q = self._q
-        if not len(q):
-            return np.full(len(tids), -1, np.int64)
-        order = np.argsort(q)
-        p = np.searchsorted(q[order], tids)
-        p = np.minimum(p, len(q) - 1)
-        hit = q[order][p] == tids
-        return np.where(hit, order[p], -1)
+        return self.T_qpos[tids]
+
+    # ---- awake sends ---------------------------------------------------------------------
+    # A solve looks only at the awake sends. A queued, eligible send that has sent nothing and
+    # follows a gate that has sent nothing and cannot send now (not eligible, or itself behind a
+    # gate that has sent nothing) is blocked with no slice of room, gets rate zero, gives its
+    # connection no demand and has no event of its own: leaving it out changes no rate and no
+    # event time. Awakeness only grows while a send is queued (bytes sent never go back), so it
+    # is checked again only when what it depends on changes: the send or a gate turning
+    # eligible, a gate or a gate's gate starting to send.
+    def _ranges(self, ptr_s: np.ndarray, ptr_e: np.ndarray, arr: np.ndarray, ids: np.ndarray):
+        """(owner position, entry) of the CSR slices [ptr_s[id], ptr_e[id]) of arr, for many ids."""
+        lens = ptr_e[ids] - ptr_s[ids]
+        total = int(lens.sum())
+        if not total:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        owner = np.repeat(np.arange(len(ids)), lens)
+        idx = np.repeat(ptr_s[ids] - (np.cumsum(lens) - lens), lens) + np.arange(total)
+        return owner, arr[idx]
+
+    def _eligible(self, tids: np.ndarray):
+        """Queued sends with nothing earlier to wait for: they, and what follows them, may wake."""
+        self._to_route.append(self.T_conn[tids])
+        self._wake_pending.append(tids)
+        self._wake_pending.append(self._ranges(self.T_fs, self.T_fe, self.F, tids)[1])
+        self.dirty = True
+
+    def _started(self, tids: np.ndarray):
+        """Transfers that started sending (or finished): their followers, and those followers',
+        may wake."""
+        fol = self._ranges(self.T_fs, self.T_fe, self.F, tids)[1]
+        if len(fol):
+            self._wake_pending.append(fol)
+            self._wake_pending.append(self._ranges(self.T_fs, self.T_fe, self.F, fol)[1])
+
+    def _wake(self):
+        """Add the pending sends that are awake now to self.awake."""
+        if not self._wake_pending:
+            return
+        xs = np.unique(np.concatenate(self._wake_pending))
+        self._wake_pending = []
+        xs = xs[(self.T_state[xs] == QUEUED) & (self.T_earlier[xs] == 0) & ~self.T_awake[xs]]
+        if not len(xs):
+            return
+        st, sent = self.T_state, self.T_sent
+        tiny_all = self.p.slice_bytes < 1.0
+        owner, g = self._ranges(self.T_gs, self.T_ge, self.G, xs)
+        # A gate that has sent something (or finished) lets its follower wake.
+        cold = (st[g] != DONE) & (sent[g] <= 0) & (st[g] != INFLIGHT)
+        gc = g[cold]
+        # A cold gate that may send now: eligible, and each of its own live gates has sent something.
+        o2, h = self._ranges(self.T_gs, self.T_ge, self.G, gc)
+        h_cold = (st[h] != DONE) & (sent[h] <= 0) & (st[h] != INFLIGHT)
+        behind = np.zeros(len(gc), bool)
+        behind[o2[h_cold]] = True
+        can = (st[gc] == QUEUED) & (self.T_earlier[gc] == 0) & (~behind | (self.T_size[gc] < 1.0) | tiny_all)
+        asleep = np.zeros(len(xs), bool)
+        asleep[owner[cold][~can]] = True
+        wake = xs[~asleep | (sent[xs] > 0) | (self.T_size[xs] < 1.0) | tiny_all | (not self.skip_asleep)]
+        self.T_awake[wake] = True
+        self.awake.update(wake.tolist())
 
     @staticmethod
     def _distribute(q, seg, rc, free, track) -> np.ndarray:
@@ -294,7 +371,7 @@ class RateSolver:
     def _next_continuous(self) -> float:
         """Time until the next transfer or bundle end, or a held/free send changing state."""
         t = math.inf
-        q = getattr(self, "_q", np.zeros(0, np.int64))
+        q = self._q
         if len(q):
             r = self.T_rate[q]
             pos = r > 0
@@ -357,12 +434,14 @@ class RateSolver:
     def _advance(self, dt: float):
         if dt <= 0:
             return
-        q = getattr(self, "_q", np.zeros(0, np.int64))
+        q = self._q
         if len(q):
+            first = q[(self.T_sent[q] <= 0) & (self.T_rate[q] > 0)]
             if self.p.record_transfers:
-                first = (self.T_sent[q] <= 0) & (self.T_rate[q] > 0)
-                self.T_first[q[first]] = self.now
+                self.T_first[first] = self.now
             self.T_sent[q] = np.minimum(self.T_sent[q] + self.T_rate[q] * dt, self.T_size[q])
+            if len(first):
+                self._started(first)
         if self.B_live:
             b = self._blive_arr()
             self.B_done[b] = np.minimum(self.B_done[b] + self.B_rate[b] * dt, self.B_work[b])

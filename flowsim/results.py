@@ -54,8 +54,10 @@ class Result:
                "routing": self.router}
         if p.collective_model == "bundle":
             out["statements"] = out["statements"] + [
-                "bundle: each collective instance is one entity, its connections tied to one rate and starting "
-                "when its last member starts (a ring's steady state; an approximation for other algorithms)"]
+                "bundle: each collective instance is a few entities, each with its connections tied to one rate, "
+                "started when its last member starts and in stages where a send waits for a whole receive (a "
+                "ring's steady state; hierarchical within 5% of the detailed model, tree and halving-doubling "
+                "not: docs/flow-engine.md, Bundles in stages)"]
         if p.latency_s > 0 or p.has_link_latency:
             out["statements"] = out["statements"] + [
                 "latency delays each transfer's delivery (latency_s, plus hop_latency_s per fabric or host link of "

@@ -21,7 +21,7 @@ import numpy as np
 from badinput.paths import open_out
 from experiment.engine import Interrupted, RunFailure, refuse_non_replay
 from experiment.model import Experiment, Scale
-from experiment.transport import check_transport, ignored_note
+from experiment.transport import EMULATOR_MTU_BYTES, check_transport, ignored_note
 from experiment.outputs.announcements import summarize as announcement_summary
 from experiment.outputs.links import COLUMNS as LINK_COLUMNS
 from experiment.outputs.summary import build as build_summary, job_results
@@ -31,7 +31,7 @@ from experiment.plan import PREDICT_MAX_TRANSFERS, announcements, collective_tra
 from flowsim.control import ControllerRouter, needs_controller, table_router
 from flowsim.cosched import PhaseGates
 from flowsim.engine import Fault, JobSpec, Params, Simulation, Straggler, window_bytes_of
-from flowsim.network import LINK_KINDS, Net
+from flowsim.network import FRAMING_BYTES, LINK_KINDS, TCPIP_HEADER_BYTES, Net, goodput_fraction
 from flowsim.routing import ShortestRouter
 
 ENGINE = "flow"
@@ -39,6 +39,14 @@ ENGINE = "flow"
 # (the detailed model costs about one solve per transfer boundary); bundles beyond.
 AUTO_DETAILED_TRANSFERS = 200_000
 AUTO_DETAILED_OPS = 200_000  # per-rank ops: the detailed model runs every rank
+# Bundles agree with the detailed model within BUNDLE_AGREEMENT for rings, direct and hierarchical
+# (bench/bench_bundles.py); for tree and halving-doubling they do not (a tied rate fills a
+# bottleneck the detailed model's gated steps leave idle), so auto keeps those detailed, counting
+# their transfers (not the n^2 bound), up to a few minutes of detailed run (a 1,024-GPU
+# halving-doubling all-reduce, 20,480 transfers: 6.6 CPU s, about 4x a doubling).
+BUNDLE_AGREEMENT = 0.05
+BUNDLE_DISAGREES = ("tree", "halving-doubling")
+AUTO_DETAILED_CHAINED_TRANSFERS = 250_000
 TRANSFER_EVENTS_MAX = 20_000
 LINKS_CSV_MAX_ROWS = 2_000_000
 EMULATOR_SAMPLE_S = 0.25  # the emulator reads its link counters every quarter wall second
@@ -60,8 +68,27 @@ def check(exp: Experiment) -> str:
 
 
 def transport_ignored(exp: Experiment) -> list[str]:
-    """The transport: keys the file set that the flow model does not model."""
-    return check_transport(exp, ENGINE)
+    """The transport: keys the file set that the flow model does not model (the MTU counts
+    when flow.headers takes headers from the rates)."""
+    return [k for k in check_transport(exp, ENGINE) if not (k == "mtu_bytes" and exp.flow.headers != "none")]
+
+
+def mtu_bytes(exp: Experiment) -> int:
+    """transport.mtu_bytes, or the 9000-byte frames the emulator and the packet engine use by default."""
+    return exp.transport.mtu_bytes or EMULATOR_MTU_BYTES
+
+
+def goodput(exp: Experiment) -> float:
+    """The payload share of every link's rate under flow.headers (1 with none)."""
+    return goodput_fraction(exp.flow.headers, mtu_bytes(exp))
+
+
+def store_forward(exp: Experiment) -> tuple | None:
+    """Params.store_forward for flow.store_and_forward: (MSS, TCP/IP headers + the framing of
+    flow.headers, none with headers none), or None."""
+    if not exp.flow.store_and_forward:
+        return None
+    return (mtu_bytes(exp) - TCPIP_HEADER_BYTES, TCPIP_HEADER_BYTES + FRAMING_BYTES.get(exp.flow.headers, 0))
 
 
 def _fmt_kinds(lat) -> str:
@@ -107,10 +134,21 @@ def _fmt_bytes(n: float) -> str:
 
 # -- building the simulation ----------------------------------------------------------
 
+def _detailed_transfers(op, n: int) -> int:
+    """Transfers of one instance in the detailed model: counted for tree and halving-doubling,
+    whose schedules are small, else plan.collective_transfers."""
+    if op.algorithm == "tree" and op.op in ("all_reduce", "broadcast", "reduce"):
+        return 4 * (n - 1)
+    if op.algorithm == "halving-doubling" and op.op != "all_to_all":
+        return 2 * n * (n.bit_length() + 1)
+    return collective_transfers(op, n)
+
+
 def collective_model(exp: Experiment, jobs) -> tuple[str, int]:
     """(detailed or bundle, the transfers the detailed model would simulate): detailed expands every
-    rank and every transfer, so auto takes it only while that stays small."""
-    total, ops = 0, 0
+    rank and every transfer, so auto takes it only while that stays small, or, for the algorithms
+    whose bundles are outside the stated agreement (BUNDLE_DISAGREES), while it stays feasible."""
+    total, ops, disagree = 0, 0, False
     for jp in jobs:
         tr = jp.trace
         ops += tr.op_count()
@@ -127,12 +165,14 @@ def collective_model(exp: Experiment, jobs) -> tuple[str, int]:
                 else:
                     count, n = 1, len(tr.groups[op.group])
                 if n > 1:
-                    total += count * collective_transfers(op, n)
-            if len(cls) > 1 and total > AUTO_DETAILED_TRANSFERS:
+                    total += count * _detailed_transfers(op, n)
+                    disagree |= op.algorithm in BUNDLE_DISAGREES
+            if len(cls) > 1 and total > AUTO_DETAILED_CHAINED_TRANSFERS:
                 break
     if exp.flow.collective_model != "auto":
         return exp.flow.collective_model, total
-    small = total <= AUTO_DETAILED_TRANSFERS and ops <= AUTO_DETAILED_OPS
+    limit = AUTO_DETAILED_CHAINED_TRANSFERS if disagree else AUTO_DETAILED_TRANSFERS
+    small = total <= limit and ops <= AUTO_DETAILED_OPS
     return ("detailed" if small else "bundle"), total
 
 
@@ -197,10 +237,11 @@ class FlowEngine(Engine):
         self.params = params = Params(
             slice_bytes=slice_bytes(exp), latency_s=latency_s(exp), hop_latency_s=hop_latency_s(exp),
             link_latency_s=link_latency_s(exp), collective_model=self.model,
-            window_bytes=window_bytes_of(exp.flow.window_bytes), series_bin_s=bin_s,
+            window_bytes=window_bytes_of(exp.flow.window_bytes), store_forward=store_forward(exp), series_bin_s=bin_s,
             record_transfers=self.model == "detailed" and self.transfers <= TRANSFER_EVENTS_MAX)
         phases = PhaseGates(announcements(fabric, jobs), router, on_event=events.add) if exp.coschedules else None
         net = Net.from_fabric(fabric)
+        net.set_goodput(goodput(exp))
         specs = [JobSpec(jp.name, jp.hosts, jp.trace, start_s=exp.jobs[jp.index].start_ms / 1000.0) for jp in jobs]
         run.log(f"[flow] {exp.name}: {sum(len(jp.hosts) for jp in jobs)} ranks, {self.model} collectives"
                 + (f" ({self.transfers} transfers)" if self.model == "detailed" else "")
@@ -374,6 +415,16 @@ def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model
         assumptions["statements"] = assumptions["statements"] + [
             f"no alpha-beta prediction for the collectives of {', '.join(map(str, big))} ranks: their schedules "
             f"have more than {PREDICT_MAX_TRANSFERS} transfers to build"]
+    if exp.flow.headers != "none":
+        assumptions["statements"] = assumptions["statements"] + [
+            f"headers {exp.flow.headers}: every link carries payload at (MTU - {TCPIP_HEADER_BYTES}) / (MTU + "
+            f"{FRAMING_BYTES[exp.flow.headers]}) = {goodput(exp):.5f} of its rate (MTU {mtu_bytes(exp)}: TCP/IP "
+            "headers and framing on every full segment; ACKs not counted)"]
+    if exp.flow.store_and_forward:
+        mss, header = store_forward(exp)
+        assumptions["statements"] = assumptions["statements"] + [
+            f"store and forward: every link of a path after the first delays a transfer's delivery by its last "
+            f"packet's serialization, min(size, {mss:g}) + {header:g} bytes at that link's rate"]
     if res is not None and any(sim.class_mode):
         assumptions["statements"] = assumptions["statements"] + [
             f"rank classes: {sim.n_ranks} simulated ranks stand for {sum(jp.trace.nranks for jp in jobs)}; every rank of "
@@ -391,13 +442,16 @@ def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model
                          per_job=per_job, real_units=True, slice_bytes=slice_bytes(exp), engine={
         "engine": ENGINE,  # whatever engine the experiment names (a bench runs emulator files here too)
         "model": {**assumptions, "collective_model": model,
+                  "headers": {"headers": exp.flow.headers, "mtu_bytes": mtu_bytes(exp), "goodput_fraction": goodput(exp)},
+                  "store_and_forward": exp.flow.store_and_forward,
                   "mirrors_scale": {"link": exp.scale.link, "bytes": exp.scale.bytes,
                                     "dilation": exp.scale.dilation} if exp.scale_given else None,
                   "ignored": ["testbed (but slice_bytes)", "scale (but what it mirrors)"]
                   + [f"transport.{k}" for k in transport_ignored(exp)],
                   "transport": {"models": {k: v for k, v in exp.transport.given().items()
                                            if k not in transport_ignored(exp)},
-                                "ignores": ignored_note(exp, ENGINE)},
+                                "ignores": {k: v for k, v in ignored_note(exp, ENGINE).items()
+                                            if not (k == "mtu_bytes" and exp.flow.headers != "none")}},
                   "counters": counters, "run_s": getattr(sim, "run_s", None), "wall_s": wall_s},
         "fidelity": {"ok": status == "complete" and converged, "engine": ENGINE, "checks": checks,
                      "note": "a model, not an emulation: what it assumed is under model"},

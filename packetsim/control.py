@@ -12,8 +12,9 @@ their peers first.
 Co-scheduling's phase gates are the flow engine's own object (flowsim.cosched.PhaseGates), with
 this loop as its ``sim``: each communication op of an announced iteration waits on a hold task
 (scenario.hold); the driver reports it ready and waits, the gates announce or wait for the
-answer, and the hold ends at the answer's start (a "release" command). A pace in an answer is
-refused (counted, and said in summary.json model): the driver has no per-host rate cap.
+answer, and the hold ends at the answer's start (a "release" command). A pace in an answer caps
+every rank of the job at its share of the NIC rate inside the answer's window ("pace" commands:
+the driver's per-host token bucket over all the host's connections), as the flow engine's set_pace.
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ class ControllerLoop:
         router.attach(self)
         self.gates = None
         self.gate_events: list[dict] = []  # announce and offset events, for events.jsonl
-        self.paces_refused = 0
+        self.paces = 0  # pace answers applied (a "pace" command per host of the job)
         self._parked: dict[tuple[int, int], list[int]] = {}  # (job, iteration) -> hold tasks waiting
         self._out: list[str] = []
 
@@ -72,8 +73,15 @@ class ControllerLoop:
             self._release(h, start_s)
 
     def set_pace(self, j: int, share, from_s: float = 0.0, until_s: float = 0.0) -> None:
-        if share is not None and until_s > from_s:
-            self.paces_refused += 1  # no per-host rate cap in the driver (model statement)
+        """From from_s until until_s every host of job j sends at most share x its NIC rate (payload
+        bytes, over all its connections); share None lifts the last pace now (flowsim's set_pace)."""
+        paced = share is not None and until_s > from_s
+        self.paces += paced
+        d = self._dilation()
+        link = self.units.link if self.units is not None else 1.0  # driver B/s per real B/s: bytes / dilation
+        for h in self.job_host[j].tolist():
+            Bps = float(share) * self.net.host_nic_Bps(h) * link if paced else 0.0
+            self._out.append(f"pace {int(self.net.hosts[h])} {Bps!r} {from_s * d!r} {until_s * d!r}")
 
     def _release(self, h: int, start_s: float) -> None:
         j, r, it = self.sc.holds[h]

@@ -16,9 +16,13 @@
 //   straggle TASK FROM_S FACTOR           (a compute task ready at or after FROM_S lasts FACTOR x)
 //   poll PERIOD_S                         (the controller in the loop: every PERIOD_S, and at each
 //   wake AT_S                              wake, print a poll line and read commands until "go")
+//   tsq CONN BYTES                        (TCP Small Queues: the connection's payload bytes below TCP)
+//   pace NODE BPS FROM_S UNTIL_S          (the node's connections send at most BPS payload bytes a
+//                                          second together, from FROM_S until UNTIL_S since t0)
 //
 // Commands on stdin at a poll or gate: "route CONN K N0 .. NK-1" (the connection's new path),
-// "release TASK AT_S" (a hold task ends at AT_S since t0, or now if that has passed), "go".
+// "release TASK AT_S" (a hold task ends at AT_S since t0, or now if that has passed),
+// "pace NODE BPS FROM_S UNTIL_S" (as the record; BPS 0 lifts the node's pace now), "go".
 // stdout carries JSON lines: progress, polls, and at the end the results.
 // Debugging a stalled run (stderr, kept in the run folder's packet-scenario.txt.err while it runs):
 //   DTNET_NS3_TRACE=CONN  that connection's segments, ACKs, cwnd, bytes in flight and TCP state
@@ -30,6 +34,7 @@
 #include "ns3/traffic-control-module.h"
 
 #include <array>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -159,6 +164,189 @@ class FlowTableHelper : public Ipv4RoutingHelper {
     Ipv4RoutingHelper* Copy() const override { return new FlowTableHelper(*this); }
     Ptr<Ipv4RoutingProtocol> Create(Ptr<Node>) const override { return CreateObject<FlowTable>(); }
 };
+
+// ---- The sender's gate below TCP: TCP Small Queues and pacing --------------------------------
+// ns-3's TCP sends whatever its window allows into the host's NIC queue; Linux's TSQ lets a
+// socket have only a few packets (or about 1 ms of its rate) queued below it, so that the
+// rest waits in the socket, where it neither inflates the RTT of every flow on that NIC nor
+// runs the retransmission timer. A connection's sender socket is a GatedSocket: its window is
+// closed while its bytes between TCP and the wire reach its TSQ limit, or while its host's
+// pacer (a co-scheduling answer's rate cap) has no tokens; it reopens when a packet of it
+// leaves the wire or the tokens come back. packetsim.transport says how the limit is chosen.
+static bool GateOpen(int c);
+
+class GatedSocket : public TcpSocketBase {
+  public:
+    static TypeId GetTypeId() {
+        static TypeId tid = TypeId("dtnet::GatedSocket").SetParent<TcpSocketBase>().AddConstructor<GatedSocket>();
+        return tid;
+    }
+    TypeId GetInstanceTypeId() const override { return GetTypeId(); }
+    int conn = -1;
+    void Resume() {  // the gate reopened: send what the window allows now
+        if (m_state == ESTABLISHED || m_state == CLOSE_WAIT) SendPendingData(m_connected);
+    }
+
+  protected:
+    uint32_t AvailableWindow() const override { return GateOpen(conn) ? TcpSocketBase::AvailableWindow() : 0; }
+};
+NS_OBJECT_ENSURE_REGISTERED(GatedSocket);
+
+// TcpL4Protocol::CreateSocket's steps (ns-3.37), with a GatedSocket in place of TcpSocketBase.
+static Ptr<Socket> GatedTcpSocket(Ptr<Node> node, int c) {
+    Ptr<TcpL4Protocol> tcp = node->GetObject<TcpL4Protocol>();
+    TypeIdValue rttType, ccType, recType;
+    tcp->GetAttribute("RttEstimatorType", rttType);
+    tcp->GetAttribute("SocketType", ccType);
+    tcp->GetAttribute("RecoveryType", recType);
+    ObjectFactory rttF, ccF, recF;
+    rttF.SetTypeId(rttType.Get());
+    ccF.SetTypeId(ccType.Get());
+    recF.SetTypeId(recType.Get());
+    Ptr<GatedSocket> s = CreateObject<GatedSocket>();
+    s->conn = c;
+    s->SetNode(node);
+    s->SetTcp(tcp);
+    s->SetRtt(rttF.Create<RttEstimator>());
+    s->SetCongestionControlAlgorithm(ccF.Create<TcpCongestionOps>());
+    s->SetRecoveryAlgorithm(recF.Create<TcpRecoveryOps>());
+    tcp->AddSocket(s);
+    return s;
+}
+
+struct Gate {  // per connection
+    int host = -1;                // its sender's node
+    Ptr<GatedSocket> sock;
+    uint64_t limit = 0;           // TSQ: payload bytes it may have below TCP; 0: no limit
+    uint64_t below = 0;           // payload bytes TCP sent that are not off its host's wire yet
+    bool tsqWait = false, paceWait = false;
+};
+
+struct Pacer {  // per sender node: a token bucket over all its connections (the agent's pacer)
+    double Bps = 0;               // payload bytes a second; 0: not paced
+    double tokens = 0, last = 0, burst = 0;
+    uint64_t gen = 0;             // a newer pace cancels the older one's pending start and end
+    bool wake = false;            // a refill event is pending
+    std::vector<int> waiting;
+};
+
+static std::vector<Gate> gateOf;
+static std::unordered_map<int, Pacer> pacers;
+static std::vector<std::tuple<int, double, double, double>> paceRecords;  // node, B/s, from_s, until_s
+static uint32_t gateSegment = 8948;
+
+static void GateResume(int c) {
+    Gate& g = gateOf[size_t(c)];
+    if (g.sock) g.sock->Resume();
+}
+
+static void PaceRefill(Pacer& p) {
+    double now = Simulator::Now().GetSeconds();
+    p.tokens = std::min(p.burst, p.tokens + p.Bps * (now - p.last));
+    p.last = now;
+}
+
+static void PaceWake(int host) {
+    Pacer& p = pacers[host];
+    p.wake = false;
+    std::vector<int> w;
+    w.swap(p.waiting);
+    for (int c : w) {
+        gateOf[size_t(c)].paceWait = false;
+        GateResume(c);
+    }
+}
+
+static bool GateOpen(int c) {
+    Gate& g = gateOf[size_t(c)];
+    if (g.limit && g.below >= g.limit) {
+        g.tsqWait = true;  // reopened by the departure that takes it under the limit
+        return false;
+    }
+    auto it = pacers.find(g.host);
+    if (it == pacers.end() || it->second.Bps <= 0) return true;
+    Pacer& p = it->second;
+    PaceRefill(p);
+    if (p.tokens >= 0) return true;
+    if (!g.paceWait) {
+        g.paceWait = true;
+        p.waiting.push_back(c);
+    }
+    if (!p.wake) {  // when the deficit is paid back
+        p.wake = true;
+        // rounded up to whole nanoseconds (the clock's unit): a wake rounded down would find the
+        // deficit unpaid and schedule itself at the same instant forever
+        Simulator::Schedule(NanoSeconds(int64_t(std::ceil(-p.tokens / p.Bps * 1e9)) + 1), &PaceWake, g.host);
+    }
+    return false;
+}
+
+static void GateOnTx(int c, Ptr<const Packet> p, const TcpHeader&, Ptr<const TcpSocketBase>) {
+    uint32_t len = p->GetSize();
+    if (len == 0) return;
+    Gate& g = gateOf[size_t(c)];
+    if (g.limit) g.below += len;
+    auto it = pacers.find(g.host);
+    if (it != pacers.end() && it->second.Bps > 0) {
+        PaceRefill(it->second);
+        it->second.tokens -= len;
+    }
+}
+
+// A data packet of a connection left its host's wire, or was dropped at its host's queue. Packets
+// are known by their source address (each connection has its own, 12.0.0.0/8), not by ns-3's
+// packet uid: every segment cut from one application write, and its retransmissions, share one.
+static void GateRelease(Ipv4Address src, Ptr<const Packet> tcpAndPayload) {
+    uint32_t c = src.Get() - 0x0C000001u;
+    if (c >= gateOf.size() || !gateOf[c].limit) return;
+    TcpHeader th;
+    uint32_t hl = tcpAndPayload->PeekHeader(th);
+    uint32_t len = tcpAndPayload->GetSize() - hl;
+    if (hl == 0 || len == 0) return;
+    Gate& g = gateOf[c];
+    g.below -= std::min<uint64_t>(len, g.below);
+    if (g.tsqWait && g.below < g.limit) {
+        g.tsqWait = false;
+        Simulator::ScheduleNow(&GateResume, c);  // not from inside the device's transmit
+    }
+}
+
+static void GateOnWireEnd(Ptr<const Packet> p) {
+    Ptr<Packet> q = p->Copy();
+    PppHeader ppp;
+    Ipv4Header ip;
+    q->RemoveHeader(ppp);
+    q->RemoveHeader(ip);
+    if (ip.GetProtocol() == 6) GateRelease(ip.GetSource(), q);
+}
+static void GateOnQueueDrop(Ptr<const QueueDiscItem> item) {
+    Ptr<const Ipv4QueueDiscItem> ip = DynamicCast<const Ipv4QueueDiscItem>(item);
+    if (ip && ip->GetHeader().GetProtocol() == 6) GateRelease(ip->GetHeader().GetSource(), ip->GetPacket());
+}
+
+static void PaceSet(int host, uint64_t gen, double Bps) {
+    Pacer& p = pacers[host];
+    if (gen != p.gen) return;  // replaced by a newer pace
+    p.Bps = Bps;
+    p.tokens = 0;
+    p.burst = 2.0 * gateSegment;
+    p.last = Simulator::Now().GetSeconds();
+    if (Bps <= 0) PaceWake(host);  // lifted: every connection it held sends again
+}
+
+// A pace of host from from_s until until_s (since t0); Bps 0 lifts its pace now.
+static void SchedulePace(int host, double Bps, double fromS, double untilS, double t0) {
+    Pacer& p = pacers[host];
+    uint64_t gen = ++p.gen;
+    double now = Simulator::Now().GetSeconds();
+    if (Bps <= 0 || untilS <= fromS) {
+        PaceSet(host, gen, 0);
+        return;
+    }
+    Simulator::Schedule(Seconds(std::max(0.0, t0 + fromS - now)), &PaceSet, host, gen, Bps);
+    Simulator::Schedule(Seconds(std::max(0.0, t0 + untilS - now)), &PaceSet, host, gen, 0.0);
+}
+// ---- end of the sender's gate ------------------------------------------------------------------
 
 struct Task {
     char kind = 'J';
@@ -328,6 +516,7 @@ static void StartReplay() {
     for (auto& [at, l, up] : linkstates) Simulator::Schedule(Seconds(at), &SetLink, l, up);  // at: since t0
     for (auto& [at, c, path] : reroutes) Simulator::Schedule(Seconds(at), &Reroute, c, path);
     for (double at : wakes) Simulator::Schedule(Seconds(at), &Poll, false);  // after the faults of its time
+    for (auto& [node, Bps, from, until] : paceRecords) SchedulePace(node, Bps, from, until, t0);
     if (pollS > 0) Simulator::Schedule(Seconds(pollS), &Poll, true);
     for (size_t t = 0; t < tasks.size(); t++)
         if (tasks[t].pending == 0 && tasks[t].ready < 0) MakeReady(int(t));
@@ -485,6 +674,16 @@ static bool Commands() {
             double wait = std::max(0.0, at - (SimNow() - t0));
             tasks[size_t(t)].start = SimNow() + wait;
             Simulator::Schedule(Seconds(wait), &Complete, t);
+        } else if (cmd == "pace") {
+            int node;
+            double Bps, from, until;
+            in >> node >> Bps >> from >> until;
+            if (in.fail() || node < 0 || uint32_t(node) >= nodes.GetN()) {
+                std::cerr << "bad command: " << line.substr(0, 80) << "\n";
+                Simulator::Stop();
+                return false;
+            }
+            SchedulePace(node, Bps, from, until, t0);
         }
     }
     return true;
@@ -497,7 +696,11 @@ static std::string Unfinished() {  // the connections still owing bytes, to name
     std::ostringstream o;
     int n = 0;
     for (size_t c = 0; c < conns.size(); c++)
-        if (conns[c].recvHead < conns[c].recvq.size() && n++ < 5) o << (n > 1 ? ", " : "") << c << " (" << conns[c].bytesRx << " B)";
+        if (conns[c].recvHead < conns[c].recvq.size() && n++ < 5) {
+            o << (n > 1 ? ", " : "") << c << " (" << conns[c].bytesRx << " B";
+            if (c < gateOf.size() && gateOf[c].below) o << ", " << gateOf[c].below << " B below TCP";
+            o << ")";
+        }
     return o.str();
 }
 
@@ -564,6 +767,31 @@ static void DebugPhyDrop(int port, Ptr<const Packet> p) {
     std::cerr << SimNow() << " cut at port " << port << " " << h.GetSource() << " -> " << h.GetDestination() << "\n";
 }
 
+// Each connection's gate (tsq records), and the departures and drops at its sender's ports that
+// take its bytes back out from below TCP (only at senders with a limit: a packet is parsed there).
+static void GateInstall(const std::vector<std::pair<int, uint64_t>>& tsq, uint32_t mtu) {
+    gateSegment = mtu - 52;
+    gateOf.assign(conns.size(), Gate());
+    std::vector<bool> sender(nodes.GetN(), false);
+    for (size_t c = 0; c < conns.size(); c++) {
+        Gate& g = gateOf[c];
+        g.host = conns[c].src;
+        g.sock = DynamicCast<GatedSocket>(conns[c].tx);
+        conns[c].tx->TraceConnectWithoutContext("Tx", MakeBoundCallback(&GateOnTx, int(c)));
+    }
+    for (auto& [c, bytes] : tsq)
+        if (c >= 0 && size_t(c) < conns.size() && bytes > 0) {
+            gateOf[size_t(c)].limit = bytes;
+            sender[size_t(conns[size_t(c)].src)] = true;  // only these pay for reading their departures
+        }
+    for (auto& [ab, ip] : ifaceOf) {
+        if (!sender[size_t(ab.first)]) continue;
+        Port& q = ports[size_t(ip.second)];
+        q.dev->TraceConnectWithoutContext("PhyTxEnd", MakeCallback(&GateOnWireEnd));
+        q.qd->TraceConnectWithoutContext("Drop", MakeCallback(&GateOnQueueDrop));
+    }
+}
+
 static void OpenAll() {
     for (auto& cn : conns) cn.tx->Connect(InetSocketAddress(cn.daddr, 5000));
 }
@@ -595,6 +823,7 @@ int main(int argc, char** argv) {
     std::vector<L> links;
     int nNodes = 0;
     std::vector<std::tuple<int, int, std::vector<int>>> sprays;
+    std::vector<std::pair<int, uint64_t>> tsqRecords;
     while (std::getline(f, line)) {
         std::istringstream in(line);
         std::string kind;
@@ -650,6 +879,16 @@ int main(int argc, char** argv) {
             in >> delAckS;
         } else if (kind == "htb") {
             in >> htbBurstS;
+        } else if (kind == "tsq") {
+            int c;
+            uint64_t bytes;
+            in >> c >> bytes;
+            tsqRecords.emplace_back(c, bytes);
+        } else if (kind == "pace") {
+            int node;
+            double Bps, from, until;
+            in >> node >> Bps >> from >> until;
+            paceRecords.emplace_back(node, Bps, from, until);
         } else if (kind == "poll") {
             in >> pollS;
         } else if (kind == "wake") {
@@ -687,7 +926,7 @@ int main(int argc, char** argv) {
     Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(mtu - 52));  // IP 20 + TCP 20 + timestamps 12
     // Linux's default tcp_wmem/tcp_rmem maxima are 4 and 6 MiB; ns-3 scans its send buffer per ACK,
     // so a bigger one costs time with nothing gained at datacenter round trips.
-    Config::SetDefault("ns3::TcpSocket::SndBufSize", UintegerValue(4 << 20));
+    Config::SetDefault("ns3::TcpSocket::SndBufSize", UintegerValue(4 << 20));  // packetsim.transport.SEND_BUFFER_BYTES
     Config::SetDefault("ns3::TcpSocket::RcvBufSize", UintegerValue(6 << 20));
     Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(10));
     Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(Seconds(rtoMin)));
@@ -801,12 +1040,13 @@ int main(int argc, char** argv) {
         ls->Listen();
         ls->SetAcceptCallback(MakeNullCallback<bool, Ptr<Socket>, const Address&>(),
                               MakeBoundCallback(&OnAccept, int(c)));
-        cn.tx = Socket::CreateSocket(nodes.Get(cn.src), TcpSocketFactory::GetTypeId());
+        cn.tx = GatedTcpSocket(nodes.Get(cn.src), int(c));
         cn.tx->Bind();
         cn.tx->SetConnectCallback(MakeBoundCallback(&OnConnected, int(c)), MakeBoundCallback(&OnConnectFail, int(c)));
         cn.tx->SetSendCallback(MakeBoundCallback(&OnSendRoom, int(c)));
         cn.tx->TraceConnectWithoutContext("Tx", MakeBoundCallback(&OnTcpTx, int(c)));
     }
+    GateInstall(tsqRecords, mtu);
     Simulator::Schedule(Seconds(0), &OpenAll);  // sockets send only once the stack is initialized
     if (conns.empty()) Simulator::Schedule(Seconds(0), &StartReplay);
     wallStart = lastPrint = std::chrono::steady_clock::now();

@@ -74,6 +74,7 @@ def to_emulated(sc, net, u: Scale) -> None:
     sc.linkstates = [(at * d, ids, up) for at, ids, up in sc.linkstates]
     sc.straggles = [(t, at * d, f) for t, at, f in sc.straggles]
     sc.wakes = [at * d for at in sc.wakes]
+    sc.paces = [(n, Bps * u.link, a * d, z * d) for n, Bps, a, z in sc.paces]  # B/s x bytes / dilation
     sc.poll_s *= d
     if sc.bin_s is not None:
         sc.bin_s *= d

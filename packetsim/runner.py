@@ -166,6 +166,7 @@ def execute(sc, net, t, work_dir: str, *, seed: int = 1, log=print, loop=None, u
     if units is not None:
         emulated.to_real(res, built, units)
         w /= units.dilation
+    res["tsq_bytes"] = built["tsq_bytes"]  # per connection, in the driver's units (emulated ones too)
     res["bin_s"] = built["bin_s"] = res["meta"].get("bin_s", w)  # doubled by the driver when a run outlasts its plan
     return res, built
 
@@ -317,6 +318,12 @@ def _write_links(run: Run, net, built, res) -> None:
                         f"{round(gbps, 6)!r},{round(qb[k] if k < len(qb) else 0.0, 1)!r}\n")
 
 
+def _tsq_summary(limits: list) -> int | list | None:
+    """The TSQ limit of every connection: one value, [min, max] when they differ, None when off."""
+    on = sorted({int(x) for x in limits if x})
+    return None if not on else on[0] if len(on) == 1 else [on[0], on[-1]]
+
+
 def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wall_s, loop=None) -> dict:
     cache: dict = {}
     per_job = [job_results(jp.name, events, 1.0, job_predictions(exp, fabric, jp, cache)) for jp in jobs]
@@ -334,14 +341,19 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
         "transport": {"cc": t.cc, "mtu_bytes": t.mtu_bytes, "segment_bytes": t.mtu_bytes - 52,
                       "switch_buffer_bytes": t.switch_buffer_bytes,
                       "ecn": vars(t.ecn) if t.ecn else None, "latency_us": t.latency_us,
-                      "rto_min_s": RTO_MIN_S, "delayed_ack_s": t.delack_s, "routing": exp.routing},
+                      "rto_min_s": RTO_MIN_S, "delayed_ack_s": t.delack_s, "routing": exp.routing,
+                      "tsq_bytes": _tsq_summary(res.get("tsq_bytes") or [])},
         "statements": [
             "every packet over point-to-point links at their configured rates; each output port a FIFO "
             "(RED marking when ECN is set) of switch_buffer_bytes, host NICs too",
             "one TCP connection per ordered peer pair of a job, opened before the replay starts (t=0)",
             "per-flow routes: each switch holds a host route per connection (its own addresses), filled "
             "from the routing policy's paths; ECMP hashes the flow engine's five-tuple",
-            "segments of MTU - 52 bytes (IP, TCP and timestamp headers); timestamps and SACK on"]
+            "segments of MTU - 52 bytes (IP, TCP and timestamp headers); timestamps and SACK on",
+            "TCP Small Queues, as Linux: a connection sends a segment only while its payload bytes below TCP (in "
+            "its host's queue or on its wire) are under tsq_bytes: about 1 ms at its first link's rate (the "
+            "stand-in for Linux's pacing rate), at least two segments, at most 4 MiB (tcp_limit_output_bytes)"
+            if t.tsq else "no TCP Small Queues: a sender's window may wait whole in its NIC queue"]
         + (["in the emulator's units (packet.units emulated): link rates x scale.link, bytes x scale.bytes, "
             "times x the dilation, the emulator's MTU and queues and its switches' hop delay; every figure "
             "divided back to real units; pure ACKs share the data FIFO (the emulator gives them a class "
@@ -355,9 +367,10 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
         + ([f"co-scheduling's phase gates (flowsim.cosched.PhaseGates, the flow engine's object): each "
             "communication op of an announced iteration waits in the driver until the controller's answer "
             "releases it at the answer's start"] if loop is not None and loop.gates is not None else [])
-        + ([f"pace answers refused: the driver has no per-host rate cap, so the {loop.paces_refused} answers "
-            "that asked a job to pace sent at full rate (the start offsets were applied)"]
-           if loop is not None and loop.paces_refused else []),
+        + ([f"pace answers applied: {loop.paces} answers capped every host of their job at pace_share x its "
+            "NIC rate inside the answer's window (payload bytes, a token bucket over all the host's connections "
+            "that admits a segment while it holds tokens and refills at that rate, bursting two segments)"]
+           if loop is not None and loop.paces else []),
         **({"units": {"units": "emulated", "link": u.link, "bytes": u.bytes, "dilation": u.dilation}}
            if (u := emulated.units(exp)) else {}),
         "link_bin_s": res["bin_s"],
@@ -372,7 +385,7 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
                      "note": "a packet-level simulation: what it assumed is under model"},
         "controller": ({**loop.router.status(), "polls": res.get("polls", 0),
                         "counters": {**loop.router.status()["counters"], "reroutes": loop.reroutes,
-                                     **({"paces_refused": loop.paces_refused} if loop.gates is not None else {})}}
+                                     **({"paces": loop.paces} if loop.gates is not None else {})}}
                        if loop is not None else {"routing": exp.routing, "counters": {"reroutes": len(sc.reroutes)}}),
         "queues": queues,
         "flows": flows,

@@ -15,6 +15,7 @@ import numpy as np
 from experiment.plan import BASE_PORT, gpus_per_server
 from flowsim.network import LINK_KINDS
 from flowsim.routing import five_tuple_hash
+from packetsim.transport import SEND_BUFFER_BYTES
 from traffic.collectives.templates import template
 
 COMPUTE, TRANSFER, JOIN, HOLD = "C", "X", "J", "H"
@@ -52,6 +53,7 @@ class Scenario:
     poll_s: float = 0.0         # the controller's poll period (0: no controller in the loop)
     wakes: list = field(default_factory=list)       # times the controller is told of (faults, restarts)
     holds: dict = field(default_factory=dict)       # hold task -> (job, rank, iteration): phase gates
+    paces: list = field(default_factory=list)       # (sender node, payload B/s, from_s, until_s): rate caps
     slice_bytes: int = 1
     bin_s: float | None = None  # links.csv interval; None: runner.bin_s
 
@@ -298,12 +300,18 @@ def write(sc: Scenario, net, transport, path: str, *, seed: int, bin_s: float, e
         f.write(f"delack {transport.delack_s!r}\n")
         if transport.htb_burst_s:
             f.write(f"htb {transport.htb_burst_s!r}\n")
+        tsq = [transport.tsq_bytes(float(net.link_gbps[int(p[0])])) for p in sc.paths]  # by its first link
+        for c, limit in enumerate(tsq):
+            if 0 < limit < SEND_BUFFER_BYTES:  # at the send buffer it cannot bind: the driver skips its cost
+                f.write(f"tsq {c} {limit}\n")
+        for node, Bps, from_s, until_s in sc.paces:
+            f.write(f"pace {node} {Bps!r} {from_s!r} {until_s!r}\n")
         for at_s in sorted(set(sc.wakes)):
             f.write(f"wake {at_s!r}\n")
     # The driver's port of each directed net link: link i's end at a is port 2i, at b 2i+1.
     port = np.array([2 * pairs[a, b] if (a, b) in pairs else 2 * pairs[b, a] + 1
                      for a, b in zip(net.link_src.tolist(), net.link_dst.tolist())], np.int64)
-    return {"links": links, "port_of_link": port}
+    return {"links": links, "port_of_link": port, "tsq_bytes": tsq}
 
 
 def node_path(net, links) -> list[int]:

@@ -11,6 +11,16 @@ from experiment.transport import Ecn
 
 CCS = ("newreno", "cubic", "dctcp", "bbr")
 
+# TCP Small Queues, as Linux (net/ipv4/tcp_output.c, tcp_small_queue_check): a socket may have at
+# most max(two packets, its pacing rate >> sk_pacing_shift 10, about 1 ms) queued below it in the
+# qdisc and NIC, and never more than net.ipv4.tcp_limit_output_bytes. ns-3 has no TSQ: without it
+# a sender's whole window waits in its own NIC queue, the RTT of every flow on that NIC climbs and
+# retransmission timers fire for nothing. The driver takes the link rate as the pacing rate.
+SEND_BUFFER_BYTES = 4 << 20  # every sender socket's (the driver's SndBufSize): Linux's tcp_wmem maximum
+TSQ_WINDOW_S = 1.0 / 1024
+TSQ_MIN_SEGMENTS = 2
+TSQ_MAX_BYTES = 4 << 20  # /proc/sys/net/ipv4/tcp_limit_output_bytes on the emulator's kernel here (6.18)
+
 
 @dataclass(frozen=True)
 class Transport:
@@ -28,6 +38,15 @@ class Transport:
     # > 0: shape every link as the emulator's HTB (a token bucket bursting this much traffic, at
     # least two frames, over a wire 100x faster); 0: the wire itself at the link's rate
     htb_burst_s: float = 0.0
+    tsq: bool = True  # TCP Small Queues at every sender (tsq_bytes): Linux has them on every socket
+
+    def tsq_bytes(self, nic_gbps: float) -> int:
+        """A connection's TSQ limit, payload bytes below TCP, when it leaves by a NIC of nic_gbps:
+        about 1 ms at that rate, at least two segments, at most TSQ_MAX_BYTES; 0 with tsq off."""
+        if not self.tsq:
+            return 0
+        seg = self.mtu_bytes - 52
+        return int(min(TSQ_MAX_BYTES, max(TSQ_MIN_SEGMENTS * seg, nic_gbps * 1e9 / 8 * TSQ_WINDOW_S)))
 
 
 def settings(exp) -> Transport:

@@ -29,6 +29,8 @@ def test_transport_is_the_emulators_defaults_with_the_measured_hop():
     assert t.ecn is None and not t.spray
     assert t.ack_priority and t.delack_s == 0.04  # the emulator's ACK class; Linux's delayed-ACK floor
     assert t.htb_burst_s == 0.001                  # the emulator's HTB burst: 1 ms of traffic, 2 frames at least
+    # Linux's TSQ on the emulator's 10 Mb/s NICs: 1 ms is 1,220 B, so two segments (emulated bytes)
+    assert t.tsq and t.tsq_bytes(400 * 2.5e-5) == 2 * (9000 - 52)
 
 
 def test_transport_scales_buffers_and_stretches_latency():

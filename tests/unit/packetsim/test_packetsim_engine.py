@@ -37,9 +37,9 @@ def path(net, nodes):
     return np.array([ids[a, b] for a, b in zip(nodes, nodes[1:])])
 
 
-def simulate(net, flows, tmp_path, reroutes=(), buffer=1 << 20, cuts=(), **transport):
+def simulate(net, flows, tmp_path, reroutes=(), buffer=1 << 20, cuts=(), paces=(), **transport):
     """Run transfers [(node path, bytes)] all ready at t=0; the driver's results. cuts: [(at_s,
-    node a, node b)], the cable a-b down from then."""
+    node a, node b)], the cable a-b down from then; paces: [(node, payload B/s, from_s, until_s)]."""
     sc = scenario.Scenario()
     for k, (nodes, size) in enumerate(flows):
         c = sc.conn(0, k, k + 1000, list(range(2000)))
@@ -48,6 +48,7 @@ def simulate(net, flows, tmp_path, reroutes=(), buffer=1 << 20, cuts=(), **trans
     sc.slice_bytes, sc.bin_s = 1, 1e-3
     sc.reroutes = [(at, c, path(net, nodes)) for at, c, nodes in reroutes]
     sc.linkstates = [(at, path(net, [a, b]).tolist() + path(net, [b, a]).tolist(), False) for at, a, b in cuts]
+    sc.paces = list(paces)
     t = Transport(switch_buffer_bytes=buffer, latency_us={"host": transport.pop("latency_us", 1.0)}, **transport)
     os.makedirs(tmp_path, exist_ok=True)
     return runner.execute(sc, net, t, str(tmp_path))[0]
@@ -169,6 +170,8 @@ def test_a_ring_runs_at_the_line_rate_and_writes_the_shared_outputs(tmp_path, ca
     s = json.loads((out / "summary.json").read_text())
     assert s["engine"] == "packet" and s["status"] == "complete"
     assert "ns-3 3.37" in s["model"]["simulator"] and s["model"]["transport"]["cc"] == "cubic"
+    assert s["model"]["transport"]["tsq_bytes"] == Transport().tsq_bytes(100)  # Linux's 4 MiB cap at 100 Gb/s
+    assert any(x.startswith("TCP Small Queues") for x in s["model"]["statements"])
     busbw = s["jobs"][0]["collectives"][0]["busbw_gbps"]
     assert 0.95 * 100 * GOODPUT <= busbw <= 100 * GOODPUT, busbw  # slices pipeline the steps
     assert len(s["queues"]) == 8 and {"mean_bytes", "p99_bytes", "max_bytes", "drops", "ecn_marks"} <= set(s["queues"][0])

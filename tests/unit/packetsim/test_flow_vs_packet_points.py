@@ -1,0 +1,60 @@
+"""bench_engines.py --reference packet: its points cover what the issue asks (16 to 1,024 GPUs,
+every algorithm, transports, policies, both classes), every override is a key the experiment
+model takes, and the verdict fails a class that misses its goal."""
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+import flow_vs_packet as fvp  # noqa: E402
+from experiment import model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return [(p, model.load(p["file"], [*p["sets"], "engine=packet"])) for p in fvp.points()]
+
+
+def test_at_least_24_points_from_16_to_1024_gpus(loaded):
+    assert len(loaded) >= 24 and len({p["label"] for p, _ in loaded}) == len(loaded)
+    gpus = [exp.fabric().host_count for _, exp in loaded]
+    assert min(gpus) <= 16 and max(gpus) >= 1024
+
+
+def test_the_points_cover_algorithms_transports_and_policies(loaded):
+    algs = {(exp.jobs[0].workload.get("collective", "all_reduce"), exp.jobs[0].workload.get("algorithm"))
+            for _, exp in loaded if isinstance(exp.jobs[0].workload, dict)}
+    for want in [("all_reduce", a) for a in ("ring", "tree", "halving-doubling", "direct", "hierarchical")] + \
+            [("all_gather", "ring"), ("reduce_scatter", "ring"), ("all_to_all", "direct"),
+             ("all_to_all", "hierarchical")]:
+        assert want in algs, want
+    assert {exp.transport.tcp.cc for _, exp in loaded} >= {"cubic", "dctcp"}
+    assert {exp.transport.mtu_bytes for _, exp in loaded} >= {4096, 9000}
+    assert {exp.routing for _, exp in loaded} >= {"ecmp", "congestion-aware", "coschedule", "spray"}
+    lat = {exp.transport.latency_us.host for _, exp in loaded if exp.transport.latency_us is not None}
+    assert lat == {0, 2, 10}
+    assert {p["cls"] for p, _ in loaded} == {fvp.BANDWIDTH, fvp.A2A, fvp.INCAST, fvp.LATENCY}
+    groups = {}
+    for p, _ in loaded:
+        if p.get("contend"):
+            groups.setdefault(p["contend"], set()).add(p["policy"])
+    assert all(len(v) >= 2 for v in groups.values()) and len(groups) == 3
+
+
+def _row(label, cls, ratio, contend=None, policy=None, flow=1.0):
+    return {"label": label, "cls": cls, "ratio": ratio, "flow": flow, "packet": flow / ratio, "figure": "cct",
+            "contend": contend, "policy": policy, "packet_retx": 0, "packet_drops": 0}
+
+
+def test_the_verdict_holds_only_when_every_class_meets_its_goal(capsys):
+    good = [_row(f"b{i}", fvp.BANDWIDTH, 1.01) for i in range(5)] + [_row(f"o{i}", fvp.A2A, 0.95) for i in range(5)]
+    assert fvp.verdict(good)
+    bad = good[:-1] + [_row("o5", fvp.INCAST, 0.5), _row("o6", fvp.INCAST, 0.6)]
+    assert not fvp.verdict(bad)
+    assert "miss: o5: flow/packet 0.500" in capsys.readouterr().out
+    flipped = good + [_row("x", fvp.BANDWIDTH, 1.0, "g", "ecmp", 1.0), _row("y", fvp.BANDWIDTH, 1.0, "g", "spray", 2.0)]
+    flipped[-1]["packet"], flipped[-2]["packet"] = 1.0, 2.0  # the packet engine orders them the other way
+    assert not fvp.verdict(flipped)
