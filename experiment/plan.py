@@ -298,6 +298,9 @@ def job_predictions(exp: Experiment, fabric: Fabric, jp: JobPlan, cache: dict | 
                                                                                    * exp.scale.bytes))))
     tr, out = jp.trace, {}
     cache = {} if cache is None else cache
+    # (rank, group ref) -> (group name, members, hosts, servers, signature): one GPT iteration meets the
+    # same few groups in tens of thousands of instances, and reading the fabric for each cost seconds.
+    groups: dict = {}
     for cls in tr.classes:  # one rank per class: its instances stand for the class's (by symmetry)
         if not len(cls):
             continue
@@ -306,18 +309,21 @@ def job_predictions(exp: Experiment, fabric: Fabric, jp: JobPlan, cache: dict | 
         for op in cls.ops:
             if op.kind != "collective":
                 continue
-            name = tr.group_of(rep, op.group)
+            if (rep, op.group) not in groups:
+                name = tr.group_of(rep, op.group)
+                members = tr.members(name)
+                hosts = tuple(jp.hosts[g] for g in members)
+                groups[rep, op.group] = (name, members, hosts, gpus_per_server(fabric, list(hosts)),
+                                         _signature(fabric, hosts))
+            name, group, hosts, gps, signature = groups[rep, op.group]
             if (name, op.id) in seen:
                 continue
             seen.add((name, op.id))
-            group = tr.members(name)
             closed = has_closed_form(op.op, op.algorithm or "ring")
             if not closed and collective_transfers(op, len(group)) > PREDICT_MAX_TRANSFERS:
                 continue  # its schedule alone would not fit in memory: no prediction (model statements say)
-            hosts = tuple(jp.hosts[g] for g in group)
-            gps = gpus_per_server(fabric, list(hosts))
             key = (op.op, op.algorithm, len(group), emulated_bytes(op.size_bytes, exp.scale.bytes),
-                   op.root or 0, gps, _signature(fabric, hosts))
+                   op.root or 0, gps, signature)
             if key not in cache:
                 cache[key] = _alpha_beta(pexp, fabric, list(hosts), lambda *a, **kw: collective_predict_time_s(
                     op.op, op.algorithm or "ring", len(group), key[3], *a, root=op.root or 0,
