@@ -17,8 +17,6 @@ from operator import itemgetter
 from typing import Sequence
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.sparse import csgraph
 
 from topologies.fabric import Fabric
 
@@ -135,6 +133,11 @@ class ShortestPaths:
         return dist
 
     def _bfs_scipy(self, j: int) -> list[int]:
+        # Imported here: only fabrics past PYTHON_BFS_MAX need it, and scipy.sparse.csgraph costs a
+        # quarter of a second of start-up to every command that reads an experiment.
+        import scipy.sparse as sp
+        from scipy.sparse import csgraph
+
         if self._graph is None:
             rows = [i for i, x in enumerate(self._adj) for _ in x]
             cols = [peer for x in self._adj for peer, _ in x]

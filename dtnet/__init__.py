@@ -13,8 +13,20 @@ a run that cannot finish raises dtnet.RunFailure. docs/python-api.md has the who
 the `dtnet` command (dtnet.cli) is a thin layer over it.
 """
 from badinput import InputError
-from dtnet.api import Check, Experiment, Point, Run, SweepRun, Table, build, load, read
 from experiment.engine import FolderBusy, Interrupted, RunFailure
+
+_API = ("Check", "Experiment", "Point", "Run", "SweepRun", "Table", "build", "load", "read")
+
+
+def __getattr__(name):
+    # The API (and the experiment model, policies and fabrics under it) is imported when first
+    # used, so that `dtnet --version` or a rank's `from dtnet import program` starts in a
+    # fraction of the time.
+    if name in _API:
+        from dtnet import api
+        return getattr(api, name)
+    raise AttributeError(f"module 'dtnet' has no attribute {name!r}")
+
 
 __all__ = ["Check", "Experiment", "FolderBusy", "InputError", "Interrupted", "Point", "Run", "RunFailure",
            "SweepRun", "Table", "build", "load", "read"]

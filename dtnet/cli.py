@@ -10,7 +10,6 @@ import signal
 import sys
 
 from badinput import InputError, one_line
-from dtnet import api
 from experiment.engine import FolderBusy, Interrupted, RunFailure
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
@@ -23,6 +22,7 @@ def _overrides(args) -> list[str]:
 
 
 def cmd_run(args) -> int:
+    from dtnet import api
     from experiment.outputs.summary import print_table
     from experiment.sweep import print_table as print_sweep
 
@@ -76,6 +76,7 @@ def _flushed(msg: str) -> None:
 
 def cmd_check(args) -> int:
     from controller.registry import imports_in_child
+    from dtnet import api
 
     with imports_in_child():  # a user's policy module is imported in a child process, not here
         check = api.load(args.experiment, _overrides(args)).check()

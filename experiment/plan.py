@@ -24,7 +24,7 @@ from topologies import Fabric
 from traffic.collectives import build_schedule, predict_time_s
 from traffic.collectives.algorithms import effective_gpus_per_server
 from traffic.collectives.schedule import send_dependencies
-from traffic.collectives.model import RING_OPS, ring_predict_time_s
+from traffic.collectives.model import collective_predict_time_s, has_closed_form
 from traffic.collectives.templates import bundle_shape, template
 from traffic.layout import parse_peer
 from traffic.workload import build_workload
@@ -273,8 +273,8 @@ def _alpha_beta(exp: Experiment, fabric: Fabric, hosts: list[str], model) -> flo
     return emulated_s / dilation
 
 
-# predicted_cct_s comes from the schedule the agents would run (built whole, but for rings: their
-# closed form): above this many transfers (a tree of more than ~1,000 ranks) it is left out.
+# predicted_cct_s comes from the schedule the agents would run (built whole, but where it has a
+# closed form: has_closed_form): above this many transfers (a tree of more than ~1,000 ranks) it is left out.
 PREDICT_MAX_TRANSFERS = 2_000_000
 
 
@@ -291,13 +291,16 @@ def collective_transfers(op, n: int) -> int:
 def job_predictions(exp: Experiment, fabric: Fabric, jp: JobPlan, cache: dict | None = None) -> dict:
     """(op, algorithm, size_bytes, ranks) -> alpha-beta time of each instance, real seconds, for the
     engines that replay traces (rank classes included): the emulator's prediction (predict_cct_s on
-    the schedule the agents would run; a ring's from its closed form, the same number)."""
+    the schedule the agents would run; from its closed form where it has one, the same number)."""
     pexp = exp
     if exp.flow.slice_bytes:
         pexp = replace(exp, testbed=replace(exp.testbed, slice_bytes=max(1, round(exp.flow.slice_bytes
                                                                                    * exp.scale.bytes))))
     tr, out = jp.trace, {}
     cache = {} if cache is None else cache
+    # (rank, group ref) -> (group name, members, hosts, servers, signature): one GPT iteration meets the
+    # same few groups in tens of thousands of instances, and reading the fabric for each cost seconds.
+    groups: dict = {}
     for cls in tr.classes:  # one rank per class: its instances stand for the class's (by symmetry)
         if not len(cls):
             continue
@@ -306,26 +309,25 @@ def job_predictions(exp: Experiment, fabric: Fabric, jp: JobPlan, cache: dict | 
         for op in cls.ops:
             if op.kind != "collective":
                 continue
-            name = tr.group_of(rep, op.group)
+            if (rep, op.group) not in groups:
+                name = tr.group_of(rep, op.group)
+                members = tr.members(name)
+                hosts = tuple(jp.hosts[g] for g in members)
+                groups[rep, op.group] = (name, members, hosts, gpus_per_server(fabric, list(hosts)),
+                                         _signature(fabric, hosts))
+            name, group, hosts, gps, signature = groups[rep, op.group]
             if (name, op.id) in seen:
                 continue
             seen.add((name, op.id))
-            group = tr.members(name)
-            ring = (op.algorithm or "ring") == "ring" and op.op in RING_OPS
-            if not ring and collective_transfers(op, len(group)) > PREDICT_MAX_TRANSFERS:
+            closed = has_closed_form(op.op, op.algorithm or "ring")
+            if not closed and collective_transfers(op, len(group)) > PREDICT_MAX_TRANSFERS:
                 continue  # its schedule alone would not fit in memory: no prediction (model statements say)
-            hosts = tuple(jp.hosts[g] for g in group)
-            gps = gpus_per_server(fabric, list(hosts))
             key = (op.op, op.algorithm, len(group), emulated_bytes(op.size_bytes, exp.scale.bytes),
-                   op.root or 0, gps, _signature(fabric, hosts))
+                   op.root or 0, gps, signature)
             if key not in cache:
-                if ring:
-                    cache[key] = _alpha_beta(pexp, fabric, list(hosts), lambda *a, **kw: ring_predict_time_s(
-                        op.op, len(group), key[3], *a, **kw))
-                else:
-                    sched = build_schedule(op.op, op.algorithm, len(group), key[3], root=op.root or 0,
-                                           gpus_per_server=gps)
-                    cache[key] = predict_cct_s(pexp, fabric, sched, list(hosts))
+                cache[key] = _alpha_beta(pexp, fabric, list(hosts), lambda *a, **kw: collective_predict_time_s(
+                    op.op, op.algorithm or "ring", len(group), key[3], *a, root=op.root or 0,
+                    schedule_gpus_per_server=gps, **kw))
             out.setdefault((op.op, op.algorithm, op.size_bytes, len(group)), []).append(cache[key])
     return out
 

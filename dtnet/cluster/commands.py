@@ -16,7 +16,6 @@ shutdown are Dask's own. What they add:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import getpass
 import ipaddress
 import os
@@ -50,6 +49,8 @@ def exposure(who: str, host: str, tls_dir: str | None) -> str | None:
 
 
 def _probe(address: str, timeout_s: float, flag: str, security=None) -> None:
+    import asyncio  # here: every dtnet command builds this module's parsers, few probe a scheduler
+
     from distributed.comm import connect
 
     async def once():

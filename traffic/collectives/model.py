@@ -6,7 +6,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from badinput import InputError
-from traffic.collectives.algorithms import split_even
+from traffic.collectives.algorithms import ALGORITHMS, OPS, build_schedule, split_even
 from traffic.collectives.schedule import Schedule
 
 
@@ -151,3 +151,164 @@ def ring_predict_time_s(op: str, nranks: int, size_bytes: int, link_gbps: float,
         sent += size_bytes - cba[nxt]
     stream = max(float(x) for x in (sent / np.asarray(rates)[cls]).tolist())
     return min(total, fill + stream)
+
+
+# ---- closed forms of other schedules: per step, every rank's bytes per link class -----------
+
+def _steps_time_s(steps, n, rates, latency_s, slice_bytes):
+    """predict_time_s's arithmetic on loads instead of transfers. steps yields, in step order,
+    (tx, rx): arrays (2 link classes, n ranks) of the bytes each rank sends and receives in that
+    step (a step that yields has at least one transfer). Maxima per class, then over classes, are
+    the same floats as the maxima over keys (division by a rate is monotone)."""
+    rate = np.asarray(rates, float)
+    total = fill = 0.0
+    moved = np.zeros((2, 2, n))  # tx/rx, class, rank: what busiest_total holds
+    for tx, rx in steps:
+        busiest = np.maximum(tx.max(axis=1), rx.max(axis=1))
+        total += latency_s + float((busiest / rate).max())
+        if slice_bytes:
+            fill += latency_s + float((np.minimum(busiest, slice_bytes) / rate).max())
+            moved[0] += tx
+            moved[1] += rx
+    if not slice_bytes:
+        return total
+    return min(total, fill + float((moved / rate[None, :, None]).max()))
+
+
+def _same_server(server, n):
+    """Group rank -> server id, each rank alone when there are no servers (all class 0)."""
+    return np.arange(n) if server is None else np.unique(np.asarray(server), return_inverse=True)[1]
+
+
+def _direct_steps(op, n, size_bytes, root, server):
+    """The direct schedule's steps as loads: everyone sends to everyone at once (one or two steps)."""
+    srv = _same_server(server, n)
+    peers_in = np.bincount(srv)[srv] - 1  # same-server peers of each rank
+    peers_out = n - 1 - peers_in
+
+    def by_destination(x):
+        """Each s sends x[d] to every d != s: (tx, rx) per class."""
+        in_srv = np.bincount(srv, weights=x)[srv] - x
+        tx = np.stack([x.sum() - x - in_srv, in_srv])
+        return tx, np.stack([peers_out * x, peers_in * x])
+
+    def by_source(x):
+        """Each s sends x[s] to every d != s."""
+        tx, rx = by_destination(x)
+        return rx, tx
+
+    cb = np.asarray(split_even(size_bytes, n), float)
+    if op == "all_reduce":
+        yield by_destination(cb)   # reduce-scatter: chunk d to its owner d
+        yield by_source(cb)        # all-gather: own chunk to everyone
+    elif op == "reduce_scatter":
+        yield by_destination(cb)
+    elif op == "all_gather":
+        yield by_source(cb)
+    elif op == "all_to_all":
+        yield by_destination(cb)  # block s->d carries split_even(size, n)[d]
+    else:  # broadcast from root, reduce to root: S to or from every other rank
+        one = np.zeros(n)
+        one[root] = size_bytes
+        other = np.where(np.arange(n) == root, 0.0, float(size_bytes))
+        peer = np.stack([(srv != srv[root]) * other, (srv == srv[root]) * other])
+        at_root = np.stack([peers_out[root] * one, peers_in[root] * one])
+        yield (at_root, peer) if op == "broadcast" else (peer, at_root)
+
+
+def _ring_phase_steps(members, group_bytes, gather, cls, n):
+    """Steps of rings run side by side (members: rings x L ranks, each rank in one ring): at step
+    k member i sends group (i-k-1) mod L (reduce-scatter) or (i-k) mod L (all-gather) to i+1."""
+    rings, length = members.shape
+    dst = np.roll(members, -1, axis=1)
+    c = cls(members, dst)
+    flat_src, flat_dst = members.ravel() + n * c.ravel(), dst.ravel() + n * c.ravel()
+    for k in range(length - 1):
+        idx = (np.arange(length) - k - (0 if gather else 1)) % length
+        b = group_bytes[:, idx].ravel()
+        tx = np.bincount(flat_src, weights=b, minlength=2 * n).reshape(2, n)
+        rx = np.bincount(flat_dst, weights=b, minlength=2 * n).reshape(2, n)
+        yield tx, rx
+
+
+def _hierarchical_steps(op, n, size_bytes, g, server):
+    """Hierarchical all-reduce, reduce-scatter, all-gather: ring phases inside servers (blocks of g
+    group ranks) and along rails, as algorithms._hierarchical orders them."""
+    m = n // g
+    servers = np.arange(n).reshape(m, g)  # servers[s, lr] = s*g + lr; rails are its transpose
+    srv = _same_server(server, n)
+
+    def cls(a, b):
+        return (srv[a] == srv[b]).astype(np.int64)
+
+    cb = np.asarray(split_even(size_bytes, n), float)
+    if op == "all_reduce":
+        piece = cb.reshape(g, m).sum(axis=1)  # pieces[lr] = chunks lr*m .. lr*m+m-1
+        intra = np.broadcast_to(piece, (m, g))
+        yield from _ring_phase_steps(servers, intra, False, cls, n)
+        yield from _ring_phase_steps(servers.T, cb.reshape(g, m), False, cls, n)
+        yield from _ring_phase_steps(servers.T, cb.reshape(g, m), True, cls, n)
+        yield from _ring_phase_steps(servers, intra, True, cls, n)
+        return
+    by_rail = np.broadcast_to(cb.reshape(m, g).sum(axis=0), (m, g))  # rail lr's outputs, in each server
+    if op == "reduce_scatter":
+        yield from _ring_phase_steps(servers, by_rail, False, cls, n)
+        yield from _ring_phase_steps(servers.T, cb.reshape(m, g).T, False, cls, n)
+    else:
+        yield from _ring_phase_steps(servers.T, cb.reshape(m, g).T, True, cls, n)
+        yield from _ring_phase_steps(servers, by_rail, True, cls, n)
+
+
+def _sendrecv_steps(n, size_bytes, server):
+    srv = _same_server(server, n)
+    nxt = np.roll(np.arange(n), -1)
+    c = (srv == srv[nxt]).astype(np.int64)
+    tx = np.zeros((2, n))
+    tx[c, np.arange(n)] = size_bytes
+    rx = np.zeros((2, n))
+    rx[c, nxt] = size_bytes
+    yield tx, rx
+
+
+def _closed_steps(op, algorithm, n, size_bytes, root, g, server):
+    """The loads of each step where the schedule has a closed form, else None."""
+    if op == "sendrecv":  # the same exchange whatever the algorithm (build_schedule)
+        return _sendrecv_steps(n, size_bytes, server)
+    if algorithm == "direct":
+        return _direct_steps(op, n, size_bytes, root, server)
+    if algorithm == "hierarchical" and op in RING_OPS and isinstance(g, int) and g >= 1 and n % g == 0:
+        return _hierarchical_steps(op, n, size_bytes, g, server)
+    return None
+
+
+def has_closed_form(op: str, algorithm: str) -> bool:
+    """Whether collective_predict_time_s needs no schedule for this collective (any rank count)."""
+    return (op == "sendrecv" or algorithm == "direct" or (algorithm in ("ring", "hierarchical") and op in RING_OPS))
+
+
+def collective_predict_time_s(op: str, algorithm: str, nranks: int, size_bytes: int, link_gbps: float,
+                              latency_s: float, *, root: int = 0, schedule_gpus_per_server: int | None = None,
+                              pipeline_slice_bytes: int | None = None, intra_gbps: float | None = None,
+                              gpus_per_server: int | None = None, server_of: Sequence[int] | None = None) -> float:
+    """predict_time_s(build_schedule(op, algorithm, nranks, size_bytes, root=root,
+    gpus_per_server=schedule_gpus_per_server), ...): the same number, from the schedule's structure
+    where it has one (ring, direct, hierarchical all-reduce/reduce-scatter/all-gather, sendrecv:
+    has_closed_form), so that a prediction at 4,096 ranks costs milliseconds, not millions of
+    transfers; the schedule itself elsewhere (tree, halving-doubling, routed all-to-all)."""
+    where = dict(pipeline_slice_bytes=pipeline_slice_bytes, intra_gbps=intra_gbps, gpus_per_server=gpus_per_server,
+                 server_of=server_of)
+    valid = (op in OPS and algorithm in ALGORITHMS and isinstance(nranks, int) and not isinstance(nranks, bool)
+             and nranks >= 1 and isinstance(size_bytes, int) and size_bytes >= 0
+             and isinstance(root, int) and 0 <= root < nranks)
+    if valid and algorithm == "ring" and op in RING_OPS:
+        return ring_predict_time_s(op, nranks, size_bytes, link_gbps, latency_s, **where)
+    steps = None
+    if valid and has_closed_form(op, algorithm):
+        rates, server = _rates_and_servers(nranks, link_gbps, latency_s, intra_gbps, gpus_per_server, server_of)
+        if nranks < 2:
+            return 0.0
+        steps = _closed_steps(op, algorithm, nranks, size_bytes, root, schedule_gpus_per_server, server)
+    if steps is None:  # no closed form (or bad arguments: build_schedule says which)
+        sched = build_schedule(op, algorithm, nranks, size_bytes, root=root, gpus_per_server=schedule_gpus_per_server)
+        return predict_time_s(sched, link_gbps, latency_s, **where)
+    return _steps_time_s(steps, nranks, rates, latency_s, pipeline_slice_bytes)
