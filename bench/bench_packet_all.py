@@ -111,7 +111,7 @@ def run_one(row: dict, out: str, wall_s: float, lock: bool) -> dict:
                    load=f"{load0:.1f}-{os.getloadavg()[0]:.1f}")
     logged = p.stdout + p.stderr
     estimates = [float(x) for x in ESTIMATE.findall(logged)]
-    if estimates:
+    if estimates and row["estimate_s"] is None:  # a sweep cut short logs only the points it started
         row["estimate_s"] = round(sum(estimates), 1)
     err = [x for x in p.stderr.splitlines() if x.strip()]
     if p.returncode == 2:  # refused by run although check accepted it
@@ -141,7 +141,7 @@ def run_one(row: dict, out: str, wall_s: float, lock: bool) -> dict:
 def show(r: dict) -> None:
     num = lambda v, f="{:.4g}": f.format(v) if v is not None else ""  # noqa: E731
     print(f"| {os.path.basename(r['file'])} | {r['verdict']} | {r['status']} | {num(r['simulated_s'])} | "
-          f"{num(r['estimate_s'], '{:.0f}')} | {r['wall_s'] if r['status'] else ''} | {num(r['cpu_s'], '{:.0f}')} | "
+          f"{num(r['estimate_s'], '{:.0f}')} | {r['wall_s'] if r['cpu_s'] is not None else ''} | {num(r['cpu_s'], '{:.0f}')} | "
           f"{r['load']} | {r['reason']} |", flush=True)
 
 
