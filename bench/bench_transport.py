@@ -1,6 +1,6 @@
 """Published transport results on the packet engine (ns-3): incast, DCTCP against TCP, latency.
 
-    .venv/bin/python bench/bench_transport.py [--only incast|dctcp|latency ...] [--out DIR] [--quick]
+    .venv/bin/python bench/bench_transport.py [--only incast|dctcp|latency|latency-large ...] [--out DIR] [--quick] [--no-lock]
 
 Each sweep runs points of an experiment file of experiments/ through the public API
 (`dtnet.load(FILE, overrides).run(engine=...)`, the same as `dtnet run FILE --set ...`) and
@@ -14,7 +14,9 @@ prints one table, read from each run's summary.json:
   port, Cubic against DCTCP at two marking thresholds K: throughput and the port's queue;
 - latency (experiments/latency-ring.yaml; nccl-tests issue 241): a 32-GPU ring all-reduce's
   busbw as the per-hop fabric latency grows, on the packet engine, beside the alpha-beta line
-  and the flow engine's answer without and with `flow.window_bytes=nccl`.
+  and the flow engine's answer without and with `flow.window_bytes=nccl`;
+- latency-large: the same at 1 GiB over 8 GPUs (a large message, the bandwidth term dominant),
+  with the bound a 4 MiB send buffer puts on a cross-leaf connection (buffer / RTT).
 
 Each sweep holds /tmp/dtnet-mininet.lock while it runs (as `flock -o` would), so that it
 neither slows nor is slowed by emulator runs and other benchmarks. Sizes are cut from the
@@ -29,6 +31,7 @@ import contextlib
 import fcntl
 import json
 import os
+import resource
 import shutil
 import sys
 import time
@@ -40,6 +43,8 @@ import dtnet  # noqa: E402
 
 LOCK = "/tmp/dtnet-mininet.lock"
 MIB = 1 << 20
+SEND_BUFFER_BYTES = 4 << 20  # the packet engine's TCP send buffer (packetsim/driver.cc SndBufSize); receive: 6 MiB
+LINE_LESS_HEADERS_GBPS = 400 * 8948 / 9002  # 400 Gb/s, MTU 9000: segments of 8,948 B on 9,002 B frames
 
 
 def X(name: str) -> str:
@@ -47,14 +52,23 @@ def X(name: str) -> str:
 
 
 @contextlib.contextmanager
-def machine_lock():
-    """The lock every emulator run and benchmark takes, held for one sweep."""
+def machine_lock(take: bool = True):
+    """The lock every emulator run and benchmark takes, held for one sweep (or not: --no-lock)."""
+    if not take:
+        yield
+        return
     with open(LOCK, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def cpu_s() -> float:
+    """User + system CPU seconds of this process and its finished children (the ns-3 driver)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def run_point(path: str, overrides: list[str], engine: str, out: str) -> dict:
@@ -129,38 +143,59 @@ def dctcp(out: str, quick: bool) -> list[dict]:
     return rows
 
 
-def latency(out: str, quick: bool) -> list[dict]:
-    size = 8 * MIB if quick else 32 * MIB  # the file's 256 MiB x 3 is ~25 M packets a point
-    hops_us = (0, 100) if quick else (0, 10, 50, 100, 200)
+def latency_sweep(out: str, sub: str, size: int, hops_us, topo: list[str], gpus: int) -> list[dict]:
+    """The ring of experiments/latency-ring.yaml at SIZE bytes, one packet and two flow runs per
+    per-hop latency; topo: --set items that shrink the fabric (GPUS ranks then)."""
     rows = []
-    print(f"\n## latency: 32-GPU ring all-reduce of {size} B, leaf-spine 4 x 4 at 400 Gb/s, MTU 9000, Cubic; "
-          "alpha = 2 x per-hop latency a step")
-    print(f"{'hop us':>7} {'packet busbw':>13} {'alpha-beta':>11} {'flow':>7} {'flow nccl':>10} "
-          f"{'packet retx':>12} {'host q max B':>13}")
+    print(f"\n## {sub}: {gpus}-GPU ring all-reduce of {size} B, leaf-spine of 4 leaves at 400 Gb/s, MTU 9000, "
+          f"Cubic; alpha = 2 x per-hop latency a step; window bound = {SEND_BUFFER_BYTES} B / RTT")
+    print(f"{'hop us':>7} {'packet busbw':>13} {'alpha-beta':>11} {'window bound':>13} {'flow':>7} {'flow nccl':>10} "
+          f"{'packet retx':>12} {'host q max B':>13} {'packet CCT ms':>14}")
     for hop in hops_us:
-        over = [f"transport.latency_us.fabric={hop}", f"prediction.latency_us={2 * hop}",
-                f"jobs.0.workload.size_bytes={size}", "jobs.0.workload.iterations=1"]
+        over = topo + [f"transport.latency_us.fabric={hop}", f"prediction.latency_us={2 * hop}",
+                       f"jobs.0.workload.size_bytes={size}", "jobs.0.workload.iterations=1"]
         tag = f"hop{hop}"
-        pkt = run_point(X("latency-ring"), over, "packet", os.path.join(out, "latency", tag + "-packet"))
-        flow = run_point(X("latency-ring"), over, "flow", os.path.join(out, "latency", tag + "-flow"))
+        pkt = run_point(X("latency-ring"), over, "packet", os.path.join(out, sub, tag + "-packet"))
+        flow = run_point(X("latency-ring"), over, "flow", os.path.join(out, sub, tag + "-flow"))
         win = run_point(X("latency-ring"), over + ["flow.window_bytes=nccl"], "flow",
-                        os.path.join(out, "latency", tag + "-flow-nccl"))
+                        os.path.join(out, sub, tag + "-flow-nccl"))
         c = pkt["jobs"][0]["collectives"][0]
         pred_busbw = c["busbw_gbps"] * c["cct_s"] / c["predicted_cct_s"]  # the same size over the model's time
+        # A cross-leaf connection's RTT is four fabric hops (two each way); its sender may have at
+        # most its send buffer unacknowledged, so its rate is at most buffer / RTT, and a ring's
+        # busbw is the rate of its slowest link.
+        rtt_s = 4 * hop * 1e-6
+        window_gbps = min(LINE_LESS_HEADERS_GBPS, SEND_BUFFER_BYTES * 8 / rtt_s / 1e9 if rtt_s else float("inf"))
         row = {"hop_us": hop, "packet_busbw_gbps": c["busbw_gbps"], "alpha_beta_busbw_gbps": pred_busbw,
+               "window_bound_busbw_gbps": window_gbps,
                "flow_busbw_gbps": flow["jobs"][0]["collectives"][0]["busbw_gbps"],
                "flow_nccl_busbw_gbps": win["jobs"][0]["collectives"][0]["busbw_gbps"],
                "packet_retransmissions": retransmissions(pkt),
                "host_queue_max_bytes": max(q["max_bytes"] for q in pkt["queues"]),
-               "packet_cct_s": c["cct_s"]}
+               "packet_cct_s": c["cct_s"], "packet_events": pkt["model"].get("events")}
         rows.append(row)
-        print(f"{hop:>7} {row['packet_busbw_gbps']:>13.1f} {pred_busbw:>11.1f} {row['flow_busbw_gbps']:>7.1f} "
-              f"{row['flow_nccl_busbw_gbps']:>10.1f} {row['packet_retransmissions']:>12} "
-              f"{row['host_queue_max_bytes']:>13.0f}", flush=True)
+        print(f"{hop:>7} {row['packet_busbw_gbps']:>13.1f} {pred_busbw:>11.1f} {window_gbps:>13.1f} "
+              f"{row['flow_busbw_gbps']:>7.1f} {row['flow_nccl_busbw_gbps']:>10.1f} {row['packet_retransmissions']:>12} "
+              f"{row['host_queue_max_bytes']:>13.0f} {c['cct_s'] * 1e3:>14.3f}", flush=True)
     return rows
 
 
-SWEEPS = {"incast": incast, "dctcp": dctcp, "latency": latency}
+def latency(out: str, quick: bool) -> list[dict]:
+    """32 GPUs at 32 MiB: latency-bound steps (1 MiB a step)."""
+    size = 8 * MIB if quick else 32 * MIB  # the file's 256 MiB x 3 is ~25 M packets a point
+    return latency_sweep(out, "latency", size, (0, 100) if quick else (0, 10, 50, 100, 200), [], 32)
+
+
+def latency_large(out: str, quick: bool) -> list[dict]:
+    """A large message, where the bandwidth term dominates (nccl-tests measured up to GiBs): 1 GiB
+    over 8 GPUs, two a leaf (the ring still crosses leaves 4 times), so that a point costs what the
+    32 MiB x 32 GPU points cost x 8 (events grow as GPUs x bytes), a few CPU minutes."""
+    size = 64 * MIB if quick else 1 << 30
+    hops = (0, 200) if quick else (0, 10, 20, 100, 200, 400)
+    return latency_sweep(out, "latency-large", size, hops, ["topology.hosts_per_leaf=2"], 8)
+
+
+SWEEPS = {"incast": incast, "dctcp": dctcp, "latency": latency, "latency-large": latency_large}
 
 
 def main(argv=None) -> int:
@@ -168,13 +203,17 @@ def main(argv=None) -> int:
     ap.add_argument("--only", action="append", choices=sorted(SWEEPS), help="run only this sweep (repeatable)")
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "bench_transport"))
     ap.add_argument("--quick", action="store_true", help="two points a sweep and smaller sizes (a smoke run)")
+    ap.add_argument("--no-lock", action="store_true",
+                    help="do not take the machine lock (every figure is simulated time; the load is printed)")
     args = ap.parse_args(argv)
     results = {}
     for name in args.only or list(SWEEPS):
-        with machine_lock():
-            t0 = time.time()
+        with machine_lock(not args.no_lock):
+            t0, cpu0 = time.time(), cpu_s()
+            load0 = os.getloadavg()[0]
             results[name] = SWEEPS[name](args.out, args.quick)
-            print(f"({name}: {time.time() - t0:.0f} s wall, load {os.getloadavg()[0]:.1f})", flush=True)
+            print(f"({name}: {time.time() - t0:.0f} s wall, {cpu_s() - cpu0:.0f} CPU s, "
+                  f"load {load0:.1f} to {os.getloadavg()[0]:.1f})", flush=True)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench_transport.json"), "w") as f:
         json.dump(results, f, indent=1)
