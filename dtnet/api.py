@@ -85,12 +85,20 @@ class Experiment:
         """The points of its sweep, each an Experiment (none without a sweep)."""
         return [Point(p.index, p.slug, dict(p.overrides), Experiment(p.exp)) for p in sweep.expand(self.model)]
 
+    def _refuse_long_packet_sweep(self, points) -> None:
+        packet = [p.exp for p in points if p.exp.engine == "packet"]
+        if packet:
+            from packetsim.runner import refuse_long_sweep
+
+            refuse_long_sweep(packet, self.source)
+
     def check(self) -> Check:
         """Plan every job (of every point of a sweep), as a run would before it starts: every
         bad workload, placement or trace raises InputError here, without root."""
         if self.model.sweep:
             points = sweep.expand(self.model)
             sweep.check(points)
+            self._refuse_long_packet_sweep(points)  # as `run` would without --force
             return Check(self.name, self.engine, points=[p.slug for p in points])
         verdict = experiment_engine.check(self.model)  # what the engine cannot model, before anything is built
         fabric = self.model.fabric()
@@ -156,6 +164,8 @@ class Experiment:
         if self.model.sweep:
             points = sweep.expand(self.model)
             sweep.check(points)  # every point valid before the first one starts
+            if not force:
+                self._refuse_long_packet_sweep(points)
             log(f"dtnet: sweep {self.name}: {len(points)} points -> {out}")
             runs = {}
 

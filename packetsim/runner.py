@@ -83,6 +83,25 @@ def estimate_wall_s(sc, net, t) -> float:
     return packets * (2 + 4 * hops) / EVENTS_PER_S  # about 10 events a packet over 2 hops, measured
 
 
+def refuse_long_sweep(exps: list, source=None) -> float:
+    """A packet sweep estimated at more than an hour in all is refused before its first point, as
+    one run is (each point alone may be under the hour). Returns the estimate in seconds."""
+    total = 0.0
+    for exp in exps:
+        if exp.fabric().host_count > MAX_RANKS:
+            continue  # refused on its own, before planning
+        try:
+            _, _, net, sc, t, _ = plan(exp, log=lambda *a, **k: None)
+        except ValueError:
+            continue  # no path: the point's own run says so
+        total += estimate_wall_s(sc, net, t)
+    if total > MAX_WALL_S:
+        raise InputError("engine", f"a packet sweep of at most an hour in all (this one: about {total / 3600:.1f} h "
+                         f"over {len(exps)} points at {EVENTS_PER_S:,} events/s; run it with engine: flow, or "
+                         "--force it)", f"engine: packet on {len(exps)} sweep points", source)
+    return total
+
+
 def run_experiment(exp, out_dir: str, log=print, prepare=None, force: bool = False) -> dict:
     """The packet engine's run through the pipeline (benches and tests call it by this name)."""
     from experiment.pipeline import run

@@ -13,7 +13,7 @@ import yaml
 
 from badinput import InputError
 from dtnet.cli import main
-from experiment import model
+from experiment import model, sweep
 from packetsim import ns3, runner, scenario
 from packetsim.transport import Ecn, Transport
 
@@ -213,6 +213,24 @@ def test_check_refuses_more_gpus_than_a_packet_run_takes_unless_forced(tmp_path,
         runner.check(exp)
     assert e.value.key == "engine" and "4 hosts" in str(e.value) and "\n" not in str(e.value)
     assert runner.check(exp, force=True).startswith("engine packet")
+
+
+def test_a_sweep_over_an_hour_in_all_is_refused_before_its_first_point_unless_forced(tmp_path, monkeypatch,
+                                                                                      capsys):
+    data = ring(n=4)
+    data["sweep"] = {"grid": {"jobs.0.workload.size_bytes": [1 << 20, 2 << 20, 4 << 20]}}
+    path = write(tmp_path, data)
+    exps = [p.exp for p in sweep.expand(model.load(path))]
+    each = [runner.refuse_long_sweep([e]) for e in exps]
+    assert each[0] < each[1] < each[2]  # the estimate grows with the bytes
+    # every point alone under the limit, the three together over it
+    monkeypatch.setattr(runner, "MAX_WALL_S", max(each) * 1.01)
+    out = tmp_path / "out"
+    assert main(["run", path, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "sweep of at most an hour in all" in err[0] and "engine: flow" in err[0], err
+    assert not [f for f in os.listdir(out) if not f.startswith(".")]  # no point started
+    assert runner.refuse_long_sweep(exps[:1]) == each[0]  # one point alone passes
 
 
 def test_a_run_without_ns3_says_how_to_install_it(tmp_path, monkeypatch, capsys):
