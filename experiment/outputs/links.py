@@ -89,13 +89,14 @@ def summarize(rows: list[dict], top: int = 10) -> list[dict]:
 
 
 def _rounded(values, ndigits: int):
-    """(round(v, ndigits) for each value as floats, as the text links.csv holds) in bulk: Python's
-    round and repr once per distinct value, since numpy's round can differ in the last bit."""
+    """round(v, ndigits) of each value, in bulk: (the rounded floats, the distinct ones' repr, the
+    index of each value's among them). Python's round and repr run once per distinct value, since
+    numpy's round can differ in the last bit and links.csv holds Python's text."""
     import numpy as np
 
     uniq, inv = np.unique(values, return_inverse=True)
     r = [round(float(v), ndigits) for v in uniq.tolist()]
-    return np.array(r, dtype=float)[inv], np.array([repr(v) for v in r], dtype=object)[inv]
+    return np.array(r, dtype=float)[inv], np.array([repr(v) for v in r], dtype=object), inv
 
 
 class LinkSeries:
@@ -111,8 +112,8 @@ class LinkSeries:
 
         self.names = names
         self.t_s, self.link = np.asarray(t_s, dtype=float), np.asarray(link, dtype=np.int64)
-        self.util, self._util_text = _rounded(np.asarray(util, dtype=float), 6)
-        self.gbps, self._gbps_text = _rounded(np.asarray(gbps, dtype=float), 6)
+        self.util, self._util_text, self._util_at = _rounded(np.asarray(util, dtype=float), 6)
+        self.gbps, self._gbps_text, self._gbps_at = _rounded(np.asarray(gbps, dtype=float), 6)
 
     def __len__(self) -> int:
         return len(self.t_s)
@@ -121,8 +122,8 @@ class LinkSeries:
         """The first n rows (links.csv cut at a row limit)."""
         out = object.__new__(LinkSeries)
         out.names, out.t_s, out.link = self.names, self.t_s[:n], self.link[:n]
-        out.util, out._util_text = self.util[:n], self._util_text[:n]
-        out.gbps, out._gbps_text = self.gbps[:n], self._gbps_text[:n]
+        out.util, out._util_text, out._util_at = self.util[:n], self._util_text, self._util_at[:n]
+        out.gbps, out._gbps_text, out._gbps_at = self.gbps[:n], self._gbps_text, self._gbps_at[:n]
         return out
 
     def write_csv(self, f) -> None:
@@ -132,11 +133,14 @@ class LinkSeries:
         f.write(",".join(COLUMNS) + "\n")
         if not len(self):
             return
-        times, t_inv = np.unique(self.t_s, return_inverse=True)
-        t_text = np.array([repr(float(t)) + "," for t in times.tolist()], dtype=object)[t_inv]
-        prefix = np.array([f"{n},{a},{b}," for n, a, b in self.names], dtype=object)[self.link]
-        lines = t_text + prefix + self._util_text + "," + self._gbps_text + "\n"
-        f.write("".join(lines.tolist()))
+        times, t_at = np.unique(self.t_s, return_inverse=True)
+        # Four pieces a row, each spelled once per distinct value and joined once: no string per row.
+        pieces = np.empty((len(self), 4), dtype=object)
+        pieces[:, 0] = np.array([repr(float(t)) + "," for t in times.tolist()], dtype=object)[t_at]
+        pieces[:, 1] = np.array([f"{n},{a},{b}," for n, a, b in self.names], dtype=object)[self.link]
+        pieces[:, 2] = (self._util_text + ",")[self._util_at]
+        pieces[:, 3] = (self._gbps_text + "\n")[self._gbps_at]
+        f.write("".join(pieces.ravel().tolist()))
 
     def grid(self) -> "LinkGrid":
         import numpy as np
