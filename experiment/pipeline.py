@@ -77,6 +77,7 @@ class Run:
     status: str = "incomplete"
     error: str | None = None
     t_start: float | None = None  # the replay's start on the events' clock (trace.json's zero)
+    links: object = None  # links.csv as outputs.links.LinkGrid, when the engine wrote it from memory
     wall_t0: float = field(default_factory=time.monotonic)
 
     def path(self, *parts: str) -> str:
@@ -230,7 +231,8 @@ def _run(engine: Engine, exp: Experiment, out_dir: str, log, fabric, jobs, verdi
         if summary is not None:  # None: the engine refused the run before it began
             write_json(inside(out_dir, SUMMARY), summary)
             engine.write_files(r)
-            write_after_run(out_dir, engine.outputs_exp(exp), jobs, summary, r.t_start, log, engine=engine.label)
+            write_after_run(out_dir, engine.outputs_exp(exp), jobs, summary, r.t_start, log, engine=engine.label,
+                            links=r.links)
     return summary
 
 

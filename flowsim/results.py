@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from experiment.outputs.links import LinkSeries
 from flowsim.network import LINK_KINDS
 
 ASSUMPTIONS = (
@@ -117,17 +118,17 @@ class Result:
             sp_[0], sp_[1] = min(sp_[0], s), max(sp_[1], e)
         return [spans[k][1] - spans[k][0] for k in sorted(spans)]
 
-    def link_rows(self):
-        """links.csv rows (t_s at the end of each bin, link, src, dst, util, gbps) from the series."""
+    def link_series(self) -> LinkSeries:
+        """links.csv's rows (t_s at the end of each bin, link, util, gbps) from the series, as arrays."""
         w = self.series_bin_s
-        if not w:
-            return
-        for k in sorted(self.series):
-            ids, nbytes = self.series[k]
-            for l, b in zip(ids.tolist(), nbytes.tolist()):
-                gbps = b * 8 / w / 1e9
-                a, bb = self.link_names[l]
-                yield (round((k + 1) * w, 9), f"{a}-{bb}", a, bb, gbps / self.link_gbps[l], gbps)
+        bins = sorted(self.series) if w else []
+        ids = [self.series[k][0] for k in bins]
+        t_s = np.repeat([round((k + 1) * w, 9) for k in bins], [len(i) for i in ids])
+        link = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
+        nbytes = np.concatenate([self.series[k][1] for k in bins]) if bins else np.zeros(0)
+        gbps = nbytes * 8 / w / 1e9 if w else nbytes
+        names = [(f"{a}-{b}", a, b) for a, b in self.link_names]
+        return LinkSeries(names, t_s, link, gbps / self.link_gbps[link], gbps)
 
     def summary(self) -> dict:
         return {"engine": "flow", "complete": self.complete, "stalled": self.stalled, "end_s": self.end_s,

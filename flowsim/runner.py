@@ -23,7 +23,6 @@ from experiment.engine import Interrupted, RunFailure, refuse_non_replay
 from experiment.model import Experiment, Scale
 from experiment.transport import EMULATOR_MTU_BYTES, check_transport, ignored_note
 from experiment.outputs.announcements import summarize as announcement_summary
-from experiment.outputs.links import COLUMNS as LINK_COLUMNS
 from experiment.outputs.summary import build as build_summary, job_results
 from experiment.outputs.write import write_json
 from experiment.pipeline import Engine, Run
@@ -388,15 +387,13 @@ def exp_for_outputs(exp: Experiment) -> Experiment:
 
 
 def _write_links(run: Run, res) -> None:
-    rows, log = 0, run.log
+    series = res.link_series()
+    if len(series) >= LINKS_CSV_MAX_ROWS:
+        series = series.head(LINKS_CSV_MAX_ROWS)
+        run.log(f"[flow] links.csv stopped at {len(series)} rows (set flow.link_bin_ms coarser for all of them)")
     with open_out(run.out_dir, "links.csv") as f:
-        f.write(",".join(LINK_COLUMNS) + "\n")
-        for t, name, a, b, util, gbps in res.link_rows():
-            f.write(f"{float(t)!r},{name},{a},{b},{round(float(util), 6)!r},{round(float(gbps), 6)!r}\n")
-            rows += 1
-            if rows >= LINKS_CSV_MAX_ROWS:
-                log(f"[flow] links.csv stopped at {rows} rows (set flow.link_bin_ms coarser for all of them)")
-                break
+        series.write_csv(f)
+    run.links = series.grid()  # the heatmap draws from these numbers, not from the file read back
 
 
 def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model, wall_s) -> dict:

@@ -86,3 +86,93 @@ def summarize(rows: list[dict], top: int = 10) -> list[dict]:
               "samples": len(v)} for k, v in per.items() if max(v) > 0]
     stats.sort(key=lambda s: (-s["mean_util"], s["src"], s["dst"]))
     return stats[:top]
+
+
+def _rounded(values, ndigits: int):
+    """round(v, ndigits) of each value, in bulk: (the rounded floats, the distinct ones' repr, the
+    index of each value's among them). Python's round and repr run once per distinct value, since
+    numpy's round can differ in the last bit and links.csv holds Python's text."""
+    import numpy as np
+
+    uniq, inv = np.unique(values, return_inverse=True)
+    r = [round(float(v), ndigits) for v in uniq.tolist()]
+    return np.array(r, dtype=float)[inv], np.array([repr(v) for v in r], dtype=object), inv
+
+
+class LinkSeries:
+    """links.csv held as arrays, for an engine that has every interval at the end: one row per
+    (interval, directed link) in file order. write_csv formats it in bulk and grid() hands the
+    heatmap the same numbers without parsing the file back.
+
+    names: (link name, src, dst) per directed link; t_s, link (index into names), and the row's
+    unrounded gbps and util, as the engine computed them."""
+
+    def __init__(self, names: list[tuple[str, str, str]], t_s, link, util, gbps):
+        import numpy as np
+
+        self.names = names
+        self.t_s, self.link = np.asarray(t_s, dtype=float), np.asarray(link, dtype=np.int64)
+        self.util, self._util_text, self._util_at = _rounded(np.asarray(util, dtype=float), 6)
+        self.gbps, self._gbps_text, self._gbps_at = _rounded(np.asarray(gbps, dtype=float), 6)
+
+    def __len__(self) -> int:
+        return len(self.t_s)
+
+    def head(self, n: int) -> "LinkSeries":
+        """The first n rows (links.csv cut at a row limit)."""
+        out = object.__new__(LinkSeries)
+        out.names, out.t_s, out.link = self.names, self.t_s[:n], self.link[:n]
+        out.util, out._util_text, out._util_at = self.util[:n], self._util_text, self._util_at[:n]
+        out.gbps, out._gbps_text, out._gbps_at = self.gbps[:n], self._gbps_text, self._gbps_at[:n]
+        return out
+
+    def write_csv(self, f) -> None:
+        """The rows as LinkSampler and read_csv spell them (floats in repr), header first."""
+        import numpy as np
+
+        f.write(",".join(COLUMNS) + "\n")
+        if not len(self):
+            return
+        times, t_at = np.unique(self.t_s, return_inverse=True)
+        # Four pieces a row, each spelled once per distinct value and joined once: no string per row.
+        pieces = np.empty((len(self), 4), dtype=object)
+        pieces[:, 0] = np.array([repr(float(t)) + "," for t in times.tolist()], dtype=object)[t_at]
+        pieces[:, 1] = np.array([f"{n},{a},{b}," for n, a, b in self.names], dtype=object)[self.link]
+        pieces[:, 2] = (self._util_text + ",")[self._util_at]
+        pieces[:, 3] = (self._gbps_text + "\n")[self._gbps_at]
+        f.write("".join(pieces.ravel().tolist()))
+
+    def grid(self) -> "LinkGrid":
+        import numpy as np
+
+        keys_idx, first = np.unique(self.link, return_index=True)
+        order = np.argsort(first, kind="stable")  # links in the order of their first row, as from_rows
+        keys_idx = keys_idx[order]
+        times, col = np.unique(self.t_s, return_inverse=True)
+        row_of = np.empty(len(self.names), dtype=np.int64)
+        row_of[keys_idx] = np.arange(len(keys_idx))
+        util = np.full((len(keys_idx), len(times)), np.nan)
+        util[row_of[self.link], col] = self.util  # a repeated (link, time) keeps its last row, as from_rows
+        return LinkGrid(times.tolist(), [self.names[i][1:] for i in keys_idx.tolist()], util)
+
+
+class LinkGrid:
+    """links.csv's utilization as the heatmap reads it: times (sorted), keys ((src, dst), in the
+    order of their first row) and util[key, time] (NaN where a link has no row)."""
+
+    def __init__(self, times: list[float], keys: list[tuple[str, str]], util):
+        self.times, self.keys, self.util = times, keys, util
+
+    @classmethod
+    def from_rows(cls, rows: list[dict]) -> "LinkGrid":
+        import numpy as np
+
+        per: dict[tuple, dict[float, float]] = {}
+        for r in rows:
+            per.setdefault((r["src"], r["dst"]), {})[r["t_s"]] = r["util"]
+        times = sorted({t for v in per.values() for t in v})
+        at = {t: i for i, t in enumerate(times)}
+        util = np.full((len(per), len(times)), np.nan)
+        for i, v in enumerate(per.values()):
+            util[i, [at[t] for t in v]] = list(v.values())
+        return cls(times, list(per), util)

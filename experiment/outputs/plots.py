@@ -169,24 +169,28 @@ def _group(node: dict):
 MAX_HEATMAP_LINKS = 160
 
 
-def heatmap_figure(rows: list[dict], title: str = "", fabric=None, phases: dict | None = None):
-    """Utilization of every directed link that carried traffic (rows) over time (columns, one per
-    sample of links.csv), grouped by tier and rail, NVLink apart; above them, when each job's
-    collectives ran (phases: job -> [(start_ms, end_ms)], real-cluster time). None: nothing to draw."""
-    times = sorted({r["t_s"] for r in rows})
-    util: dict[tuple, dict[float, float]] = {}
-    for r in rows:
-        util.setdefault((r["src"], r["dst"]), {})[r["t_s"]] = r["util"]
-    busy = [k for k, v in util.items() if max(v.values()) > 0]
+def heatmap_figure(rows, title: str = "", fabric=None, phases: dict | None = None):
+    """Utilization of every directed link that carried traffic (rows: links.csv's rows, or its
+    links.LinkGrid) over time (columns, one per sample of links.csv), grouped by tier and rail,
+    NVLink apart; above them, when each job's collectives ran (phases: job -> [(start_ms, end_ms)],
+    real-cluster time). None: nothing to draw."""
+    import numpy as np
+
+    grid = rows if isinstance(rows, links_mod.LinkGrid) else links_mod.LinkGrid.from_rows(rows)
+    times, util = grid.times, grid.util
+    peak = (np.nanmax(util, axis=1) if util.size else np.zeros(len(grid.keys))).tolist()
+    row = {k: i for i, k in enumerate(grid.keys)}
+    busy = [k for k, p in zip(grid.keys, peak) if p > 0]
     if fabric is not None:
         busy = [k for k in busy if fabric.graph.has_edge(*k)]
     if not times or not busy:
         return None
-    import numpy as np
 
     shown = len(busy)
     if shown > MAX_HEATMAP_LINKS:  # a large fabric: its busiest links (a row each would be unreadable and slow)
-        busy = sorted(busy, key=lambda k: -sum(util[k].values()))[:MAX_HEATMAP_LINKS]
+        # cumsum adds left to right, as sum() over the samples did: the same ties, the same links
+        total = np.cumsum(np.nan_to_num(util, nan=0.0), axis=1)[:, -1].tolist()
+        busy = sorted(busy, key=lambda k: -total[row[k]])[:MAX_HEATMAP_LINKS]
 
     tiers, nvlink = heatmap_rows(busy, fabric)
     panels = [("fabric links", tiers)] + ([("NVLink, inside servers", [("", nvlink)])] if nvlink else [])
@@ -198,14 +202,14 @@ def heatmap_figure(rows: list[dict], title: str = "", fabric=None, phases: dict 
     axes = list(fig.subplots(len(ratios), 1, sharex=True, squeeze=False, height_ratios=ratios)[:, 0])
     step = float(np.median(np.diff(times))) if len(times) > 1 else times[0]
     edges = np.array([(times[0] - step) * 1e3] + [t * 1e3 for t in times])
-    top = max(1.0, *(max(util[k].values()) for k in busy))
+    top = max(1.0, *(peak[row[k]] for k in busy))
     if phases:
         _phase_strip(axes.pop(0), phases)
     mesh = None
     for ax, (name, panel) in zip(axes, panels):
         keys = [k for _, ks in panel for k in ks]
-        grid = np.array([[util[k].get(t, np.nan) for t in times] for k in keys])
-        mesh = ax.pcolormesh(edges, np.arange(len(keys) + 1), grid, vmin=0.0, vmax=top, cmap="viridis",
+        cells = util[[row[k] for k in keys]]
+        mesh = ax.pcolormesh(edges, np.arange(len(keys) + 1), cells, vmin=0.0, vmax=top, cmap="viridis",
                              shading="flat")
         ax.set_yticks(np.arange(len(keys)) + 0.5, [f"{a} \u2192 {b}" for a, b in keys],
                       fontsize="xx-small" if len(keys) > 40 else "x-small")
@@ -223,7 +227,7 @@ def heatmap_figure(rows: list[dict], title: str = "", fabric=None, phases: dict 
             right.set_yticks(centers, labels, fontsize="x-small")
             right.tick_params(length=0)
     axes[-1].set_xlabel(f"time (ms, real cluster; one column per {step * 1e3:.3g} ms sample)")
-    idle = len(util) - shown
+    idle = len(grid.keys) - shown
     first, _, rest = title.partition("\n")
     note = f" (the {len(busy)} busiest of {shown} busy links)" if shown > len(busy) else \
         f" ({idle} idle links not shown)" if idle else ""
@@ -342,10 +346,11 @@ def sweep_chart(series: dict[str, list[tuple]], x_name: str, path: str) -> bool:
 
 
 def write_all(out_dir: str, summary: dict, log=print, *, point: str = "", engine: str = "", fabric=None,
-              phases: dict | None = None) -> list[str]:
+              phases: dict | None = None, links=None) -> list[str]:
     """The run's plots into out_dir/plots/; each failure is a warning. Returns the files written.
     point, engine and the summary's routing go in every title; fabric orders the heatmap's links,
-    phases (collective_phases) marks when each job's collectives ran above it."""
+    phases (collective_phases) marks when each job's collectives ran above it; links, a
+    links.LinkGrid of links.csv, spares reading the file back."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -360,8 +365,8 @@ def write_all(out_dir: str, summary: dict, log=print, *, point: str = "", engine
             ("cct", lambda p: cct_distribution(summary, p, title("collective completion time")))]
     csv_path = inside(out_dir, "links.csv")
     if os.path.exists(csv_path):
-        jobs.append(("links", lambda p: link_heatmap(links_mod.read_csv(csv_path), p, title("link utilization"),
-                                                     fabric, phases)))
+        jobs.append(("links", lambda p: link_heatmap(links_mod.read_csv(csv_path) if links is None else links, p,
+                                                     title("link utilization"), fabric, phases)))
     written = []
     for key, draw in jobs:
         path = inside(out_dir, "plots", FILES[key])

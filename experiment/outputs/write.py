@@ -17,9 +17,10 @@ def write_json(path: str, data) -> None:
 
 
 def write_after_run(out_dir: str, exp, jobs, summary: dict, t0: float | None, log=print,
-                    engine: str = "emulator") -> None:
+                    engine: str = "emulator", links=None) -> None:
     """trace.json and plots/ from what the run wrote; a failure is a warning, never a failed run.
-    engine names the engine that ran it, in the plots' titles."""
+    engine names the engine that ran it, in the plots' titles; links is links.csv as a
+    links.LinkGrid when the engine holds it (else the heatmap reads the file)."""
     events, phases = [], None
     try:
         events = read_events(inside(out_dir, "events.jsonl"))
@@ -29,4 +30,5 @@ def write_after_run(out_dir: str, exp, jobs, summary: dict, t0: float | None, lo
         log(f"[run] warning: trace.json not written: {type(e).__name__}: {e}")
     if t0 is not None:
         phases = plots.collective_phases(events, t0, exp.scale.dilation)
-    plots.write_all(out_dir, summary, log, point=exp.point, engine=engine, fabric=exp.fabric(), phases=phases)
+    plots.write_all(out_dir, summary, log, point=exp.point, engine=engine, fabric=exp.fabric(), phases=phases,
+                   links=links)

@@ -270,8 +270,8 @@ def test_link_bytes_add_up_to_bytes_times_hops_and_the_series_to_the_totals():
     for ids, b in res.series.values():
         np.add.at(binned, ids, b)
     assert binned == pytest.approx(res.link_bytes, rel=1e-9, abs=1e-3)
-    rows = list(res.link_rows())
-    assert rows and all(0 <= r[4] <= 1 + 1e-9 for r in rows)
+    rows = res.link_series()
+    assert len(rows) and ((0 <= rows.util) & (rows.util <= 1 + 1e-9)).all()
 
 
 def test_outputs_say_a_model_made_them():
