@@ -24,7 +24,7 @@ marked its run faithful. The groups:
 - Hedera's stride and staggered (random) patterns under ECMP and congestion-aware:
   normalized throughput;
 - two and three jobs contending under ecmp, congestion-aware and coschedule: mean iteration
-  time, and whether the engines rank the policies alike (the packet engine refuses coschedule);
+  time, and whether the engines rank the policies alike (coschedule included, on every engine);
 - the GPT 3D breakdown (tp 4, pp 2, dp 2): iteration time, compute, exposed communication, idle;
 - a link-down fault in the middle of a stride: completion time.
 
