@@ -84,11 +84,8 @@ def print_estimate(path: str) -> int:
 
     try:
         exp = api.load(os.path.join(ROOT, path)).set("engine", "packet")
-        total = 0.0
-        for x in [p.experiment for p in exp.points()] or [exp]:
-            with contextlib.redirect_stdout(io.StringIO()):
-                _, _, net, sc, t, _ = runner.plan(x.model)
-            total += runner.estimate_wall_s(sc, net, t)
+        with contextlib.redirect_stdout(io.StringIO()):
+            total = runner.estimate_sweep_s([x.model for x in [p.experiment for p in exp.points()] or [exp]])
         print(total)
         return 0
     except Exception:  # noqa: BLE001 - the run itself reports what is wrong with the file

@@ -83,9 +83,8 @@ def estimate_wall_s(sc, net, t) -> float:
     return packets * (2 + 4 * hops) / EVENTS_PER_S  # about 10 events a packet over 2 hops, measured
 
 
-def refuse_long_sweep(exps: list, source=None) -> float:
-    """A packet sweep estimated at more than an hour in all is refused before its first point, as
-    one run is (each point alone may be under the hour). Returns the estimate in seconds."""
+def estimate_sweep_s(exps: list) -> float:
+    """The estimated seconds of every point together (points refused on their own count nothing)."""
     total = 0.0
     for exp in exps:
         if exp.fabric().host_count > MAX_RANKS:
@@ -95,6 +94,13 @@ def refuse_long_sweep(exps: list, source=None) -> float:
         except ValueError:
             continue  # no path: the point's own run says so
         total += estimate_wall_s(sc, net, t)
+    return total
+
+
+def refuse_long_sweep(exps: list, source=None) -> float:
+    """A packet sweep estimated at more than an hour in all is refused before its first point, as
+    one run is (each point alone may be under the hour). Returns the estimate in seconds."""
+    total = estimate_sweep_s(exps)
     if total > MAX_WALL_S:
         raise InputError("engine", f"a packet sweep of at most an hour in all (this one: about {total / 3600:.1f} h "
                          f"over {len(exps)} points at {EVENTS_PER_S:,} events/s; run it with engine: flow, or "
