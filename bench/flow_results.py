@@ -61,14 +61,14 @@ def fabric(c: dict) -> str:
 def gpt(results: str, name: str) -> None:
     rows = table(results, name, "one iteration, flow engine", ["fabric", "routing", "ECMP seed", "iteration", "compute",
                                                                "exposed comm", "idle (bubble)", "DP all-reduce / alpha-beta"])
-    for c, s in sorted(rows, key=lambda r: (fabric(r[0]), r[0]["controller"]["routing"],
+    for c, s in sorted(rows, key=lambda r: (fabric(r[0]), r[1]["routing"],
                                             r[0].get("flow", {}).get("ecmp_seed", 0))):
         j = s["jobs"][0]
         b = j["breakdown_s"]
         dp = [x for x in j["collectives"] if x["op"] == "all_reduce" and x["ranks"] > 8 and x.get("cct_vs_predicted")]
         ratio = (f"{min(x['cct_vs_predicted'] for x in dp):.2f} to {max(x['cct_vs_predicted'] for x in dp):.2f}"
                  if dp else "-")
-        print(f"| {fabric(c)} | {c['controller']['routing']} | {c.get('flow', {}).get('ecmp_seed', 0)} | "
+        print(f"| {fabric(c)} | {s['routing']} | {c.get('flow', {}).get('ecmp_seed', 0)} | "
               f"{j['iteration_time_s']['mean']:.3f} s | {b['compute']:.3f} s | {b['exposed_comm']:.3f} s | "
               f"{b['idle']:.3f} s | {ratio} |")
     print()
@@ -83,8 +83,8 @@ def jobs(results: str, name: str) -> None:
         ratios = [x["collectives"][0].get("cct_vs_predicted") or 0 for x in js]
         ann = s.get("announcements") or []
         shifted = sum(1 for a in ann if a["shifted"])
-        seed = c.get("flow", {}).get("ecmp_seed", 0) if c["controller"]["routing"] == "ecmp" else "-"
-        print(f"| {c['controller']['routing']} | {seed} | {s['aggregate']['iteration_time_s_mean'] * 1e3:.2f} ms | "
+        seed = c.get("flow", {}).get("ecmp_seed", 0) if s["routing"] == "ecmp" else "-"
+        print(f"| {s['routing']} | {seed} | {s['aggregate']['iteration_time_s_mean'] * 1e3:.2f} ms | "
               f"{max(x['iteration_time_s']['p50'] for x in js) * 1e3:.2f} ms | "
               f"{min(ccts) * 1e3:.2f} to {max(ccts) * 1e3:.2f} ms | {min(ratios):.2f} to {max(ratios):.2f} | "
               + (f"{shifted}, {max(a['offset_s_max'] for a in ann) * 1e3:.2f} ms |" if ann else "- |"))
