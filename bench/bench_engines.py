@@ -2,6 +2,7 @@
 
     sudo .venv/bin/python bench/bench_engines.py [--only SUBSTRING ...] [--out DIR] [--list]
                                                  [--engines emulate,flow,packet] [--flow-only] [--seeds N]
+    .venv/bin/python bench/bench_engines.py --engines flow --out DIR [--flow-set flow.KEY=VALUE ...]
     .venv/bin/python bench/bench_engines.py --reference packet [--only SUBSTRING ...] [--out DIR] [--list]
                                             [--flow-set flow.KEY=VALUE ...]
 
@@ -249,7 +250,8 @@ def main(argv=None) -> int:
                     help="emulate (default): the points above against the emulator (--engines); packet: the flow "
                          "engine against the packet engine in real units, its own points (bench/flow_vs_packet.py)")
     ap.add_argument("--flow-set", action="append", default=[], metavar="KEY=VALUE",
-                    help="with --reference packet: a setting for the flow engine's runs only, e.g. flow.headers=tcp")
+                    help="a setting for the flow engine's runs only, e.g. flow.headers=ppp (with --engines flow "
+                         "and the emulator's runs reused, a model change costs only the flow engine's seconds)")
     args = ap.parse_args(argv)
     if args.reference == "packet":
         import flow_vs_packet
@@ -288,11 +290,12 @@ def main(argv=None) -> int:
             seeds = range(args.seeds) if routing in ("ecmp", "congestion-aware", "coschedule") else range(1)
             flows = []
             for seed in seeds:
-                s, wall = run_flow(p, os.path.join(args.out, "flow", slug(p["label"]), f"seed{seed}"), seed)
+                s, wall = run_flow(p, os.path.join(args.out, "flow", slug(p["label"]), f"seed{seed}"), seed,
+                                   tuple(args.flow_set))
                 flows.append((s, wall))
             fig = [f(s) for s, _ in flows if s["status"] == "complete"]
             bundle, _ = run_flow(p, os.path.join(args.out, "flow", slug(p["label"]), "bundle"), 0,
-                                 ("flow.collective_model=bundle",))
+                                 ("flow.collective_model=bundle", *args.flow_set))
             row.update(flow=fig[0] if len(fig) == 1 else statistics.median(fig) if fig else float("nan"),
                        flow_seeds=fig, flow_wall_s=statistics.median(w for _, w in flows),
                        flow_sim_s=statistics.median(s["model"]["run_s"] for s, _ in flows),
