@@ -31,6 +31,8 @@ def main(argv=None) -> int:
     what.add_argument("--cwnd", type=int, metavar="CONN", help="trace this connection's congestion window")
     what.add_argument("--first-transfers", action="store_true")
     ap.add_argument("--ranks", type=int, default=3, help="source ranks to print with --first-transfers")
+    ap.add_argument("--ssthresh", action="store_true", help="with --cwnd: print the slow-start threshold and "
+                    "the congestion state as they change too")
     args = ap.parse_args(argv)
     from experiment import model
     from packetsim import ns3, runner, scenario
@@ -44,10 +46,12 @@ def main(argv=None) -> int:
             env = dict(os.environ, DTNET_NS3_TRACE=str(args.cwnd))
             err = subprocess.run([ns3.build(print), path], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                  text=True, check=True).stderr
+            shown = ("cwnd", "ssthresh", "state") if args.ssthresh else ("cwnd",)
             for line in err.splitlines():
                 parts = line.split()
-                if len(parts) == 3 and parts[1] == "cwnd":
-                    print(f"{float(parts[0]) * 1e6:10.2f} us  cwnd {int(parts[2]):>9} B")
+                if len(parts) == 3 and parts[1] in shown:
+                    value = f"{int(parts[2]):>9} B" if parts[2].isdigit() else parts[2]
+                    print(f"{float(parts[0]) * 1e6:10.2f} us  {parts[1]:<8} {value}")
             return 0
         res, _ = runner.execute(sc, net, t, tmp, seed=exp.flow.ecmp_seed + 1, log=lambda m: None)
     tasks, first = res["tasks"], {}
