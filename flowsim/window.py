@@ -76,13 +76,14 @@ class SlidingWindows:
         self.hist: dict[int, tuple[list, list, list]] = {}  # conn -> (times, bytes sent then, rate after)
         self.rtt: dict[int, float] = {}
         self.bdp: dict[int, float] = {}
-        self.done_with: set[int] = set()  # connections whose window binds no more (until a reroute)
+        self.done = np.zeros(0, bool)  # per connection: its window binds no more (until a reroute)
         self.next_s = math.inf              # the next window event, absolute time (set by record)
 
     def reset(self, c: int):
         """Forget what was decided about c: its path, so its RTT and bottleneck, changed (its
         history too: it starts again from what it sent, all of it taken as acknowledged)."""
-        self.done_with.discard(c)
+        if c < len(self.done):
+            self.done[c] = False
         self.hist.pop(c, None)
         self.rtt.pop(c, None)
         self.bdp.pop(c, None)
@@ -111,20 +112,21 @@ class SlidingWindows:
         it full (ACK rate x (1 + slope)); elsewhere inf. sent: each one's bytes so far;
         path_info(c) -> (RTT s, bottleneck B/s), asked once per connection and path."""
         out = np.full(len(conns), np.inf)
-        for k, c in enumerate(conns.tolist()):
-            if c in self.done_with:
-                continue
+        if len(conns) and conns.max() >= len(self.done):
+            self.done = np.concatenate([self.done, np.zeros(conns.max() + 1 - len(self.done), bool)])
+        for k in np.flatnonzero(~self.done[conns]).tolist():  # vectorized: most connections are done
+            c = int(conns[k])
             if c not in self.rtt:
                 rtt, bottleneck = path_info(c)
                 self.rtt[c], self.bdp[c] = rtt, rtt * bottleneck
                 if not rtt > 0:
-                    self.done_with.add(c)
+                    self.done[c] = True
                     continue
             if c not in self.hist:
                 self.hist[c] = ([now], [float(sent[k])], [0.0])
             acked, inflight, w, r_ack, slope = self.state(c, now)
-            if w >= self.bdp[c]:
-                self.done_with.add(c)
+            if w >= self.bdp[c]:  # cwnd only grows: the path binds before the window again
+                self.done[c] = True
                 del self.hist[c]
                 continue
             if inflight >= w - FULL_TOL_BYTES:
