@@ -33,12 +33,13 @@ def test_cwnd_law_by_hand():
         Params(window_growth="reno")
 
 
-def one_send_end_s(size, growth, latency_s=100e-6, gbps=400):
+def one_send_end_s(size, growth, latency_s=100e-6, gbps=400, window_bytes=None):
     """When one send of size bytes is delivered over one switch (two links at gbps)."""
     fab = single_switch(2, link_gbps=gbps)
     ops = {0: [Op("x", "send", (), size_bytes=size, peer=1)], 1: [Op("x", "recv", (), size_bytes=size, peer=0)]}
     res = Simulation(Net.from_fabric(fab), [JobSpec("j", fab.hosts, Trace(nranks=2, groups={}, ops=ops))],
-                     EcmpRouter(0), Params(latency_s=latency_s, window_growth=growth, mss_bytes=MSS)).run()
+                     EcmpRouter(0), Params(latency_s=latency_s, window_growth=growth, mss_bytes=MSS,
+                                           window_bytes=window_bytes)).run()
     return max(e["end"] for e in res.op_events())
 
 
@@ -62,6 +63,15 @@ def test_cubic_rounds_by_hand():
     rtt = 2 * L
     assert one_send_end_s(26.2 * MSS, "cubic") == pytest.approx(rtt + 16.2 * MSS / B + L, rel=1e-9)
     assert one_send_end_s(26.2 * MSS + 1000, "cubic") > 2 * rtt
+
+
+def test_window_bytes_bounds_the_growing_window():
+    # cwnd stops at 12 segments (2 acked): at RTT the sender goes on at B while in flight (10) is
+    # under cwnd, through the return of the first 10, then to 12 in flight: 22 by RTT + 12 MSS / B.
+    B, L = 400e9 / 8, 100e-6
+    end = one_send_end_s(22 * MSS, "cubic", window_bytes=12 * MSS)
+    assert end == pytest.approx(2 * L + 12 * MSS / B + L, rel=1e-9)
+    assert one_send_end_s(22 * MSS + 1000, "cubic", window_bytes=12 * MSS) > 4 * L
 
 
 def test_no_window_where_the_path_holds_less_than_the_initial_window():
