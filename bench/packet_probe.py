@@ -31,6 +31,10 @@ def main(argv=None) -> int:
     what.add_argument("--cwnd", type=int, metavar="CONN", help="trace this connection's congestion window")
     what.add_argument("--first-transfers", action="store_true")
     ap.add_argument("--ranks", type=int, default=3, help="source ranks to print with --first-transfers")
+    ap.add_argument("--steps", type=int, metavar="BYTES", help="with --cwnd: per step of BYTES on that connection, "
+                    "when its first byte left, when its last arrived, and the window at its start")
+    ap.add_argument("--ssthresh", action="store_true", help="with --cwnd: print the slow-start threshold and "
+                    "the congestion state as they change too")
     args = ap.parse_args(argv)
     from experiment import model
     from packetsim import ns3, runner, scenario
@@ -44,10 +48,15 @@ def main(argv=None) -> int:
             env = dict(os.environ, DTNET_NS3_TRACE=str(args.cwnd))
             err = subprocess.run([ns3.build(print), path], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                  text=True, check=True).stderr
+            if args.steps:
+                print_steps(err, args.steps)
+                return 0
+            shown = ("cwnd", "ssthresh", "state") if args.ssthresh else ("cwnd",)
             for line in err.splitlines():
                 parts = line.split()
-                if len(parts) == 3 and parts[1] == "cwnd":
-                    print(f"{float(parts[0]) * 1e6:10.2f} us  cwnd {int(parts[2]):>9} B")
+                if len(parts) == 3 and parts[1] in shown:
+                    value = f"{int(parts[2]):>9} B" if parts[2].isdigit() else parts[2]
+                    print(f"{float(parts[0]) * 1e6:10.2f} us  {parts[1]:<8} {value}")
             return 0
         res, _ = runner.execute(sc, net, t, tmp, seed=exp.flow.ecmp_seed + 1, log=lambda m: None)
     tasks, first = res["tasks"], {}
@@ -62,6 +71,29 @@ def main(argv=None) -> int:
         print(f"rank {src}: {len(ends)} first transfers of {by_src[src][0][1]:,} B end at {ends[0] * 1e6:.1f} to "
               f"{ends[-1] * 1e6:.1f} us (median {statistics.median(ends) * 1e6:.1f})")
     return 0
+
+
+def print_steps(trace: str, step_bytes: int):
+    """Per step of step_bytes of the traced connection (its sequence space from 1): first byte
+    sent, last byte received, and cwnd when the step began, from the driver's trace lines
+    (`T tx SEQ len N ...`, `T rx SEQ len N ...`, `T cwnd W`)."""
+    first_tx, last_rx, cwnd, start_cwnd = {}, {}, 0, {}
+    for line in trace.splitlines():
+        p = line.split()
+        if len(p) == 3 and p[1] == "cwnd":
+            cwnd = int(p[2])
+        elif len(p) >= 5 and p[1] in ("tx", "rx") and p[3] == "len" and int(p[4]) > 0:
+            seq, n, t = int(p[2]) - 1, int(p[4]), float(p[0])
+            if p[1] == "tx" and seq // step_bytes not in first_tx:
+                first_tx[seq // step_bytes] = t
+                start_cwnd[seq // step_bytes] = cwnd
+            if p[1] == "rx":
+                last_rx[(seq + n - 1) // step_bytes] = t
+    for k in sorted(first_tx):
+        end = last_rx.get(k)
+        took = f"{(end - first_tx[k]) * 1e6:8.2f} us" if end is not None else "       -"
+        print(f"step {k:3d}  first sent {first_tx[k] * 1e6:10.2f} us  last received "
+              f"{(end or float('nan')) * 1e6:10.2f} us  took {took}  cwnd at start {start_cwnd[k]:>9} B")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ PACKET_UNITS = ("real", "emulated")
 WINDOW_CHOICES = ("nccl",)  # flow.window_bytes by name (flowsim.engine.WINDOW_CHOICES gives the bytes)
 # flow.headers: what a link carries besides payload (flowsim.network.FRAMING_BYTES gives the bytes)
 HEADER_CHOICES = ("none", "ppp", "ethernet")
+WINDOW_GROWTHS = ("none", "cubic", "slow-start")  # flow.window_growth (flowsim.window.GROWTHS)
 DATAPATHS = ("auto", "kernel", "userspace", "afxdp")
 ORDERS = ("as-listed", "rail-aligned")
 # Mininet's TCLink refuses bw above 1000 Mb/s; below 0.1 Mb/s HTB is coarse.
@@ -162,6 +163,9 @@ class Flow:
     # each switch holds a transfer's last packet before sending it on (its serialization again at
     # every link after the first); false: bytes cross a path at once
     store_and_forward: bool = False
+    # how TCP's window grows (flowsim.window): none (window_bytes fixed, or no window); cubic, as
+    # the packet engine's Cubic at datacenter round trips; slow-start, doubling each round trip
+    window_growth: str = "none"
 
 
 @dataclass(frozen=True)
@@ -560,6 +564,8 @@ def _flow(data, file) -> Flow:
         headers=fs.get("headers", str, "none", check=lambda v: v in HEADER_CHOICES,
                        expected="one of " + ", ".join(HEADER_CHOICES)),
         store_and_forward=fs.get("store_and_forward", bool, False),
+        window_growth=fs.get("window_growth", str, "none", check=lambda v: v in WINDOW_GROWTHS,
+                             expected="one of " + ", ".join(WINDOW_GROWTHS)),
     )
     fs.done()
     return flow

@@ -31,6 +31,7 @@ import numpy as np
 from flowsim.bundles import Bundles
 from flowsim.network import LINK_KINDS, Net
 from flowsim.rates import BYTE_TOL, DONE, INFLIGHT, QUEUED, RateSolver
+from flowsim.window import GROWTHS, CwndLaw, SlidingWindows
 from flowsim.routing import Observation, Router, five_tuple_hash, path_weights
 from traffic.collectives.templates import bundle_stages, template
 from traffic.layout import parse_peer
@@ -61,6 +62,10 @@ class Params:
     # Bytes a connection keeps in flight (TCP's window, NCCL's buffers): its rate is at most
     # window_bytes / RTT, RTT twice its delivery latency. None: no limit (latency costs no bandwidth).
     window_bytes: float | None = None
+    # How TCP's window grows (flowsim.window): none, a fixed window_bytes or no window; cubic or
+    # slow-start, a sliding window from 10 segments of mss_bytes (window_bytes, if set, bounds it).
+    window_growth: str = "none"
+    mss_bytes: float = 8948.0
     # (mss_bytes, header_bytes): store and forward. Each link after the first of a path holds a
     # transfer's last packet, min(size, mss) + header_bytes, for its serialization: delivery is
     # that much later. None: bytes cross every link at once.
@@ -82,6 +87,10 @@ class Params:
                              f"found {self.collective_model!r}")
         if self.window_bytes is not None and not self.window_bytes > 0:
             raise ValueError(f"window_bytes: expected > 0 or None, found {self.window_bytes!r}")
+        if self.window_growth not in GROWTHS:
+            raise ValueError(f"window_growth: expected one of {', '.join(GROWTHS)}, found {self.window_growth!r}")
+        if not self.mss_bytes > 0:
+            raise ValueError(f"mss_bytes: expected > 0, found {self.mss_bytes!r}")
         if self.store_forward is not None and not (len(self.store_forward) == 2 and self.store_forward[0] > 0
                                                    and self.store_forward[1] >= 0):
             raise ValueError(f"store_forward: expected (mss_bytes > 0, header_bytes >= 0) or None, "
@@ -188,6 +197,9 @@ class Simulation(Bundles, RateSolver):
         self.faults, self.stragglers = list(faults), list(stragglers)
         self.phases = phases
         self._any_latency = params.latency_s > 0 or params.has_link_latency
+        # TCP's growing window (flow.window_growth): None costs the solver nothing
+        self._cwnd = None if params.window_growth == "none" else SlidingWindows(
+            CwndLaw(params.window_growth, params.mss_bytes, params.window_bytes))
         self.pace: dict[int, tuple[float, float, float]] = {}  # job -> (share of each NIC, from_s, until_s)
         self.parked: dict[tuple, list[tuple[int, int]]] = {}   # (job, iteration) -> ops waiting for an answer
         self.fault_log: list[dict] = []
@@ -1029,6 +1041,8 @@ class Simulation(Bundles, RateSolver):
             if old is None or len(old) != len(path) or (old != path).any():
                 self.C_path[c] = path
                 self.C_lat[c] = self._path_lat(path)
+                if self._cwnd is not None:
+                    self._cwnd.reset(c)
                 self.counters["reroutes"] += 1
                 self.dirty = True
                 self._path_version += 1

@@ -66,6 +66,8 @@ class RateSolver:
             self._solve_rates()
             self._had_queued = bool(self.queued)
             self._sync_slots(full=True)
+        if self._cwnd is not None:  # every solve, so that the next window event is current
+            self._cwnd.record(self.now, self.C_rate)
         if self._had_queued or self.queued:
             self._crate_nz = np.flatnonzero(self.C_rate)
 
@@ -140,7 +142,8 @@ class RateSolver:
         if len(q):
             np.logical_or.at(has_free, seg, free)
         ent_cap = np.concatenate([np.full(len(conns), np.inf), self.B_cap[blive]])
-        wcap = self._window_caps(conns)
+        wcap = self._window_caps(conns) if self._cwnd is None else self._cwnd.caps(
+            self.now, conns, self.C_bytes[conns], self._path_info)
         rates_q = warm
         prev = None
         for it in range(self.p.max_fixed_point_iters):
@@ -204,6 +207,18 @@ class RateSolver:
         rtt = 2.0 * np.array([self.C_lat[c] for c in conns.tolist()])
         with np.errstate(divide="ignore"):
             return np.where(rtt > 0, self.p.window_bytes / rtt, np.inf)
+
+    def _path_info(self, c: int) -> tuple[float, float]:
+        """(RTT s, bottleneck B/s) of connection c for its window: twice its delivery latency plus
+        a full segment's store and forward, and the rate its path allows alone."""
+        path = self.C_path[c]
+        rtt = 2.0 * self.C_lat[c]
+        if self.p.store_forward is not None and rtt > 0:
+            rtt += float(self._store_forward_s(np.array([c]), np.array([self.p.store_forward[0]]))[0])
+        if path is None or not len(path):
+            return rtt, math.inf
+        w = path_weights(path) if self.router.splits else np.ones(len(path))
+        return rtt, float((self.net.capacity_Bps[path] / w).min())
 
     def _pacers(self, conns: np.ndarray, blive: np.ndarray):
         """Rows of the paced senders (one virtual link per paced rank, at share x its NIC rate) that
@@ -386,6 +401,8 @@ class RateSolver:
             pos = r > 0
             if pos.any():
                 t = min(t, float(((self.B_work[b][pos] - self.B_done[b][pos]) / r[pos]).min()))
+        if self._cwnd is not None:
+            t = min(t, self._cwnd.next_s - self.now)
         return self.now + max(t, 0.0)
 
     def _gate_events(self, q, gi) -> float:

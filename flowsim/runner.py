@@ -237,6 +237,7 @@ class FlowEngine(Engine):
             slice_bytes=slice_bytes(exp), latency_s=latency_s(exp), hop_latency_s=hop_latency_s(exp),
             link_latency_s=link_latency_s(exp), collective_model=self.model,
             window_bytes=window_bytes_of(exp.flow.window_bytes), store_forward=store_forward(exp), series_bin_s=bin_s,
+            window_growth=exp.flow.window_growth, mss_bytes=mtu_bytes(exp) - TCPIP_HEADER_BYTES,
             record_transfers=self.model == "detailed" and self.transfers <= TRANSFER_EVENTS_MAX)
         phases = PhaseGates(announcements(fabric, jobs), router, on_event=events.add) if exp.coschedules else None
         net = Net.from_fabric(fabric)
@@ -422,6 +423,13 @@ def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model
         assumptions["statements"] = assumptions["statements"] + [
             f"store and forward: every link of a path after the first delays a transfer's delivery by its last "
             f"packet's serialization, min(size, {mss:g}) + {header:g} bytes at that link's rate"]
+    if exp.flow.window_growth != "none":
+        assumptions["statements"] = assumptions["statements"] + [
+            f"window growth {exp.flow.window_growth}: a connection of the detailed model keeps at most cwnd bytes in "
+            f"flight (those it sent in the last RTT, twice its delivery latency); cwnd starts at 10 segments of "
+            f"{mtu_bytes(exp) - TCPIP_HEADER_BYTES} bytes and grows by the bytes acked"
+            + (", one segment per 20 acked from 16 segments on (HyStart's exit, Cubic before any loss)"
+               if exp.flow.window_growth == "cubic" else "") + "; never restarted after idle; bundles ignore it"]
     if res is not None and any(sim.class_mode):
         assumptions["statements"] = assumptions["statements"] + [
             f"rank classes: {sim.n_ranks} simulated ranks stand for {sum(jp.trace.nranks for jp in jobs)}; every rank of "
@@ -441,6 +449,7 @@ def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model
         "model": {**assumptions, "collective_model": model,
                   "headers": {"headers": exp.flow.headers, "mtu_bytes": mtu_bytes(exp), "goodput_fraction": goodput(exp)},
                   "store_and_forward": exp.flow.store_and_forward,
+                  "window_growth": exp.flow.window_growth,
                   "mirrors_scale": {"link": exp.scale.link, "bytes": exp.scale.bytes,
                                     "dilation": exp.scale.dilation} if exp.scale_given else None,
                   "ignored": ["testbed (but slice_bytes)", "scale (but what it mirrors)"]
