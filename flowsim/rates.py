@@ -22,33 +22,49 @@ BYTE_TOL = 1e-3          # bytes: a transfer this close to its end is done
 def fill_rates(ent: np.ndarray, link: np.ndarray, w: np.ndarray, cap_link: np.ndarray,
                cap_ent: np.ndarray) -> tuple[np.ndarray, int]:
     """Max-min rates by progressive filling over a small problem given as triples (entity, local
-    link, weight): the same rounds as flowsim.maxmin.max_min_rates, with bincounts in place of
-    sparse products (cheaper below ~10^5 entries). Returns (rate per entity, rounds)."""
+    link, weight). Returns (rate per entity, rounds).
+
+    As entities freeze, every link's fair share (what is left over the weight still rising) only
+    grows, since each freezes at no more than the shares of its links. So a link whose share is no
+    more than the share of any other link and the cap of any entity crossing it saturates at that
+    share whatever the rest does, and an entity whose cap is below every share on its path ends at
+    its cap: each round freezes all such local bottlenecks at once. The rates are
+    flowsim.maxmin.max_min_rates' (one level a round; within 1e-9, since it rounds levels within
+    1e-9 of the lowest down to it), in as many rounds as the longest chain of bottlenecks that wait
+    on each other instead of one per distinct level."""
     k, n_l = len(cap_ent), len(cap_link)
+    cap_ent = np.asarray(cap_ent, float)
     rate = np.zeros(k)
     live = np.ones(k, bool)
     rem = np.asarray(cap_link, float).copy()
+    load = w > 0  # a zero weight puts nothing on its link
+    ent, link, w = ent[load], link[load], w[load]
+    tol = 1 + 1e-9
     rounds = 0
     while live.any():
         rounds += 1
-        lw = w * live[ent]
-        n = np.bincount(link, weights=lw, minlength=n_l)
+        n = np.bincount(link, weights=w, minlength=n_l)
         used = n > 0
         share = np.full(n_l, np.inf)
         share[used] = np.maximum(rem[used], 0.0) / n[used]
-        c = np.where(live, cap_ent, np.inf)
-        lvl = min(share.min() if n_l else np.inf, c.min())
-        if not np.isfinite(lvl):
-            rate[live] = np.inf
-            break
-        limit = lvl * (1 + 1e-9) + 1e-300
-        sat = used & (share <= limit)
-        capped = live & (c <= limit)
-        newly = capped | (live & (np.bincount(ent, weights=(sat[link] & (lw > 0)).astype(float), minlength=k) > 0))
-        r = np.where(capped, np.minimum(c, lvl), lvl) * newly
+        se = share[link]
+        path_min = np.full(k, np.inf)  # lowest share on each entity's path
+        np.minimum.at(path_min, ent, se)
+        bound = np.minimum(path_min, cap_ent)
+        link_min = np.full(n_l, np.inf)  # lowest bound of the entities crossing each link
+        np.minimum.at(link_min, link, bound[ent])
+        sat = used & (share <= link_min * tol)
+        on_sat = sat[link]
+        sat_min = np.full(k, np.inf)
+        np.minimum.at(sat_min, ent[on_sat], se[on_sat])
+        capped = live & (cap_ent <= path_min * tol)
+        newly = live & (capped | np.isfinite(sat_min))
+        r = np.minimum(np.minimum(sat_min, path_min), cap_ent)
         rate[newly] = r[newly]
-        rem -= np.bincount(link, weights=w * r[ent], minlength=n_l)
+        done = newly[ent]
+        rem -= np.bincount(link[done], weights=w[done] * r[ent[done]], minlength=n_l)
         live &= ~newly
+        ent, link, w = ent[~done], link[~done], w[~done]
     return rate, rounds
 
 
@@ -135,6 +151,9 @@ class RateSolver:
         ent_of = np.repeat(np.arange(n_ent), np.diff(indptr))  # the same incidence as triples
         small = len(links) <= SMALL_NNZ  # numpy bincounts beat scipy's overhead on small problems
         a_csc = None if small else sp.csr_matrix((wts, links, indptr), shape=(n_ent, len(capacity))).T.tocsc()
+        if small:  # the links in use, numbered from 0: a round then costs what they are, not the fabric
+            used_links, links_local = np.unique(links, return_inverse=True)
+            cap_local = capacity[used_links]
         unrouted = np.array(path_lens[:len(conns)], np.int64) == 0
         has_free = np.zeros(len(conns), bool)
         if len(q):
@@ -158,7 +177,7 @@ class RateSolver:
                 if small:
                     keep = want[ent_of]
                     local = np.cumsum(want) - 1
-                    rr, rounds = fill_rates(local[ent_of[keep]], links[keep], wts[keep], capacity, ent_cap[want])
+                    rr, rounds = fill_rates(local[ent_of[keep]], links_local[keep], wts[keep], cap_local, ent_cap[want])
                 else:
                     sub = a_csc[:, np.flatnonzero(want)]
                     rr, rounds = max_min_rates(sub, capacity, cap=ent_cap[want], return_rounds=True)
