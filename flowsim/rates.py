@@ -120,23 +120,23 @@ class RateSolver:
         self._gate_info = gi
         free, track_of = gi["free"], gi["track"]
         # Incidence: connections, then bundles.
-        paths = [self.C_path[c] for c in conns]
-        lens = [len(p) for p in paths]
-        cols_links = list(paths)
+        lens_c, links_c = self._conn_paths(conns)
         if self.router.splits:
-            cols_w = [path_weights(p) for p in paths]
-        else:  # views of one array of ones, not an array per connection and solve
-            ones = np.ones(max(lens, default=0))
-            cols_w = [ones[:n] for n in lens]
-        for b in blive:
-            lk, w = self._bundle_column(int(b))
-            cols_links.append(lk)
-            cols_w.append(w)
-            lens.append(len(lk))
+            wts_c = np.concatenate([path_weights(self.C_path[c]) for c in conns.tolist()] or [np.zeros(0)])
+        else:
+            wts_c = np.ones(len(links_c))
+        bcols = [self._bundle_column(int(b)) for b in blive]
+        lens = np.concatenate([lens_c, np.array([len(c[0]) for c in bcols], np.int64)])
+        path_lens = lens.copy()
         capacity = self.net.capacity_Bps
-        path_lens = list(lens)
         pace_rows, pace_cap = self._pacers(conns, blive)
-        if pace_rows is not None:
+        if pace_rows is None:
+            links = np.concatenate([links_c] + [c[0] for c in bcols])
+            wts = np.concatenate([wts_c] + [c[1] for c in bcols])
+        else:  # each paced entity also crosses its sender's virtual link
+            at = np.concatenate([[0], np.cumsum(lens_c)])
+            cols_links = [links_c[at[k]:at[k + 1]] for k in range(len(conns))] + [c[0] for c in bcols]
+            cols_w = [wts_c[at[k]:at[k + 1]] for k in range(len(conns))] + [c[1] for c in bcols]
             for k in range(len(cols_links)):
                 extra = pace_rows[k]
                 if len(extra[0]):
@@ -144,9 +144,9 @@ class RateSolver:
                     cols_w[k] = np.concatenate([cols_w[k], extra[1]])
                     lens[k] += len(extra[0])
             capacity = np.concatenate([capacity, pace_cap])
+            links = np.concatenate(cols_links) if cols_links else np.zeros(0, np.int64)
+            wts = np.concatenate(cols_w) if cols_w else np.zeros(0)
         indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
-        links = np.concatenate(cols_links) if cols_links else np.zeros(0, np.int64)
-        wts = np.concatenate(cols_w) if cols_w else np.zeros(0)
         n_ent = len(conns) + len(blive)
         ent_of = np.repeat(np.arange(n_ent), np.diff(indptr))  # the same incidence as triples
         small = len(links) <= SMALL_NNZ  # numpy bincounts beat scipy's overhead on small problems
@@ -154,7 +154,7 @@ class RateSolver:
         if small:  # the links in use, numbered from 0: a round then costs what they are, not the fabric
             used_links, links_local = np.unique(links, return_inverse=True)
             cap_local = capacity[used_links]
-        unrouted = np.array(path_lens[:len(conns)], np.int64) == 0
+        unrouted = path_lens[:len(conns)] == 0
         has_free = np.zeros(len(conns), bool)
         if len(q):
             np.logical_or.at(has_free, seg, free)
@@ -185,6 +185,8 @@ class RateSolver:
                 r[want] = rr
             rc = r[:len(conns)]
             rates_q = self._distribute(q, seg, rc, free, track) if len(q) else rates_q
+            if not gi["held"].any():  # no demand follows a rate: the next round would repeat this one
+                break
             if prev is not None and np.allclose(rates_q, prev, rtol=1e-9, atol=1e-6):
                 break
             prev = rates_q
@@ -198,6 +200,18 @@ class RateSolver:
             self.link_load = np.bincount(links, weights=wts * rf[ent_of], minlength=len(capacity))[:self.net.n_links]
         else:
             self.link_load = (sp.csr_matrix(a_csc) @ rf)[:self.net.n_links]
+
+    def _conn_paths(self, conns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(path length of each connection, their links one after another), gathered from one flat
+        copy of every routed path, made again only when a route is added or changes."""
+        key = (self._path_version, self.counters["routed"], len(self.C_path))
+        flat = self.__dict__.get("_flat_paths")
+        if flat is None or flat[0] != key:
+            lens = np.fromiter((0 if p is None else len(p) for p in self.C_path), np.int64, len(self.C_path))
+            links = np.concatenate([p for p in self.C_path if p is not None] or [np.zeros(0, np.int64)])
+            flat = self._flat_paths = (key, np.concatenate([[0], np.cumsum(lens)]), links.astype(np.int64))
+        ptr, links = flat[1], flat[2]
+        return ptr[conns + 1] - ptr[conns], self._ranges(ptr[:-1], ptr[1:], links, conns)[1]
 
     def _store_forward_s(self, conns: np.ndarray, size_bytes: np.ndarray) -> np.ndarray:
         """Store-and-forward delay of each transfer (Params.store_forward): its last packet,
