@@ -1,6 +1,7 @@
 """The flow engine's speed, old code against new, side by side in one run, with the same answers.
 
-    .venv/bin/python bench/bench_flow_speed.py --old TREE [--tables gpt,ring,big,answers] [--max-gpus N]
+    .venv/bin/python bench/bench_flow_speed.py --old TREE [--tables gpt,ring,big,answers,hd] [--max-gpus N]
+        [--max-hd-gpus N]
 
 TREE is a checkout of the code to compare with (for example `git worktree add /tmp/old <commit>`);
 without --old only the current tree runs. Each point runs in its own process, once per tree, the
@@ -13,7 +14,10 @@ the process's. Tables:
 2. ring: a 256 MiB ring all-reduce on one switch with `collective_model: detailed`, 16 to 256 GPUs;
 3. big: a 1 GiB ring all-reduce over 131,072 GPUs (k=82 fat-tree, bundle);
 4. answers: files of experiments/ through `dtnet run`'s pipeline on the flow engine, detailed and
-   bundle: every iteration time and collective time of the new tree against the old one.
+   bundle: every iteration time and collective time of the new tree against the old one;
+5. hd: a 1 MiB halving-doubling all-reduce on a k=16 fat-tree, `collective_model: detailed` (what
+   `auto` keeps detailed), the controller's shortest paths, 128 GPUs up to --max-hd-gpus (1,024: the
+   packet reference's point).
 
 The growth column is the new tree's CPU time over the previous row's.
 """
@@ -125,7 +129,23 @@ def point_answers(_: int) -> dict:
     return {"gpus": 0, "cpu_s": time.process_time() - c0, "answers": out, "rss_gb": _rss_gb()}
 
 
-POINTS = {"gpt": point_gpt, "gpt-pod": lambda n: point_gpt(n, "superpod"), "ring": point_ring,
+def point_hd(gpus: int) -> dict:
+    """One halving-doubling all-reduce of 1 MiB over the first GPUs of a k=16 fat-tree, detailed."""
+    from flowsim import JobSpec, Net, Params, ShortestRouter, Simulation
+    from topologies import build
+    from traffic.workload import build_workload
+    c0, t0 = time.process_time(), time.perf_counter()
+    fab = build("fat-tree", {"k": 16, "link_gbps": 400})
+    tr = build_workload({"collective": "all_reduce", "algorithm": "halving-doubling", "size_bytes": 1 << 20}, gpus)
+    sim = Simulation(Net.from_fabric(fab), [JobSpec("hd", fab.hosts[:gpus], tr)], ShortestRouter(),
+                     Params(collective_model="detailed"))
+    res = sim.run()
+    (c,) = res.collectives()
+    return {"gpus": gpus, "cpu_s": time.process_time() - c0, "wall_s": time.perf_counter() - t0,
+            "events": res.counters["events"], "answer": c["cct_s"], "rss_gb": _rss_gb()}
+
+
+POINTS = {"gpt": point_gpt, "hd": point_hd, "gpt-pod": lambda n: point_gpt(n, "superpod"), "ring": point_ring,
           "big": lambda n: point_ring(n, "bundle", 1 << 30), "answers": point_answers}
 
 
@@ -143,7 +163,7 @@ def _rel(a: float, b: float) -> float:
 
 def _table(title: str, kind: str, sizes: list[int], old: str | None, unit: str):
     print(title)
-    print(f"{'GPUs':>7}{'old cpu s':>11}{'new cpu s':>11}{'new/old':>9}{'old ' + unit:>14}{'new ' + unit:>14}"
+    print(f"{'GPUs':>7}{'old cpu s':>11}{'new cpu s':>11}{'new/old':>9}{'old ' + unit:>15}{'new ' + unit:>15}"
           f"{'rel diff':>10}{'new RSS GB':>12}  growth of new cpu s")
     prev = None
     for n in sizes:
@@ -156,9 +176,9 @@ def _table(title: str, kind: str, sizes: list[int], old: str | None, unit: str):
         grow = f"x{a['cpu_s'] / prev['cpu_s']:.1f} for x{n / prev['gpus']:g}" if prev else ""
         ob = f"{b['cpu_s']:>11.2f}" if b else f"{'-':>11}"
         ratio = f"{a['cpu_s'] / b['cpu_s']:>9.3f}" if b else f"{'-':>9}"
-        oans = f"{b['answer']:>14.9g}" if b else f"{'-':>14}"
+        oans = f"{b['answer']:>15.9g}" if b else f"{'-':>15}"
         diff = f"{_rel(a['answer'], b['answer']):>10.1e}" if b else f"{'-':>10}"
-        print(f"{n:>7}{ob}{a['cpu_s']:>11.2f}{ratio}{oans}{a['answer']:>14.9g}{diff}{a['rss_gb']:>12.2f}  {grow}",
+        print(f"{n:>7}{ob}{a['cpu_s']:>11.2f}{ratio}{oans}{a['answer']:>15.9g}{diff}{a['rss_gb']:>12.2f}  {grow}",
               flush=True)
         prev = a
 
@@ -166,8 +186,9 @@ def _table(title: str, kind: str, sizes: list[int], old: str | None, unit: str):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--old", help="a checkout of the code to compare with")
-    ap.add_argument("--tables", default="gpt,ring,big,answers")
+    ap.add_argument("--tables", default="gpt,ring,big,answers,hd")
     ap.add_argument("--max-gpus", type=int, default=16384, help="largest GPT point")
+    ap.add_argument("--max-hd-gpus", type=int, default=1024, help="largest halving-doubling point")
     ap.add_argument("--point", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--tree", default=ROOT, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -187,6 +208,9 @@ def main(argv=None) -> int:
                [16, 32, 64, 128, 256], old, "CCT s")
     if "big" in tables:
         _table("3. ring all-reduce of 1 GiB, k=82 fat-tree, bundle", "big", [131072], old, "CCT s")
+    if "hd" in tables:
+        _table("5. halving-doubling all-reduce of 1 MiB, fat-tree k=16, shortest paths, collective_model detailed",
+               "hd", [n for n in (128, 256, 512, 1024) if n <= args.max_hd_gpus], old, "CCT s")
     if "answers" in tables and old:
         b, a = _child(old, "answers", 0), _child(ROOT, "answers", 0)
         if "error" in a or "error" in b:

@@ -185,7 +185,7 @@ class Bundles:
             self._bundle_done(b)
 
     def _sync_slots(self, full: bool = False):
-        """Rows of the live bundles in _on (live bundle x link: it crosses it), for the changed ones."""
+        """Columns of the live bundles in _on (link x live bundle: it crosses it), for the changed ones."""
         if full:
             todo = set(self._slot_of) | self.B_live
         else:
@@ -194,7 +194,7 @@ class Bundles:
             live = b in self.B_live
             slot = self._slot_of.get(b)
             if slot is not None and (not live or full):
-                self._on[slot, self._slot_cols[slot]] = False
+                self._on[self._slot_cols[slot], slot] = False
                 if not live:
                     del self._slot_of[b]
                     self._free_slots.append(slot)
@@ -203,18 +203,19 @@ class Bundles:
                 continue
             if slot is None:
                 if not self._free_slots:
-                    grow = max(16, len(self._on))
-                    self._free_slots = list(range(len(self._on) + grow - 1, len(self._on) - 1, -1))
-                    self._on = np.concatenate([self._on, np.zeros((grow, self.net.n_links), bool)])
+                    n_slots = self._on.shape[1]
+                    grow = max(16, n_slots)
+                    self._free_slots = list(range(n_slots + grow - 1, n_slots - 1, -1))
+                    self._on = np.concatenate([self._on, np.zeros((self.net.n_links, grow), bool)], axis=1)
                     self._slot_b = np.concatenate([self._slot_b, np.full(grow, -1, np.int64)])
                     self._slot_cols += [np.zeros(0, np.int64)] * grow
                 slot = self._slot_of[b] = self._free_slots.pop()
             else:
-                self._on[slot, self._slot_cols[slot]] = False
+                self._on[self._slot_cols[slot], slot] = False
             self._slot_b[slot] = b
             self._route_missing(self.B_conns[b])
             cols = self._slot_cols[slot] = self._bundle_column(b)[0]
-            self._on[slot, cols] = True
+            self._on[cols, slot] = True
 
     def _solve_bundles(self):
         """Only the bundles that share links, directly or through others, with one that changed are
@@ -237,13 +238,13 @@ class Bundles:
         self._sync_slots()
         self._changed = set()
         links = np.concatenate(seed) if seed else np.zeros(0, np.int64)
-        if not len(self._on):
+        if not self._on.shape[1]:
             self.link_load[links] = 0
             return
-        seen = np.zeros(len(self._on), bool)
+        seen = np.zeros(self._on.shape[1], bool)
         frontier = links
         while len(frontier):
-            hit = self._on[:, frontier].any(axis=1) & ~seen
+            hit = self._on[frontier].any(axis=0) & ~seen  # rows of the links: contiguous, unlike columns
             if not hit.any():
                 break
             seen |= hit

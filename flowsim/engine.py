@@ -297,9 +297,9 @@ class Simulation(Bundles, RateSolver):
         self._path_version = 0
         self._done_cols: list[int] = []
         self._changed: set[int] = set()      # bundles started, ended or moved since the last solve
-        self._slot_of: dict[int, int] = {}   # live bundle -> its row in _on (links it crosses)
+        self._slot_of: dict[int, int] = {}   # live bundle -> its column in _on (links it crosses)
         self._free_slots: list[int] = []
-        self._on = np.zeros((0, net.n_links), bool)
+        self._on = np.zeros((net.n_links, 0), bool)  # link x slot, C order: a link's bundles are one row
         self._slot_b = np.zeros(0, np.int64)
         self._slot_cols: list[np.ndarray] = []  # the links each slot's row marks
         self._group_cache: dict[tuple, np.ndarray] = {}

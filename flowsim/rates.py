@@ -22,33 +22,49 @@ BYTE_TOL = 1e-3          # bytes: a transfer this close to its end is done
 def fill_rates(ent: np.ndarray, link: np.ndarray, w: np.ndarray, cap_link: np.ndarray,
                cap_ent: np.ndarray) -> tuple[np.ndarray, int]:
     """Max-min rates by progressive filling over a small problem given as triples (entity, local
-    link, weight): the same rounds as flowsim.maxmin.max_min_rates, with bincounts in place of
-    sparse products (cheaper below ~10^5 entries). Returns (rate per entity, rounds)."""
+    link, weight). Returns (rate per entity, rounds).
+
+    As entities freeze, every link's fair share (what is left over the weight still rising) only
+    grows, since each freezes at no more than the shares of its links. So a link whose share is no
+    more than the share of any other link and the cap of any entity crossing it saturates at that
+    share whatever the rest does, and an entity whose cap is below every share on its path ends at
+    its cap: each round freezes all such local bottlenecks at once. The rates are
+    flowsim.maxmin.max_min_rates' (one level a round; within 1e-9, since it rounds levels within
+    1e-9 of the lowest down to it), in as many rounds as the longest chain of bottlenecks that wait
+    on each other instead of one per distinct level."""
     k, n_l = len(cap_ent), len(cap_link)
+    cap_ent = np.asarray(cap_ent, float)
     rate = np.zeros(k)
     live = np.ones(k, bool)
     rem = np.asarray(cap_link, float).copy()
+    load = w > 0  # a zero weight puts nothing on its link
+    ent, link, w = ent[load], link[load], w[load]
+    tol = 1 + 1e-9
     rounds = 0
     while live.any():
         rounds += 1
-        lw = w * live[ent]
-        n = np.bincount(link, weights=lw, minlength=n_l)
+        n = np.bincount(link, weights=w, minlength=n_l)
         used = n > 0
         share = np.full(n_l, np.inf)
         share[used] = np.maximum(rem[used], 0.0) / n[used]
-        c = np.where(live, cap_ent, np.inf)
-        lvl = min(share.min() if n_l else np.inf, c.min())
-        if not np.isfinite(lvl):
-            rate[live] = np.inf
-            break
-        limit = lvl * (1 + 1e-9) + 1e-300
-        sat = used & (share <= limit)
-        capped = live & (c <= limit)
-        newly = capped | (live & (np.bincount(ent, weights=(sat[link] & (lw > 0)).astype(float), minlength=k) > 0))
-        r = np.where(capped, np.minimum(c, lvl), lvl) * newly
+        se = share[link]
+        path_min = np.full(k, np.inf)  # lowest share on each entity's path
+        np.minimum.at(path_min, ent, se)
+        bound = np.minimum(path_min, cap_ent)
+        link_min = np.full(n_l, np.inf)  # lowest bound of the entities crossing each link
+        np.minimum.at(link_min, link, bound[ent])
+        sat = used & (share <= link_min * tol)
+        on_sat = sat[link]
+        sat_min = np.full(k, np.inf)
+        np.minimum.at(sat_min, ent[on_sat], se[on_sat])
+        capped = live & (cap_ent <= path_min * tol)
+        newly = live & (capped | np.isfinite(sat_min))
+        r = np.minimum(np.minimum(sat_min, path_min), cap_ent)
         rate[newly] = r[newly]
-        rem -= np.bincount(link, weights=w * r[ent], minlength=n_l)
+        done = newly[ent]
+        rem -= np.bincount(link[done], weights=w[done] * r[ent[done]], minlength=n_l)
         live &= ~newly
+        ent, link, w = ent[~done], link[~done], w[~done]
     return rate, rounds
 
 
@@ -106,23 +122,23 @@ class RateSolver:
         self._gate_info = gi
         free, track_of = gi["free"], gi["track"]
         # Incidence: connections, then bundles.
-        paths = [self.C_path[c] for c in conns]
-        lens = [len(p) for p in paths]
-        cols_links = list(paths)
+        lens_c, links_c = self._conn_paths(conns)
         if self.router.splits:
-            cols_w = [path_weights(p) for p in paths]
-        else:  # views of one array of ones, not an array per connection and solve
-            ones = np.ones(max(lens, default=0))
-            cols_w = [ones[:n] for n in lens]
-        for b in blive:
-            lk, w = self._bundle_column(int(b))
-            cols_links.append(lk)
-            cols_w.append(w)
-            lens.append(len(lk))
+            wts_c = np.concatenate([path_weights(self.C_path[c]) for c in conns.tolist()] or [np.zeros(0)])
+        else:
+            wts_c = np.ones(len(links_c))
+        bcols = [self._bundle_column(int(b)) for b in blive]
+        lens = np.concatenate([lens_c, np.array([len(c[0]) for c in bcols], np.int64)])
+        path_lens = lens.copy()
         capacity = self.net.capacity_Bps
-        path_lens = list(lens)
         pace_rows, pace_cap = self._pacers(conns, blive)
-        if pace_rows is not None:
+        if pace_rows is None:
+            links = np.concatenate([links_c] + [c[0] for c in bcols])
+            wts = np.concatenate([wts_c] + [c[1] for c in bcols])
+        else:  # each paced entity also crosses its sender's virtual link
+            at = np.concatenate([[0], np.cumsum(lens_c)])
+            cols_links = [links_c[at[k]:at[k + 1]] for k in range(len(conns))] + [c[0] for c in bcols]
+            cols_w = [wts_c[at[k]:at[k + 1]] for k in range(len(conns))] + [c[1] for c in bcols]
             for k in range(len(cols_links)):
                 extra = pace_rows[k]
                 if len(extra[0]):
@@ -130,14 +146,17 @@ class RateSolver:
                     cols_w[k] = np.concatenate([cols_w[k], extra[1]])
                     lens[k] += len(extra[0])
             capacity = np.concatenate([capacity, pace_cap])
+            links = np.concatenate(cols_links) if cols_links else np.zeros(0, np.int64)
+            wts = np.concatenate(cols_w) if cols_w else np.zeros(0)
         indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
-        links = np.concatenate(cols_links) if cols_links else np.zeros(0, np.int64)
-        wts = np.concatenate(cols_w) if cols_w else np.zeros(0)
         n_ent = len(conns) + len(blive)
         ent_of = np.repeat(np.arange(n_ent), np.diff(indptr))  # the same incidence as triples
         small = len(links) <= SMALL_NNZ  # numpy bincounts beat scipy's overhead on small problems
         a_csc = None if small else sp.csr_matrix((wts, links, indptr), shape=(n_ent, len(capacity))).T.tocsc()
-        unrouted = np.array(path_lens[:len(conns)], np.int64) == 0
+        if small:  # the links in use, numbered from 0: a round then costs what they are, not the fabric
+            used_links, links_local = np.unique(links, return_inverse=True)
+            cap_local = capacity[used_links]
+        unrouted = path_lens[:len(conns)] == 0
         has_free = np.zeros(len(conns), bool)
         if len(q):
             np.logical_or.at(has_free, seg, free)
@@ -161,7 +180,7 @@ class RateSolver:
                 if small:
                     keep = want[ent_of]
                     local = np.cumsum(want) - 1
-                    rr, rounds = fill_rates(local[ent_of[keep]], links[keep], wts[keep], capacity, ent_cap[want])
+                    rr, rounds = fill_rates(local[ent_of[keep]], links_local[keep], wts[keep], cap_local, ent_cap[want])
                 else:
                     sub = a_csc[:, np.flatnonzero(want)]
                     rr, rounds = max_min_rates(sub, capacity, cap=ent_cap[want], return_rounds=True)
@@ -169,6 +188,8 @@ class RateSolver:
                 r[want] = rr
             rc = r[:len(conns)]
             rates_q = self._distribute(q, seg, rc, free, track) if len(q) else rates_q
+            if not gi["held"].any():  # no demand follows a rate: the next round would repeat this one
+                break
             if prev is not None and np.allclose(rates_q, prev, rtol=1e-9, atol=1e-6):
                 break
             prev = rates_q
@@ -182,6 +203,18 @@ class RateSolver:
             self.link_load = np.bincount(links, weights=wts * rf[ent_of], minlength=len(capacity))[:self.net.n_links]
         else:
             self.link_load = (sp.csr_matrix(a_csc) @ rf)[:self.net.n_links]
+
+    def _conn_paths(self, conns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(path length of each connection, their links one after another), gathered from one flat
+        copy of every routed path, made again only when a route is added or changes."""
+        key = (self._path_version, self.counters["routed"], len(self.C_path))
+        flat = self.__dict__.get("_flat_paths")
+        if flat is None or flat[0] != key:
+            lens = np.fromiter((0 if p is None else len(p) for p in self.C_path), np.int64, len(self.C_path))
+            links = np.concatenate([p for p in self.C_path if p is not None] or [np.zeros(0, np.int64)])
+            flat = self._flat_paths = (key, np.concatenate([[0], np.cumsum(lens)]), links.astype(np.int64))
+        ptr, links = flat[1], flat[2]
+        return ptr[conns + 1] - ptr[conns], self._ranges(ptr[:-1], ptr[1:], links, conns)[1]
 
     def _store_forward_s(self, conns: np.ndarray, size_bytes: np.ndarray) -> np.ndarray:
         """Store-and-forward delay of each transfer (Params.store_forward): its last packet,

@@ -54,9 +54,39 @@ class Template:
         return np.flatnonzero(self.dst == r)
 
 
+RING_CLOSED_OPS = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+def _ring_template(op: str, n: int, size_bytes: int) -> Template:
+    """The ring's template without its schedule (the schedule and send_dependencies of a 256-rank
+    all-reduce take seconds): step s, rank r sends chunk (r - s - 1) mod n to r + 1 (all-gather
+    alone: (r - s) mod n), in the schedule's order (step, then sender); rank r receives at step s
+    what r - 1 sends, so the receives of the chunk it sends come at steps s - 1 and, in an
+    all-reduce, s - 1 - n (its reduce-scatter pass), each carrying exactly that chunk: both are
+    followed slice by slice (gate), none waited for whole (earlier). Equal, array for array, to
+    the template built from the schedule (tests/unit/traffic/test_ring_template.py)."""
+    steps = 2 * (n - 1) if op == "all_reduce" else n - 1
+    chunk_bytes = np.array(split_even(size_bytes, n), float)
+    step = np.repeat(np.arange(steps, dtype=np.int64), n)
+    src = np.tile(np.arange(n, dtype=np.int64), steps)
+    chunk = (src - step - (0 if op == "all_gather" else 1)) % n
+    # Gates of the send at (s, r): the receives at steps s - 1 - n and s - 1 that exist, in step order.
+    back = [step - 1 - n, step - 1] if op == "all_reduce" else [step - 1]
+    have = np.stack([b >= 0 for b in back], axis=1)
+    recv = np.stack([b * n + (src - 1) % n for b in back], axis=1)
+    gate_ptr = np.concatenate([[0], np.cumsum(have.sum(axis=1))]).astype(np.int64)
+    none = np.zeros(len(src) + 1, np.int64)
+    empty = np.zeros(0, np.int64)
+    return Template(op, "ring", n, size_bytes, src, (src + 1) % n, chunk_bytes[chunk], step,
+                    none, empty, gate_ptr, recv[have], none.copy(), empty.copy(), steps)
+
+
 @lru_cache(maxsize=4096)
 def template(op: str, algorithm: str, nranks: int, size_bytes: int, root: int = 0,
              gpus_per_server: int | None = None) -> Template:
+    if (algorithm == "ring" and op in RING_CLOSED_OPS and type(nranks) is int and nranks >= 2
+            and type(size_bytes) is int and size_bytes >= 0 and type(root) is int and 0 <= root < nranks):
+        return _ring_template(op, nranks, size_bytes)
     sched = build_schedule(op, algorithm, nranks, size_bytes, root=root, gpus_per_server=gpus_per_server)
     tr = sched.transfers
     deps = send_dependencies(sched) if tr else []

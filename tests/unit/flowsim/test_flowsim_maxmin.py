@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import scipy.sparse as sp
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -112,3 +113,23 @@ def test_completion_times_agree_with_simgrid(seed):
                                   np.array([f["start"] for f in case["flows"]]))
     theirs = _simgrid(case)
     assert np.max(np.abs(ours / theirs - 1)) < 0.01, (ours, theirs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(flow_sets(), st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0]), min_size=48, max_size=48),
+       st.lists(st.sampled_from([0.0, 1.0, 2.0]), min_size=8, max_size=8))
+def test_fill_rates_by_local_bottlenecks_equals_one_level_a_round(case, weights, down):
+    """flowsim.rates.fill_rates freezes every local bottleneck in a round; max_min_rates freezes one
+    level a round. Same rates (float rounding), zero weights and links of capacity 0 included."""
+    from flowsim.rates import fill_rates
+    cap, paths, caps, _ = case
+    cap = np.array(cap) * np.array(down[:len(cap)]).clip(0, 1)  # some links down
+    ent = np.repeat(np.arange(len(paths)), [len(p) for p in paths])
+    link = np.array([l for p in paths for l in p], np.int64)
+    w = np.array(weights[:len(link)])
+    ref = max_min_rates(sp.csr_matrix((w, (link, ent)), shape=(len(cap), len(paths))), cap, cap=np.array(caps))
+    got, rounds = fill_rates(ent, link, w, cap, np.array(caps))
+    assert np.isinf(got).tolist() == np.isinf(ref).tolist()
+    fin = np.isfinite(ref)
+    assert got[fin] == pytest.approx(ref[fin], rel=1e-12, abs=1e-12)
+    assert rounds <= max(1, len(paths))
