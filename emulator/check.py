@@ -1,12 +1,43 @@
 """`dtnet check` for the emulator: what it refuses before a testbed exists (no Mininet imported)."""
 from __future__ import annotations
 
+from badinput import InputError
 from emulator.run import faults
 from emulator.testbed import transport
 
 
 def check(exp) -> str:
-    """Faults the run could never reach and transport: it cannot model (InputError); one line on
-    what it will run."""
+    """Faults the run could never reach, testbed options that do not go together and transport:
+    it cannot model (InputError); one line on what it will run."""
     faults.check(exp)
+    check_switch_daemons(exp.testbed, exp.source)
+    check_own_daemon_features(exp)
     return transport.check(exp)
+
+
+def check_own_daemon_features(exp) -> None:
+    """Switch ports of the run's own daemons live in the daemons' namespaces; link and switch
+    faults and captures still act on the root namespace's devices."""
+    if exp.testbed.switch_daemons == "shared":
+        return
+    for i, f in enumerate(exp.faults):
+        if f.kind in ("link", "switch"):
+            raise InputError(f"faults[{i}]", "no link or switch fault with testbed.switch_daemons 1 or 2 (not "
+                             "supported yet; use switch_daemons: shared)", f.describe(), exp.source)
+    if exp.capture is not None and exp.capture.links:
+        raise InputError("capture", "no capture with testbed.switch_daemons 1 or 2 (not supported yet; use "
+                         "switch_daemons: shared)", [f"{a}-{b}" for a, b in exp.capture.links], exp.source)
+
+
+def check_switch_daemons(tb, source=None) -> None:
+    """A run's own switch daemons are userspace ones (the kernel datapath is one per machine), and
+    userspace TSO needs them: the shared daemon reads that option only when it starts."""
+    if tb.switch_daemons != "shared" and tb.datapath == "kernel":
+        raise InputError("testbed.switch_daemons", "shared with datapath kernel (the kernel datapath is the "
+                         "machine's one; the run's own daemons run userspace bridges)", tb.switch_daemons, source)
+    if tb.userspace_tso and tb.switch_daemons == "shared":
+        raise InputError("testbed.userspace_tso", "false with switch_daemons: shared (ovs-vswitchd reads it only "
+                         "when it starts; set switch_daemons: 1 or 2)", tb.userspace_tso, source)
+    if tb.switch_daemons != "shared" and tb.datapath == "afxdp":
+        raise InputError("testbed.switch_daemons", "shared with datapath afxdp (its link namespace is not wired "
+                         "for the run's own daemons)", tb.switch_daemons, source)

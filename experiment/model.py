@@ -38,6 +38,8 @@ WINDOW_CHOICES = ("nccl",)  # flow.window_bytes by name (flowsim.engine.WINDOW_C
 # flow.headers: what a link carries besides payload (flowsim.network.FRAMING_BYTES gives the bytes)
 HEADER_CHOICES = ("none", "ppp", "ethernet")
 DATAPATHS = ("auto", "kernel", "userspace", "afxdp")
+# testbed.switch_daemons: the machine's shared ovs-vswitchd, or 1 or 2 of the run's own
+SWITCH_DAEMONS = ("shared", 1, 2)
 ORDERS = ("as-listed", "rail-aligned")
 # Mininet's TCLink refuses bw above 1000 Mb/s; below 0.1 Mb/s HTB is coarse.
 MAX_EMULATED_MBPS = 1000.0
@@ -125,6 +127,13 @@ class Capture:
 class Testbed:
     """How the emulator runs the experiment (README: Writing experiments)."""
     datapath: str = setting("auto", str, lambda v: v in DATAPATHS, "one of " + ", ".join(DATAPATHS))
+    # shared: the machine's ovs-vswitchd; 1 or 2: the run starts its own (userspace datapath),
+    # 2 splitting the switches between them so that two cores forward (docs/datapaths.md).
+    switch_daemons: str | int = setting("shared", (str, int), lambda v: not isinstance(v, bool) and v in SWITCH_DAEMONS,
+                                        "one of shared, 1, 2")
+    # OVS userspace TSO with the hosts' TCP offloads on: switches carry up to 64 KB super-packets.
+    # Needs switch_daemons 1 or 2 (the option takes effect only when ovs-vswitchd starts).
+    userspace_tso: bool = setting(False, bool, None, "true or false")
     slice_bytes: int = setting(16384, int, lambda v: 512 <= v <= 1 << 24, "an integer in 512..16777216")
     queue_packets: int = setting(1000, int, lambda v: 2 <= v <= 100000, "an integer in 2..100000")
     timeout_s: float = setting(600.0, NUM, limits.WAIT_S.ok, limits.WAIT_S.expected)

@@ -135,19 +135,20 @@ class FaultInjector:
         links = "".join(f"link set dev {d} {f.state}\n" for d in devs)
         errors = []
         if f.state == "down":
-            r = self.run(["ovs-vsctl", "get-controller", br], capture_output=True, text=True)
+            vsctl, of = self.tb.vsctl(sw), self.tb.ofctl_target(sw)
+            r = self.run([*vsctl, "get-controller", br], capture_output=True, text=True)
             self._controller_targets[sw] = (r.stdout or "").strip()
-            errors.append(self._cmd(["ovs-vsctl", "del-controller", br]))
+            errors.append(self._cmd([*vsctl, "del-controller", br]))
             errors.append(self._cmd(["ip", "-batch", "-"], input=links))
-            errors.append(self._cmd(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", br]))
-            errors.append(self._cmd(["ovs-ofctl", "-O", "OpenFlow13", "del-groups", br]))
+            errors.append(self._cmd(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", of]))
+            errors.append(self._cmd(["ovs-ofctl", "-O", "OpenFlow13", "del-groups", of]))
         else:
             # It boots before it forwards: its session first, and only once the
             # controller has installed it do its links come up, so no neighbour
             # sends into an empty table.
             target = self._controller_targets.pop(sw, None)
             if target:
-                errors.append(self._cmd(["ovs-vsctl", "set-controller", br, *target.split()]))
+                errors.append(self._cmd([*self.tb.vsctl(sw), "set-controller", br, *target.split()]))
                 errors.append(self._wait_ready(sw))
             errors.append(self._cmd(["ip", "-batch", "-"], input=links))
         out = {"switch": sw, "links": len(nbrs), "peers_down": self._peers_down(sw)}

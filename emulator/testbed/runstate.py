@@ -7,8 +7,10 @@ owner's PID; a lease whose owner is dead is free again.
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
+import shutil
 import string
 import subprocess
 import time
@@ -196,6 +198,10 @@ def remove_leftovers(tag: str) -> dict:
     """Delete what leftovers(tag) lists: bridges, then link namespaces (their
     veths go with them), then root-namespace links. Returns what was there."""
     left = leftovers(tag)
+    # The run's own switch daemons' sockets and database (emulator.testbed.switchd): its processes
+    # are gone by now (stopped, or killed by PID by `dtnet clean`).
+    for d in glob.glob(os.path.join(LEASE_DIR, f"ovs-{tag}[0-9]")):
+        shutil.rmtree(d, ignore_errors=True)
     for br in left["bridges"]:
         subprocess.run(["ovs-vsctl", "--if-exists", "del-br", br], capture_output=True)
     for ns in left["netns"]:

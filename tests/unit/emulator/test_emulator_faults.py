@@ -161,6 +161,12 @@ class FakeTB:
 
     ready_timeout_s = 1.0
 
+    def vsctl(self, switch=None):
+        return ["ovs-vsctl"]
+
+    def ofctl_target(self, switch):
+        return self.mn_name(switch)
+
     def controller_status(self):
         return {"switches_ready": ["agg0_0"]}
 
