@@ -4,7 +4,9 @@ through their relays. Each daemon holds its share of the switches and the shared
 every link direction holds its rate (also the ones that cross from one daemon to the other);
 super-packets larger than the MTU cross the switches; and nothing of the daemons outlives the
 run."""
+import json
 import os
+import signal
 import subprocess
 
 import psutil
@@ -14,7 +16,7 @@ from emulator.testbed import runstate
 from emulator.testbed.datapath import ovs_running
 from emulator.testbed.iperf import iperf3_flows
 from emulator.testbed.lifecycle import Testbed
-from tests.integration.helpers import assert_nothing_left
+from tests.integration.helpers import assert_nothing_left, dtnet, start_run, wall_s
 from tests.integration.test_shaping import CASES, SCALE_LINK
 from topologies import leaf_spine
 
@@ -67,3 +69,34 @@ def test_two_own_daemons_with_tso_forward_shape_and_leave_nothing(tmp_path):
         assert 0.85 <= share <= 1.05, f"{name} delivered {share:.3f} of the link rate ({got})"
     # Super-packets: the hosts' TSO/GSO stays on, and the switches carry what the hosts sent.
     assert mean_packet_bytes > tb.mtu, f"mean packet {mean_packet_bytes:.0f} B, MTU {tb.mtu}"
+
+
+OWN = ("testbed.switch_daemons=2", "testbed.userspace_tso=true")
+
+
+def test_ctrl_c_mid_run_stops_the_runs_own_daemons(tmp_path):
+    out = tmp_path / "r"
+    p, _ = start_run(out, "ring-single-switch.yaml", *OWN)
+    st = json.load(open(out / "state.json"))
+    assert any(role.startswith("ovs-vswitchd/") for role in st["pids"])
+    p.send_signal(signal.SIGINT)
+    rest = p.communicate(timeout=wall_s(30))[0]
+    assert p.returncode == 130, rest
+    summary = json.load(open(out / "summary.json"))
+    assert summary["switch_daemons"]["daemons"] == 2 and summary["switch_daemons"]["userspace_tso"] is True
+    assert_nothing_left(out)
+
+
+def test_sigkill_then_dtnet_clean_ends_the_runs_own_daemons(tmp_path):
+    out = tmp_path / "r"
+    p, _ = start_run(out, "ring-single-switch.yaml", *OWN)
+    st = json.load(open(out / "state.json"))
+    p.kill()
+    p.wait(wall_s(10))
+    left = runstate.leftovers(st["tag"])
+    assert left["netns"] and left["daemon_dirs"], "nothing to clean: the test proves nothing"
+    daemons = [pid for role, pid in st["pids"].items() if role.split("/")[0] in ("ovs-vswitchd", "ovsdb-server")]
+    assert daemons and all(psutil.pid_exists(pid) for pid in daemons)
+    r = dtnet("clean", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert_nothing_left(out)
