@@ -85,7 +85,7 @@ def read_cpu_pressure_us() -> int | None:
 class Monitor:
     """Samples link byte counters every `interval_s` and CPU once a second, in a thread.
 
-    `links` maps a root-namespace device to (link name, rate_mbps); both
+    `links` maps a switch-side device to (link name, rate_mbps); both
     directions of the link are read from that one device's tx and rx. Links
     are sampled finely because periodic jobs switch theirs on and off: a
     one-second sample of a link busy half the second reads 0.5 of its rate

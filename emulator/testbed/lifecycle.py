@@ -473,6 +473,10 @@ class Testbed:
                 cmds.append(f"ip route replace 10.1.0.0/16 dev {dev} proto kernel scope link src {nd['nvlink_ip']}")
             if self.datapath != "kernel":
                 cmds.append(shaping.offload_cmd(devs, tso=self.userspace_tso))
+            if self.userspace_tso:
+                for sw, _ in self.fabric.attachments(h):  # every fabric NIC (two when dual-homed)
+                    mbps = self.fabric.graph.edges[h, sw]["link_gbps"] * 1000.0 * self.scale_link
+                    cmds.append(f"ip link set {self.intf(h, sw)} gso_max_size {shaping.gso_max_bytes(mbps, self.mtu)}")
             node.cmd("; ".join(cmds))
             if self.tcp_cc is not None:
                 have = node.cmd("cat /proc/sys/net/ipv4/tcp_congestion_control").strip()

@@ -68,6 +68,15 @@ def test_tso_keeps_the_hosts_offloads_on_and_configures_the_daemon():
     assert switchd.other_config(False) == {}
 
 
+def test_a_super_packet_lasts_at_most_a_tenth_of_a_link_sample():
+    assert shaping.gso_max_bytes(40, 9000) == 65536  # 125 KB in 25 ms: the kernel's cap
+    assert shaping.gso_max_bytes(10, 9000) == 31250
+    assert shaping.gso_max_bytes(1.25, 9000) == 9000  # below one frame: frames, as without TSO
+    for mbps in (1.25, 2.5, 10, 40, 80):
+        n = shaping.gso_max_bytes(mbps, 9000)
+        assert n <= max(9000, mbps * 1e6 / 8 * 0.025) and 9000 <= n <= 65536
+
+
 def test_switch_side_of_each_link_is_shaped_in_its_daemons_namespace(tmp_path):
     fabric = leaf_spine(2, 1, 2)
     tb = Testbed(fabric, str(tmp_path), scale_link=1e-4, switch_daemons=2)
