@@ -16,16 +16,12 @@ def check(exp) -> str:
 
 
 def check_own_daemon_features(exp) -> None:
-    """Switch ports of the run's own daemons live in the daemons' namespaces; link and switch
-    faults and captures still act on the root namespace's devices."""
+    """Switch ports of the run's own daemons live in the daemons' namespaces; captures still
+    listen on the root namespace's devices."""
     if exp.testbed.switch_daemons == "shared":
         return
-    for i, f in enumerate(exp.faults):
-        if f.kind in ("link", "switch"):
-            raise InputError(f"faults[{i}]", "no link or switch fault with testbed.switch_daemons 1 or 2 (not "
-                             "supported yet; use switch_daemons: shared)", f.describe(), exp.source)
     if exp.capture is not None and exp.capture.links:
-        raise InputError("capture", "no capture with testbed.switch_daemons 1 or 2 (not supported yet; use "
+        raise InputError("capture", "no capture with a count of testbed.switch_daemons (not supported yet; use "
                          "switch_daemons: shared)", [f"{a}-{b}" for a, b in exp.capture.links], exp.source)
 
 
@@ -37,7 +33,7 @@ def check_switch_daemons(tb, source=None) -> None:
                          "machine's one; the run's own daemons run userspace bridges)", tb.switch_daemons, source)
     if tb.userspace_tso and tb.switch_daemons == "shared":
         raise InputError("testbed.userspace_tso", "false with switch_daemons: shared (ovs-vswitchd reads it only "
-                         "when it starts; set switch_daemons: 1 or 2)", tb.userspace_tso, source)
+                         "when it starts; set switch_daemons to a count)", tb.userspace_tso, source)
     if tb.switch_daemons != "shared" and tb.datapath == "afxdp":
         raise InputError("testbed.switch_daemons", "shared with datapath afxdp (its link namespace is not wired "
                          "for the run's own daemons)", tb.switch_daemons, source)

@@ -133,7 +133,7 @@ class Testbed:
         self.tcp_cc = tcp_cc
         self.switch_queue_bytes = switch_queue_bytes
         self.kind_delay_us = kind_delay_us
-        # "shared": the machine's ovs-vswitchd; 1 or 2: this run's own (emulator.testbed.switchd).
+        # "shared": the machine's ovs-vswitchd; N: this run's own (emulator.testbed.switchd).
         self.switch_daemons = switch_daemons
         self.userspace_tso = userspace_tso
         self.daemons: list[switchd.SwitchDaemon] = []
@@ -289,6 +289,16 @@ class Testbed:
         """The named namespace of a switch's ports (its daemon's), or None: the root one."""
         d = self.daemon_of.get(node)
         return d.netns if d is not None else None
+
+    def ip_argv(self, node: str) -> list[str]:
+        """`ip` acting on the namespace of this switch's ports."""
+        ns = self.netns_of(node)
+        return ["ip"] if ns is None else ["ip", "-n", ns]
+
+    def in_netns_argv(self, node: str, argv: list[str]) -> list[str]:
+        """argv run in the namespace of this switch's ports (e.g. to read its devices' sysfs)."""
+        ns = self.netns_of(node)
+        return argv if ns is None else ["ip", "netns", "exec", ns, *argv]
 
     def net_dev_paths(self) -> list[str]:
         """/proc/net/dev of every namespace holding switch ports (the root one, and each daemon's)."""

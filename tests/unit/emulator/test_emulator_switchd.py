@@ -23,14 +23,14 @@ def exp(faults=(), **testbed):
                                   "workload": {"collective": "all_reduce", "size_bytes": 1 << 20}}]})
 
 
-@pytest.mark.parametrize("value", ["shared", 1, 2])
-def test_switch_daemons_takes_shared_one_or_two(value):
+@pytest.mark.parametrize("value", ["shared", 1, 2, 64])
+def test_switch_daemons_takes_shared_or_a_count(value):
     assert exp(switch_daemons=value).testbed.switch_daemons == value
 
 
-@pytest.mark.parametrize("value", [0, 3, True, "two", 1.0])
+@pytest.mark.parametrize("value", [0, 65, True, "two", 1.0])
 def test_other_switch_daemons_are_refused_naming_the_key(value):
-    with pytest.raises(InputError, match=r"testbed\.switch_daemons: expected one of shared, 1, 2"):
+    with pytest.raises(InputError, match=r"testbed\.switch_daemons: expected shared or an integer in 1\.\.64"):
         exp(switch_daemons=value)
 
 
@@ -44,14 +44,19 @@ def test_tso_needs_the_runs_own_daemon_and_system_ports():
     check_switch_daemons(exp(switch_daemons=2, userspace_tso=True).testbed)  # fine
 
 
-def test_own_daemons_refuse_link_faults_they_cannot_reach_yet():
-    link_down = [{"at_ms": 1, "link": ["edge0_0", "agg0_0"], "state": "down"}]
-    with pytest.raises(InputError, match=r"faults\[0\]: expected no link or switch fault"):
-        check_own_daemon_features(exp(link_down, switch_daemons=2))
-    check_own_daemon_features(exp(link_down))  # the shared daemon takes them
+def test_own_daemons_refuse_captures_they_cannot_reach_yet():
+    cap = model.parse({"name": "d", "topology": {"kind": "fat-tree", "k": 4, "link_gbps": 400},
+                       "scale": {"link": 1e-4, "bytes": 4e-3}, "testbed": {"switch_daemons": 2},
+                       "capture": {"links": [["edge0_0", "agg0_0"]]},
+                       "jobs": [{"name": "j", "hosts": "all",
+                                 "workload": {"collective": "all_reduce", "size_bytes": 1 << 20}}]})
+    with pytest.raises(InputError, match=r"capture: expected no capture with a count of testbed.switch_daemons"):
+        check_own_daemon_features(cap)
+    check_own_daemon_features(exp([{"at_ms": 1, "link": ["edge0_0", "agg0_0"], "state": "down"}],
+                                  switch_daemons=2))  # faults reach the daemons' namespaces
 
 
-@pytest.mark.parametrize("n", [1, 2])
+@pytest.mark.parametrize("n", [1, 2, 3])
 def test_shards_deal_every_layer_evenly(n):
     fabric = fat_tree(4)
     got = switchd.shard(fabric, n)
