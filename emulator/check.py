@@ -11,18 +11,7 @@ def check(exp) -> str:
     it cannot model (InputError); one line on what it will run."""
     faults.check(exp)
     check_switch_daemons(exp.testbed, exp.source)
-    check_own_daemon_features(exp)
     return transport.check(exp)
-
-
-def check_own_daemon_features(exp) -> None:
-    """Switch ports of the run's own daemons live in the daemons' namespaces; captures still
-    listen on the root namespace's devices."""
-    if exp.testbed.switch_daemons == "shared":
-        return
-    if exp.capture is not None and exp.capture.links:
-        raise InputError("capture", "no capture with a count of testbed.switch_daemons (not supported yet; use "
-                         "switch_daemons: shared)", [f"{a}-{b}" for a, b in exp.capture.links], exp.source)
 
 
 def check_switch_daemons(tb, source=None) -> None:

@@ -7,9 +7,9 @@ import threading
 import pytest
 
 from badinput import InputError
-from emulator.check import check_own_daemon_features, check_switch_daemons
+from emulator.check import check_switch_daemons
 from emulator.run import fidelity
-from emulator.testbed import shaping, switchd
+from emulator.testbed import capture, shaping, switchd
 from emulator.testbed.datapath import parse_ovs_send_buffer
 from emulator.testbed.lifecycle import Testbed
 from experiment import model
@@ -44,16 +44,16 @@ def test_tso_needs_the_runs_own_daemon_and_system_ports():
     check_switch_daemons(exp(switch_daemons=2, userspace_tso=True).testbed)  # fine
 
 
-def test_own_daemons_refuse_captures_they_cannot_reach_yet():
-    cap = model.parse({"name": "d", "topology": {"kind": "fat-tree", "k": 4, "link_gbps": 400},
-                       "scale": {"link": 1e-4, "bytes": 4e-3}, "testbed": {"switch_daemons": 2},
-                       "capture": {"links": [["edge0_0", "agg0_0"]]},
-                       "jobs": [{"name": "j", "hosts": "all",
-                                 "workload": {"collective": "all_reduce", "size_bytes": 1 << 20}}]})
-    with pytest.raises(InputError, match=r"capture: expected no capture with a count of testbed.switch_daemons"):
-        check_own_daemon_features(cap)
-    check_own_daemon_features(exp([{"at_ms": 1, "link": ["edge0_0", "agg0_0"], "state": "down"}],
-                                  switch_daemons=2))  # faults reach the daemons' namespaces
+def test_a_capture_on_an_own_daemons_switch_runs_in_its_namespace(tmp_path):
+    fabric = fat_tree(4)
+    ns = {"edge0_0": "xqd1"}
+
+    def in_netns(node, argv):
+        return ["ip", "netns", "exec", ns[node], *argv] if node in ns else argv
+    plans = capture.plan([("h0", "edge0_0"), ("agg0_0", "core0")], fabric, lambda n, p: f"xq{n}-eth{fabric.port(n, p)}",
+                         str(tmp_path), 10, 128, in_netns)
+    assert plans[0]["cmd"][:4] == ["ip", "netns", "exec", "xqd1"] and plans[0]["cmd"][4] == "tcpdump"
+    assert plans[1]["cmd"][0] == "tcpdump"
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])
