@@ -49,7 +49,7 @@ def daemon_switch_class(base, daemon: switchd.SwitchDaemon, ofp_port: int):
     """A Mininet OVS switch class whose ovs-vsctl and ovs-ofctl talk to one of the run's own
     daemons, whose shell (so its ports) lives in the daemon's namespace, and whose controller
     is the daemon's relay socket. Mininet starts and stops each switch class in one batch, so
-    the two daemons' switches are two classes."""
+    each daemon's switches are a class of their own."""
     import re
 
     from mininet.node import Switch
