@@ -13,7 +13,14 @@ for dtnet's runs, fidelity.ok holds. The time dilation stays fixed, so each
 point emulates the same real-cluster traffic with more packets per second.
 
     sudo .venv/bin/python bench/bench_capacity.py [--rates 5,10,20,40] \
-        [--datapaths userspace,afxdp] [--fabrics fat-tree,rail-optimized]
+        [--datapaths userspace,afxdp] [--fabrics fat-tree,rail-optimized] [--switchd shared,tso]
+
+--switchd picks the switch daemons (testbed.switch_daemons and userspace_tso):
+shared (the machine's ovs-vswitchd), own (one of the run's own), tso (the run's
+own, with userspace TSO and the hosts' TCP offloads on), own2 and tso2 (two of
+the run's own, the switches split between them). Under `taskset -c 0`
+the run's own daemons stay on that core with everything else; the shared one
+does not (it was started outside).
 """
 from __future__ import annotations
 
@@ -37,13 +44,18 @@ FABRICS = {
 # GPU g of server s+1), as a rail-aware job would; stride(1) on the fat-tree.
 STRIDE = {"fat-tree": 1, "rail-optimized": 4}
 DILATION = 40.0
+SWITCHD = {"shared": {"switch_daemons": "shared", "userspace_tso": False},
+           "own": {"switch_daemons": 1, "userspace_tso": False},
+           "tso": {"switch_daemons": 1, "userspace_tso": True},
+           "own2": {"switch_daemons": 2, "userspace_tso": False},
+           "tso2": {"switch_daemons": 2, "userspace_tso": True}}
 WORKLOADS = {
     "ring": ("ecmp", {"collective": "all_reduce", "algorithm": "ring", "size_bytes": 1 << 30, "iterations": 3}),
     "stride": ("congestion-aware", {"pattern": "stride", "size_bytes": 5_000_000_000}),
 }
 
 
-def experiment(fabric: str, workload: str, rate_mbps: float, datapath: str):
+def experiment(fabric: str, workload: str, rate_mbps: float, datapath: str, switchd: str = "shared"):
     link = rate_mbps / 400e3
     routing, wl = WORKLOADS[workload]
     if workload == "stride":
@@ -53,7 +65,7 @@ def experiment(fabric: str, workload: str, rate_mbps: float, datapath: str):
         "name": f"capacity-{fabric}-{workload}",
         "topology": {**FABRICS[fabric], "link_gbps": 400},
         "scale": {"link": link, "bytes": link * DILATION},
-        "controller": {"routing": routing}, "testbed": {"datapath": datapath},
+        "controller": {"routing": routing}, "testbed": {"datapath": datapath, **SWITCHD[switchd]},
         "jobs": [{"name": workload, "hosts": "all", "order": order, "workload": wl}]})
 
 
@@ -69,7 +81,8 @@ def iperf3_point(exp, out_dir, duration_s=6.0) -> float:
     step = exp.jobs[0].workload["stride"]
     pairs = [(h, hosts[(i + step) % len(hosts)]) for i, h in enumerate(hosts)]
     with Testbed(fabric, out_dir, routing="congestion-aware", scale_link=exp.scale.link,
-                 datapath=exp.testbed.datapath, log=lambda *_: None) as tb:
+                 datapath=exp.testbed.datapath, switch_daemons=exp.testbed.switch_daemons,
+                 userspace_tso=exp.testbed.userspace_tso, log=lambda *_: None) as tb:
         got = sum(iperf3_flows(tb, pairs, duration_s))
     return got / (len(hosts) * exp.emulated_mbps(400))
 
@@ -79,31 +92,39 @@ def main(argv=None) -> int:
     ap.add_argument("--rates", default="5,10,20,40", help="emulated link rates in Mb/s")
     ap.add_argument("--datapaths", default="userspace,afxdp")
     ap.add_argument("--fabrics", default="fat-tree,rail-optimized")
+    ap.add_argument("--switchd", default="shared", help="comma-separated: " + ", ".join(SWITCHD))
     args = ap.parse_args(argv)
+    variants = args.switchd.split(",")
+    for v in variants:
+        if v not in SWITCHD:
+            ap.error(f"--switchd: expected one of {', '.join(SWITCHD)}, found {v}")
+    print(f"cpus allowed: {sorted(os.sched_getaffinity(0))}; load average {os.getloadavg()[0]:.2f}")
     rates = [float(r) for r in args.rates.split(",")]
-    print(f"{'datapath':<10} {'fabric':<15} {'Mb/s':>5} {'ring':>14} {'stride':>14} {'iperf3':>7}   "
+    print(f"{'datapath':<17} {'fabric':<15} {'Mb/s':>5} {'ring':>14} {'stride':>14} {'iperf3':>7}   "
           "(normalized throughput; * = fidelity.ok false, with the failed checks)")
     best: dict = {}
     with tempfile.TemporaryDirectory(prefix="dtnet-capacity-") as tmp:
-        for dp in args.datapaths.split(","):
+        for dp, sd in [(d, v) for d in args.datapaths.split(",") for v in variants]:
+            label = dp if sd == "shared" else f"{dp}/{sd}"
             for fab in args.fabrics.split(","):
                 for rate in rates:
                     cells = []
                     for wl in WORKLOADS:
-                        exp = experiment(fab, wl, rate, dp)
-                        norm, ok, bad = dtnet_point(exp, os.path.join(tmp, f"{dp}-{fab}-{wl}-{rate:g}"))
+                        exp = experiment(fab, wl, rate, dp, sd)
+                        norm, ok, bad = dtnet_point(exp, os.path.join(tmp, f"{dp}-{sd}-{fab}-{wl}-{rate:g}"))
                         cells.append(f"{norm:.3f}{'' if ok else '*'}{'(' + bad + ')' if bad else ''}")
                         hosts = len(exp.fabric().hosts)
                         if norm >= 0.9 and ok:
-                            key = (dp, fab, wl)
+                            key = (label, fab, wl)
                             best[key] = max(best.get(key, 0.0), norm * hosts * rate)
-                    ip = iperf3_point(experiment(fab, "stride", rate, dp), os.path.join(tmp, f"ip-{dp}-{fab}-{rate:g}"))
+                    ip = iperf3_point(experiment(fab, "stride", rate, dp, sd),
+                                      os.path.join(tmp, f"ip-{dp}-{sd}-{fab}-{rate:g}"))
                     if ip >= 0.9:
-                        best[dp, fab, "iperf3"] = max(best.get((dp, fab, "iperf3"), 0.0), ip * hosts * rate)
-                    print(f"{dp:<10} {fab:<15} {rate:>5g} {cells[0]:>14} {cells[1]:>14} {ip:>7.3f}", flush=True)
+                        best[label, fab, "iperf3"] = max(best.get((label, fab, "iperf3"), 0.0), ip * hosts * rate)
+                    print(f"{label:<17} {fab:<15} {rate:>5g} {cells[0]:>14} {cells[1]:>14} {ip:>7.3f}", flush=True)
     print("\nhighest faithful aggregate (Mb/s emulated):")
     for (dp, fab, wl), mbps in sorted(best.items()):
-        print(f"  {dp:<10} {fab:<15} {wl:<7} {mbps:8.1f}")
+        print(f"  {dp:<17} {fab:<15} {wl:<7} {mbps:8.1f}")
     return 0
 
 

@@ -36,7 +36,7 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.bench_capacity import WORKLOADS, experiment  # noqa: E402
+from bench.bench_capacity import SWITCHD, WORKLOADS, experiment  # noqa: E402
 from emulator.run.runner import run_experiment  # noqa: E402
 from emulator.testbed.iperf import iperf3_flows  # noqa: E402
 from emulator.testbed.lifecycle import Testbed  # noqa: E402
@@ -143,23 +143,25 @@ def replay_window(out_dir: str) -> tuple[float, float]:
     return min(starts), max(ends)
 
 
-def measure(fabric: str, workload: str, rate: float, datapath: str, tmp: str, iperf_s: float) -> dict:
+def measure(fabric: str, workload: str, rate: float, datapath: str, tmp: str, iperf_s: float,
+            switchd: str = "shared") -> dict:
     sampler = Sampler().start()
     try:
         if workload == "iperf3":
-            exp = experiment(fabric, "stride", rate, datapath)
+            exp = experiment(fabric, "stride", rate, datapath, switchd)
             hosts = exp.fabric().hosts
             step = exp.jobs[0].workload["stride"]
             pairs = [(h, hosts[(i + step) % len(hosts)]) for i, h in enumerate(hosts)]
             with Testbed(exp.fabric(), os.path.join(tmp, "iperf3"), routing="congestion-aware",
-                         scale_link=exp.scale.link, datapath=datapath, log=lambda *_: None) as tb:
+                         scale_link=exp.scale.link, datapath=datapath, log=lambda *_: None,
+                         **SWITCHD[switchd]) as tb:
                 t0 = time.time()
                 got = sum(iperf3_flows(tb, pairs, iperf_s))
                 t1 = time.time()
             norm, ok = got / (len(hosts) * exp.emulated_mbps(400)), None
             window = (t0 + 1.5, t1 - 1.0)
         else:
-            exp = experiment(fabric, workload, rate, datapath)
+            exp = experiment(fabric, workload, rate, datapath, switchd)
             out = os.path.join(tmp, workload)
             s = run_experiment(exp, out, log=lambda *_: None)
             norm, ok = s["traffic"]["normalized_throughput"], s["fidelity"]["ok"]
@@ -175,6 +177,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fabric", default="fat-tree", choices=("fat-tree", "rail-optimized"))
     ap.add_argument("--rate", type=float, default=20.0, help="emulated link rate in Mb/s")
     ap.add_argument("--datapath", default="userspace")
+    ap.add_argument("--switchd", default="shared", choices=tuple(SWITCHD),
+                    help="the switch daemons (bench_capacity.py --switchd)")
     ap.add_argument("--workloads", default="ring,stride,iperf3")
     ap.add_argument("--length", type=int, default=4, help="workload length factor (see above)")
     ap.add_argument("--json", help="also write the figures here")
@@ -184,8 +188,8 @@ def main(argv=None) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="dtnet-cpu-") as tmp:
         for wl in args.workloads.split(","):
-            results.append(measure(args.fabric, wl, args.rate, args.datapath, tmp, 4.0 * args.length))
-    print(f"{args.fabric}, {args.rate:g} Mb/s links, {args.datapath}, length x{args.length}; "
+            results.append(measure(args.fabric, wl, args.rate, args.datapath, tmp, 4.0 * args.length, args.switchd))
+    print(f"{args.fabric}, {args.rate:g} Mb/s links, {args.datapath}/{args.switchd}, length x{args.length}; "
           f"load average {os.getloadavg()[0]:.2f}; "
           f"% of one core ({os.cpu_count()} cores = {100 * os.cpu_count()}%)")
     names = [r["workload"] for r in results]

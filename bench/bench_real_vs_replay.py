@@ -19,7 +19,7 @@ machine's seconds. The replay divides sizes by scale.bytes and durations by the 
 first, so that its agents send the same bytes and compute as long as the program did.
 
 Needs root, Open vSwitch and torch==2.13.0 (`make torch`); hold the lock:
-    sudo flock /tmp/dtnet-mininet.lock .venv/bin/python bench/bench_real_vs_replay.py [--repeat 2]
+    sudo flock /tmp/dtnet-mininet.lock .venv/bin/python bench/bench_real_vs_replay.py [--repeat 2] [--switchd tso2]
 Figures and what they mean: docs/real-programs.md.
 """
 from __future__ import annotations
@@ -68,8 +68,11 @@ def note(size_bytes: int, ranks: int, replay_busbw_gbps: float | None) -> str:
 def experiment(name: str, fabric: str, workload: str, timeout_s: float) -> str:
     topo, hosts = FABRICS[fabric]
     return (f"name: {name}\ntopology: {topo}\nscale: {{link: {SCALE['link']}, bytes: {SCALE['bytes']}}}\n"
-            f"controller: {{routing: ecmp}}\ntestbed: {{timeout_s: {timeout_s}}}\n"
+            f"controller: {{routing: ecmp}}\ntestbed: {{timeout_s: {timeout_s}{TESTBED_EXTRA}}}\n"
             f"jobs:\n  - name: j\n    hosts: {hosts}\n    workload: {workload}\n")
+
+
+TESTBED_EXTRA = ""  # --switchd: the switch daemons' testbed keys, as YAML flow entries
 
 
 def dtnet(*args, timeout=1800):
@@ -183,8 +186,14 @@ def main() -> int:
     ap.add_argument("--import", dest="source", choices=("kineto", "pytorch-et"), default="kineto",
                     help="what to replay: the Kineto traces, or the execution traces timed by them")
     ap.add_argument("--out", help="keep the run folders here (default: a temporary folder)")
+    ap.add_argument("--switchd", default="shared", help="the switch daemons of both runs (bench_capacity.py --switchd)")
     ap.add_argument("--json", help="also write every figure to this JSON file")
     args = ap.parse_args()
+    from bench.bench_capacity import SWITCHD
+    if args.switchd not in SWITCHD:
+        ap.error(f"--switchd: expected one of {', '.join(SWITCHD)}, found {args.switchd}")
+    global TESTBED_EXTRA
+    TESTBED_EXTRA = "".join(f", {k}: {str(v).lower()}" for k, v in SWITCHD[args.switchd].items())
     if os.geteuid() != 0:
         print("bench_real_vs_replay: needs root (it runs the testbed)", file=sys.stderr)
         return 2

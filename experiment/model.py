@@ -39,6 +39,8 @@ WINDOW_CHOICES = ("nccl",)  # flow.window_bytes by name (flowsim.engine.WINDOW_C
 HEADER_CHOICES = ("none", "ppp", "ethernet")
 WINDOW_GROWTHS = ("none", "cubic", "slow-start")  # flow.window_growth (flowsim.window.GROWTHS)
 DATAPATHS = ("auto", "kernel", "userspace", "afxdp")
+# testbed.switch_daemons: the machine's shared ovs-vswitchd, or this many of the run's own
+MAX_SWITCH_DAEMONS = 64
 ORDERS = ("as-listed", "rail-aligned")
 # Mininet's TCLink refuses bw above 1000 Mb/s; below 0.1 Mb/s HTB is coarse.
 MAX_EMULATED_MBPS = 1000.0
@@ -126,6 +128,15 @@ class Capture:
 class Testbed:
     """How the emulator runs the experiment (README: Writing experiments)."""
     datapath: str = setting("auto", str, lambda v: v in DATAPATHS, "one of " + ", ".join(DATAPATHS))
+    # shared: the machine's ovs-vswitchd; N: the run starts N of its own (userspace datapath),
+    # the switches split between them so that N cores forward (docs/datapaths.md).
+    switch_daemons: str | int = setting(
+        "shared", (str, int),
+        lambda v: v == "shared" or (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_SWITCH_DAEMONS),
+        f"shared or an integer in 1..{MAX_SWITCH_DAEMONS}")
+    # OVS userspace TSO with the hosts' TCP offloads on: switches carry up to 64 KB super-packets.
+    # Needs a count of switch_daemons (the option takes effect only when ovs-vswitchd starts).
+    userspace_tso: bool = setting(False, bool, None, "true or false")
     slice_bytes: int = setting(16384, int, lambda v: 512 <= v <= 1 << 24, "an integer in 512..16777216")
     queue_packets: int = setting(1000, int, lambda v: 2 <= v <= 100000, "an integer in 2..100000")
     timeout_s: float = setting(600.0, NUM, limits.WAIT_S.ok, limits.WAIT_S.expected)

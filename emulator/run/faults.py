@@ -120,36 +120,41 @@ class FaultInjector:
     def _link(self, f) -> dict:
         node, peer = root_side(self.tb.fabric, f.link)
         out = {"link": f"{f.link[0]}-{f.link[1]}"}
-        err = self._cmd(["ip", "link", "set", "dev", self.tb.intf(node, peer), f.state])
+        err = self._cmd([*self.tb.ip_argv(node), "link", "set", "dev", self.tb.intf(node, peer), f.state])
         return {**out, "error": err} if err else out
 
     def _switch(self, f) -> dict:
         sw = f.switch
         br = self.tb.mn_name(sw)
         nbrs = sorted(self.tb.fabric.graph.neighbors(sw))
-        devs = [self.tb.intf(sw, nbr) for nbr in nbrs]
+        ends = [(sw, nbr) for nbr in nbrs]
         # And the neighbours' own ends of switch-to-switch links: where a link
         # runs through a bridge (the AF_XDP link namespace) no carrier loss
         # reaches them, and a dead switch reports nothing itself.
-        devs += [self.tb.intf(nbr, sw) for nbr in nbrs if self.tb.fabric.node(nbr)["role"] == "switch"]
-        links = "".join(f"link set dev {d} {f.state}\n" for d in devs)
+        ends += [(nbr, sw) for nbr in nbrs if self.tb.fabric.node(nbr)["role"] == "switch"]
+        # One `ip -batch` per namespace the ends live in (the run's own switch daemons have theirs).
+        batches: dict[tuple, str] = {}
+        for node, peer in ends:
+            ip = tuple(self.tb.ip_argv(node))
+            batches[ip] = batches.get(ip, "") + f"link set dev {self.tb.intf(node, peer)} {f.state}\n"
         errors = []
         if f.state == "down":
-            r = self.run(["ovs-vsctl", "get-controller", br], capture_output=True, text=True)
+            vsctl, of = self.tb.vsctl(sw), self.tb.ofctl_target(sw)
+            r = self.run([*vsctl, "get-controller", br], capture_output=True, text=True)
             self._controller_targets[sw] = (r.stdout or "").strip()
-            errors.append(self._cmd(["ovs-vsctl", "del-controller", br]))
-            errors.append(self._cmd(["ip", "-batch", "-"], input=links))
-            errors.append(self._cmd(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", br]))
-            errors.append(self._cmd(["ovs-ofctl", "-O", "OpenFlow13", "del-groups", br]))
+            errors.append(self._cmd([*vsctl, "del-controller", br]))
+            errors += [self._cmd([*ip, "-batch", "-"], input=lines) for ip, lines in batches.items()]
+            errors.append(self._cmd(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", of]))
+            errors.append(self._cmd(["ovs-ofctl", "-O", "OpenFlow13", "del-groups", of]))
         else:
             # It boots before it forwards: its session first, and only once the
             # controller has installed it do its links come up, so no neighbour
             # sends into an empty table.
             target = self._controller_targets.pop(sw, None)
             if target:
-                errors.append(self._cmd(["ovs-vsctl", "set-controller", br, *target.split()]))
+                errors.append(self._cmd([*self.tb.vsctl(sw), "set-controller", br, *target.split()]))
                 errors.append(self._wait_ready(sw))
-            errors.append(self._cmd(["ip", "-batch", "-"], input=links))
+            errors += [self._cmd([*ip, "-batch", "-"], input=lines) for ip, lines in batches.items()]
         out = {"switch": sw, "links": len(nbrs), "peers_down": self._peers_down(sw)}
         errors = [e for e in errors if e]
         return {**out, "error": "; ".join(errors)} if errors else out
@@ -168,7 +173,8 @@ class FaultInjector:
         for nbr in sorted(self.tb.fabric.graph.neighbors(sw)):
             if self.tb.fabric.node(nbr)["role"] != "switch":
                 continue
-            r = self.run(["cat", f"/sys/class/net/{self.tb.intf(nbr, sw)}/carrier"], capture_output=True, text=True)
+            r = self.run(self.tb.in_netns_argv(nbr, ["cat", f"/sys/class/net/{self.tb.intf(nbr, sw)}/carrier"]),
+                         capture_output=True, text=True)
             if (r.stdout or "").strip() != "1":
                 out.append(nbr)
         return out

@@ -54,16 +54,19 @@ def parse_proc_net_dev(text: str) -> dict[str, tuple[int, int]]:
     return out
 
 
-def read_counters(devs: list[str]) -> dict[str, tuple[int, int]]:
-    """(tx_bytes, rx_bytes) of these root-namespace devices; a missing one is left out.
+def read_counters(devs: list[str], paths: tuple = ("/proc/net/dev",)) -> dict[str, tuple[int, int]]:
+    """(tx_bytes, rx_bytes) of these devices; a missing one is left out. paths: /proc/net/dev
+    of each namespace holding them (/proc/PID/net/dev is that of PID's namespace).
 
     One read of /proc/net/dev gives every device: sysfs takes two opens per
     device, and on a fat-tree that is a hundred files four times a second."""
-    try:
-        with open("/proc/net/dev") as f:
-            every = parse_proc_net_dev(f.read())
-    except OSError:
-        return {}
+    every = {}
+    for path in paths:
+        try:
+            with open(path) as f:
+                every.update(parse_proc_net_dev(f.read()))
+        except OSError:
+            continue
     return {d: every[d] for d in devs if d in every}
 
 
@@ -82,15 +85,17 @@ def read_cpu_pressure_us() -> int | None:
 class Monitor:
     """Samples link byte counters every `interval_s` and CPU once a second, in a thread.
 
-    `links` maps a root-namespace device to (link name, rate_mbps); both
+    `links` maps a switch-side device to (link name, rate_mbps); both
     directions of the link are read from that one device's tx and rx. Links
     are sampled finely because periodic jobs switch theirs on and off: a
     one-second sample of a link busy half the second reads 0.5 of its rate
     though it ran at full rate while it ran.
     """
 
-    def __init__(self, links: dict[str, tuple[str, float]], interval_s: float = LINK_SAMPLE_S):
+    def __init__(self, links: dict[str, tuple[str, float]], interval_s: float = LINK_SAMPLE_S,
+                 paths: tuple = ("/proc/net/dev",)):
         self.links = links
+        self.paths = tuple(paths)  # /proc/net/dev of each namespace holding the devices
         self.interval_s = interval_s
         self.per_cpu_sample = max(1, round(1.0 / interval_s))
         self.cpu_idle: list[tuple[float, float]] = []
@@ -109,13 +114,13 @@ class Monitor:
         self._thread.join(5)
 
     def _loop(self):
-        prev = read_counters(list(self.links))
+        prev = read_counters(list(self.links), self.paths)
         prev_t = cpu_t = time.monotonic()
         prev_psi = read_cpu_pressure_us()
         tick = 0
         while not self._stop.wait(self.interval_s):
             now = time.monotonic()
-            cur = read_counters(list(self.links))
+            cur = read_counters(list(self.links), self.paths)
             dt = now - prev_t
             utils = {}
             for dev, (name, mbps) in self.links.items():

@@ -89,7 +89,8 @@ def start(tb, out_dir: str, scale_link: float, dilation: float, t0: float, log=p
     """Sample the testbed's links into out_dir/links.csv every INTERVAL_S until stop().
     None (and a warning) when sampling cannot start: the run goes on without it."""
     try:
-        read = counter_reader(tb.fabric, tb.intf)
+        paths = tuple(tb.net_dev_paths())
+        read = counter_reader(tb.fabric, tb.intf, lambda devs: read_dev_counters(devs, paths))
         out = open_out(out_dir, "links.csv")
         sampler = LinkSampler(out, read, directed_links(tb.fabric), scale_link=scale_link, dilation=dilation, t0=t0)
     except Exception as e:  # noqa: BLE001: an output must never fail the run

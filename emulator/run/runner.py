@@ -24,7 +24,7 @@ from emulator.check import check
 from emulator.run.programs import Programs
 from emulator.run.watchdog import Watchdog
 from emulator.testbed import capture, runstate, transport
-from emulator.testbed.datapath import OVS_SEND_BUFFER_BYTES, netem_available, ovs_send_buffer
+from emulator.testbed.datapath import OVS_SEND_BUFFER_BYTES, netem_available
 from emulator.testbed.lifecycle import Testbed
 from emulator.testbed.process import stop_process
 from experiment.engine import RunFailure
@@ -47,6 +47,7 @@ class Emulation:
     datapath: str | None = None
     controller: dict | None = None
     ovs_send_buffer: int | None = None
+    switch_daemons: dict | None = None
     totals: dict = field(default_factory=dict)
     tcp: dict = field(default_factory=dict)
     t_start: float | None = None
@@ -88,12 +89,13 @@ class EmulatorEngine(Engine):
                          scale_link=exp.scale.link, link_delay_us=exp.link_delay_us,
                          **transport.testbed_settings(exp),
                          datapath=exp.testbed.datapath, queue_packets=exp.testbed.queue_packets,
+                         switch_daemons=exp.testbed.switch_daemons, userspace_tso=exp.testbed.userspace_tso,
                          ready_timeout_s=exp.testbed.ready_timeout_s, log=run.log) as tb:
                 em.datapath = tb.datapath
+                em.switch_daemons = tb.switch_daemons_summary()
                 Replay(exp, tb, run, em).replay()
                 em.controller = tb.controller_status()
-                if tb.datapath == "userspace":
-                    em.ovs_send_buffer = ovs_send_buffer()
+                em.ovs_send_buffer = tb.send_buffer_bytes()
                 # Link loads, flows and every placement decision, for `dtnet report` and people.
                 state = tb.controller_get("state")
                 if state is not None:
@@ -173,7 +175,7 @@ class Replay:
         exp, tb, em, out_dir = self.exp, self.tb, self.em, self.run.out_dir
         em.capture = capture.start(exp, tb, out_dir, self.log)  # pcap/, listening before the go
         t0 = time.time() + 0.5
-        em.monitor = fidelity.Monitor(_monitored_links(tb)).start()
+        em.monitor = fidelity.Monitor(_monitored_links(tb), paths=tb.net_dev_paths()).start()
         em.links = linksampler.start(tb, out_dir, exp.scale.link, exp.scale.dilation, t0, self.log)  # links.csv
         em.t_start = t0
         if self.agent_jobs:
@@ -406,6 +408,7 @@ def summarize(exp: Experiment, fabric, jobs, events_path, em: Emulation, status:
     summary = build_summary(exp, fabric, jobs, events, status=status, error=error,
                             bytes_received=received, engine={
         "datapath": em.datapath,
+        "switch_daemons": em.switch_daemons,
         "tcp": em.tcp,
         **({"programs": {"ok": all(p["ok"] for p in programs.values()),
                          "time": "compute at this machine's speed, network at the emulated rate; figures "

@@ -24,17 +24,19 @@ PCAP_DIR = "pcap"
 LISTEN_TIMEOUT_S = 10.0
 
 
-def plan(links, fabric, intf, out_dir: str, max_packets: int, snaplen: int) -> list[dict]:
-    """The capture of each link: its interface, file and tcpdump command (pure)."""
+def plan(links, fabric, intf, out_dir: str, max_packets: int, snaplen: int, in_netns=None) -> list[dict]:
+    """The capture of each link: its interface, file and tcpdump command (pure). in_netns(node,
+    argv): argv run where that switch's ports live (the run's own switch daemons' namespaces)."""
     out = []
     for a, b in links:
-        # A host's side lives in its namespace; the switch side in the root one.
+        # A host's side lives in its namespace; the switch side in the root one (or its daemon's).
         node, peer = (b, a) if fabric.node(a)["role"] == "host" else (a, b)
         dev = intf(node, peer)
         path = inside(out_dir, PCAP_DIR, f"{a}-{b}.pcap")
+        cmd = ["tcpdump", "-i", dev, "-w", path, "-s", str(snaplen), "-c", str(max_packets),
+               "-n", "-U", "--immediate-mode", "-Z", "root"]
         out.append({"link": f"{a}-{b}", "interface": dev, "path": path,
-                    "cmd": ["tcpdump", "-i", dev, "-w", path, "-s", str(snaplen), "-c", str(max_packets),
-                            "-n", "-U", "--immediate-mode", "-Z", "root"]})
+                    "cmd": in_netns(node, cmd) if in_netns else cmd})
     return out
 
 
@@ -105,7 +107,7 @@ def start(exp, tb, out_dir: str, log=print) -> Captures | None:
     cap = exp.capture
     if not cap.links:
         return None
-    plans = plan(cap.links, tb.fabric, tb.intf, out_dir, cap.max_packets, cap.snaplen)
+    plans = plan(cap.links, tb.fabric, tb.intf, out_dir, cap.max_packets, cap.snaplen, tb.in_netns_argv)
     captures = Captures(plans, cap.max_packets, log)
     try:
         return captures.start(tb.state.add_pid)

@@ -13,7 +13,7 @@ import os
 import signal
 
 from badinput.paths import inside
-from emulator.testbed import runstate
+from emulator.testbed import runstate, switchd
 from emulator.testbed.process import same_process, started_for_run
 
 
@@ -86,7 +86,8 @@ def clean_run(run_dir: str, log=print) -> int:
             cmd = _cmdline(pid)
             ours = ("emulator.agent" in cmd or "controller.run" in cmd or
                     (role.startswith("host/") and "mininet:" in cmd) or
-                    (role.startswith("capture/") and cmd.startswith("tcpdump")))
+                    (role.startswith("capture/") and cmd.startswith("tcpdump")) or
+                    (role.split("/")[0] in switchd.ROLES and switchd.is_daemon_cmdline(cmd, tag)))
             if role.startswith("program/"):
                 # A real program may be any binary: it is ours when it runs in this run's folder.
                 ours = started_for_run(pid, run_dir)

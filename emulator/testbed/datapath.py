@@ -24,7 +24,15 @@ def ensure_ovs() -> None:
         return
     if not os.path.exists(OVS_CTL):
         raise TestbedError("Open vSwitch is not installed: run `make setup`")
-    # The switch's shared send socket takes its buffer from this at start.
+    raise_send_buffer_default()
+    # Its daemons outlive this run: they get none of our descriptors (a caller's flock'ed lock).
+    subprocess.run(closed_fds_argv([OVS_CTL, "start", "--system-id=random"]), capture_output=True, close_fds=True)
+    if not ovs_running():
+        raise TestbedError("Open vSwitch did not start (see `ovs-ctl start`)")
+
+
+def raise_send_buffer_default() -> None:
+    """The switch's shared send socket takes its buffer from wmem_default when ovs-vswitchd starts."""
     try:
         with open("/proc/sys/net/core/wmem_default", "r+") as f:
             if int(f.read()) < OVS_SEND_BUFFER_BYTES:
@@ -32,10 +40,6 @@ def ensure_ovs() -> None:
                 f.write(str(OVS_SEND_BUFFER_BYTES))
     except (OSError, ValueError):
         pass
-    # Its daemons outlive this run: they get none of our descriptors (a caller's flock'ed lock).
-    subprocess.run(closed_fds_argv([OVS_CTL, "start", "--system-id=random"]), capture_output=True, close_fds=True)
-    if not ovs_running():
-        raise TestbedError("Open vSwitch did not start (see `ovs-ctl start`)")
 
 
 def kernel_datapath_available() -> bool:
@@ -64,8 +68,9 @@ AFXDP_MTU = AFXDP_MTU_BYTES  # experiment.transport says why
 MTU = EMULATOR_MTU_BYTES
 
 
-def ovs_iface_types() -> set[str]:
-    r = subprocess.run(["ovs-vsctl", "--timeout=5", "get", "Open_vSwitch", ".", "iface_types"],
+def ovs_iface_types(vsctl: list[str] | None = None) -> set[str]:
+    """The port types an ovs-vswitchd offers (vsctl: the ovs-vsctl of another database than the shared one)."""
+    r = subprocess.run([*(vsctl or ["ovs-vsctl"]), "--timeout=5", "get", "Open_vSwitch", ".", "iface_types"],
                        capture_output=True, text=True)
     return {t.strip() for t in r.stdout.strip().strip("[]").split(",") if t.strip()}
 
@@ -92,19 +97,28 @@ def detect_datapath(requested: str = "auto", iface_types: set[str] | None = None
 OVS_SEND_BUFFER_BYTES = 4194304
 
 
-def parse_ovs_send_buffer(ss_text: str) -> int | None:
+def parse_ovs_send_buffer(ss_text: str, pid: int | None = None) -> int | None:
     """The send buffer (skmem tb) of ovs-vswitchd's unbound AF_PACKET socket,
-    the one it transmits every system port's packets through, from
-    `ss -0 -a -m -p -H`; None when there is none (yet)."""
+    the one the shared daemon transmits every system port's packets through,
+    from `ss -0 -a -m -p -H`; None when there is none (yet). With pid: the
+    smallest over that daemon's packet sockets (a run's own daemon, started
+    in a namespace of its own, sends through each port's bound socket)."""
+    found = []
     for line in ss_text.splitlines():
-        if '"ovs-vswitchd"' in line and "[0]:*" in line and "skmem:(" in line:
+        if pid is not None and f'"ovs-vswitchd",pid={pid},' not in line:
+            continue
+        if '"ovs-vswitchd"' in line and (pid is not None or "[0]:*" in line) and "skmem:(" in line:
             fields = dict((f[:2].rstrip("0123456789"), f) for f in line.split("skmem:(")[1].split(")")[0].split(","))
             tb = fields.get("tb")
             if tb and tb[2:].isdigit():
-                return int(tb[2:])
-    return None
+                found.append(int(tb[2:]))
+                if pid is None:
+                    break
+    return min(found) if found else None
 
 
-def ovs_send_buffer() -> int | None:
-    r = subprocess.run(["ss", "-0", "-a", "-m", "-p", "-H"], capture_output=True, text=True)
-    return parse_ovs_send_buffer(r.stdout)
+def ovs_send_buffer(pid: int | None = None, netns: str | None = None) -> int | None:
+    """netns: the named namespace the daemon runs in (ss lists one namespace's sockets)."""
+    cmd = ["ss", "-0", "-a", "-m", "-p", "-H"]
+    r = subprocess.run(cmd if netns is None else ["ip", "netns", "exec", netns, *cmd], capture_output=True, text=True)
+    return parse_ovs_send_buffer(r.stdout, pid)

@@ -25,9 +25,10 @@ import psutil
 from badinput.paths import inside, open_out
 from controller import config as controller_config
 from controller.registry import DEFAULT_POLICY
-from emulator.testbed import runstate, shaping
+from emulator.testbed import runstate, shaping, switchd
 from emulator.testbed import transport as testbed_transport
-from emulator.testbed.datapath import AFXDP_MTU, AFXDP_PORT, MTU, detect_datapath, ensure_ovs
+from emulator.testbed.datapath import (AFXDP_MTU, AFXDP_PORT, MTU, detect_datapath, ensure_ovs, ovs_iface_types,
+                                       ovs_send_buffer, raise_send_buffer_default)
 from emulator.testbed.process import TestbedError, close_inherited, free_port, free_ports, stop_process, wait_for
 from experiment import model
 from topologies import Fabric
@@ -44,6 +45,65 @@ class LinkShape:
     limit_bytes: int | None = None  # its queue's bound in bytes (None: queue_packets x 1500 B)
 
 
+def daemon_switch_class(base, daemon: switchd.SwitchDaemon, ofp_port: int):
+    """A Mininet OVS switch class whose ovs-vsctl and ovs-ofctl talk to one of the run's own
+    daemons, whose shell (so its ports) lives in the daemon's namespace, and whose controller
+    is the daemon's relay socket. Mininet starts and stops each switch class in one batch, so
+    each daemon's switches are a class of their own."""
+    import re
+
+    from mininet.node import Switch
+    from mininet.util import errRun
+
+    vsctl = " ".join(daemon.vsctl())
+    tcp_target, unix_target = f"tcp:127.0.0.1:{ofp_port}", f"unix:{daemon.controller_socket}"
+
+    def to_daemon(run):
+        return lambda cmd, **kw: run(cmd.replace("ovs-vsctl", vsctl, 1) if cmd.startswith("ovs-vsctl") else cmd, **kw)
+
+    class DaemonSwitch(base):
+        @classmethod
+        def setup(cls):
+            """Mininet's own setup asks the shared database; this one only needs the version."""
+            out = subprocess.run(["ovs-vsctl", "--version"], capture_output=True, text=True).stdout
+            cls.OVSVersion = re.findall(r"\d+\.\d+", out)[0]
+
+        def _popen(self, cmd, **params):
+            # The shell in the daemon's namespace: Mininet then makes this switch's veth ends there.
+            return super()._popen(daemon.in_netns(cmd), **params)
+
+        def vsctl(self, *args, **kwargs):
+            args = tuple(str(a).replace(tcp_target, unix_target) for a in args)
+            if self.batch:
+                return super().vsctl(*args, **kwargs)
+            return self.cmd(vsctl, *args, **kwargs)
+
+        def controllerUUIDs(self, update=False):
+            if not self._uuids or update:
+                out = self.cmd(vsctl, "-- get Bridge", self, "Controller").strip()
+                self._uuids = [c.strip() for c in out.strip("[]").split(",") if c.strip()]
+            return self._uuids
+
+        def dpctl(self, *args):
+            return self.cmd("ovs-ofctl", args[0], daemon.mgmt(self.name), *args[1:])
+
+        def stop(self, deleteIntfs=True):
+            self.cmd(vsctl, "del-br", self)
+            self.cmd("ip link del", self)
+            Switch.stop(self, deleteIntfs)  # OVSSwitch.stop would ask the shared database
+
+        @classmethod
+        def batchStartup(cls, switches, run=errRun):
+            return super().batchStartup(switches, run=to_daemon(run))
+
+        @classmethod
+        def batchShutdown(cls, switches, run=errRun):
+            return super().batchShutdown(switches, run=to_daemon(run))
+
+    DaemonSwitch.__name__ = DaemonSwitch.__qualname__ = f"Daemon{daemon.index}Switch"
+    return DaemonSwitch
+
+
 class Testbed:
     """Settings left out take the experiment file's defaults (experiment.model.Testbed)."""
 
@@ -52,7 +112,9 @@ class Testbed:
                  queue_packets: int = model.Testbed.queue_packets,
                  ready_timeout_s: float = model.Testbed.ready_timeout_s, controller: bool = True, mtu: int = MTU,
                  link_delay_us: float = 0.0, log=print, routing: str | None = None, tcp_cc: str | None = None,
-                 switch_queue_bytes: int | None = None, kind_delay_us: dict | None = None):
+                 switch_queue_bytes: int | None = None, kind_delay_us: dict | None = None,
+                 switch_daemons: str | int = model.Testbed.switch_daemons,
+                 userspace_tso: bool = model.Testbed.userspace_tso):
         self.fabric = fabric
         self.run_dir = os.path.abspath(run_dir)
         self.policy = routing or policy  # routing: the old name
@@ -71,6 +133,11 @@ class Testbed:
         self.tcp_cc = tcp_cc
         self.switch_queue_bytes = switch_queue_bytes
         self.kind_delay_us = kind_delay_us
+        # "shared": the machine's ovs-vswitchd; N: this run's own (emulator.testbed.switchd).
+        self.switch_daemons = switch_daemons
+        self.userspace_tso = userspace_tso
+        self.daemons: list[switchd.SwitchDaemon] = []
+        self.daemon_of: dict[str, switchd.SwitchDaemon] = {}  # OpenFlow switch -> its daemon
         self.log = log
         self.net = None
         self.ctl_proc = None
@@ -119,8 +186,11 @@ class Testbed:
 
         setLogLevel("error")
         close_inherited()  # before OVS, Mininet's shells, the controller and agents start
-        ensure_ovs()
-        self.datapath = detect_datapath(self.requested_datapath)
+        if self.switch_daemons == "shared":
+            ensure_ovs()
+            self.datapath = detect_datapath(self.requested_datapath)
+        else:
+            self._start_switch_daemons()
         self.state.set(datapath=self.datapath,
                        bridges=[self.mn_name(s) for s in self.fabric.switches])
         fabric_path = inside(self.run_dir, "fabric.json")
@@ -151,7 +221,13 @@ class Testbed:
                 OFPT_HELLO in telnet's output then crashes Mininet's UTF-8 decoder.
                 _launch_controller has already seen this very process listen."""
 
-        topo = FabricTopo(fabric=self.fabric, prefix=self.tag, switch_cls=FabricSwitch, switch_links=not afxdp)
+        switch_cls = FabricSwitch
+        if self.daemons:
+            for d in self.daemons:
+                d.start_relay(ofp_port)
+            classes = [daemon_switch_class(FabricSwitch, d, ofp_port) for d in self.daemons]
+            switch_cls = {s: classes[d.index] for s, d in self.daemon_of.items()}
+        topo = FabricTopo(fabric=self.fabric, prefix=self.tag, switch_cls=switch_cls, switch_links=not afxdp)
         ctl = (lambda name: Ryu(name, ip="127.0.0.1", port=ofp_port)) if self.use_controller else None
         self.log(f"[testbed] building {self.fabric.kind}: {self.fabric.counts()['hosts']} hosts, "
                  f"{len(self.fabric.switches)} switches, datapath {self.datapath}")
@@ -166,12 +242,88 @@ class Testbed:
             self.log(f"[testbed] {self.tcp_cc} added to net.ipv4.tcp_allowed_congestion_control, so that "
                      "host namespaces may make it their default")
         self._configure_hosts()
-        self._shape_links()
+        if not self.daemons:
+            self._shape_links()
         if self.use_controller:
             wait_for(self._controller_ready, self.ready_timeout_s,
                      "every switch to connect and every route to be installed "
                      f"(controller log: {inside(self.run_dir, 'controller.log')})")
+        if self.daemons:
+            # A fresh ovs-vswitchd resets the qdisc of its ports once, some time after they join
+            # (measured: the HTB put on before the switches connected was gone after). Shape once
+            # they are connected, and check that it stayed.
+            self._shape_links()
+            missing = self._unshaped_root_devs()
+            if missing:
+                raise TestbedError(f"link shaping did not hold on {len(missing)} switch ports ({', '.join(missing[:4])})")
         self.state.set(status="running")
+
+    def _start_switch_daemons(self):
+        """This run's own ovsdb-server and ovs-vswitchd pairs, configured before they start; the
+        OpenFlow switches dealt out between them (switchd.shard)."""
+        if self.requested_datapath == "kernel" or (self.requested_datapath == "auto" and
+                                                    detect_datapath("auto") == "kernel"):
+            raise TestbedError("testbed.switch_daemons needs the userspace datapath, and this machine has the "
+                               "OVS kernel module: set testbed.datapath: userspace, or switch_daemons: shared")
+        raise_send_buffer_default()  # each daemon's send socket takes its buffer at start
+        config = switchd.other_config(self.userspace_tso)
+        for i in range(int(self.switch_daemons)):
+            d = switchd.SwitchDaemon(self.tag, i, self.run_dir, config)
+            self.daemons.append(d)
+            d.start(self.state)
+        if self.userspace_tso and 'userspace-tso-enable="true"' not in self.daemons[0].other_config_now():
+            raise TestbedError("ovs-vswitchd did not keep other_config:userspace-tso-enable")
+        types = ovs_iface_types(self.daemons[0].vsctl()) if self.requested_datapath == "afxdp" else None
+        self.datapath = detect_datapath(self.requested_datapath, iface_types=types)
+        shards = switchd.shard(self.fabric, len(self.daemons))
+        self.daemon_of = {s: self.daemons[i] for s, i in shards.items()}
+        self.log(f"[testbed] {len(self.daemons)} switch daemon(s) of this run"
+                 + (", userspace TSO" if self.userspace_tso else ""))
+
+    def vsctl(self, switch: str | None = None) -> list[str]:
+        """ovs-vsctl talking to the database that holds this switch (the shared one by default)."""
+        d = self.daemon_of.get(switch) if switch is not None else (self.daemons[0] if self.daemons else None)
+        return d.vsctl() if d is not None else ["ovs-vsctl"]
+
+    def netns_of(self, node: str) -> str | None:
+        """The named namespace of a switch's ports (its daemon's), or None: the root one."""
+        d = self.daemon_of.get(node)
+        return d.netns if d is not None else None
+
+    def ip_argv(self, node: str) -> list[str]:
+        """`ip` acting on the namespace of this switch's ports."""
+        ns = self.netns_of(node)
+        return ["ip"] if ns is None else ["ip", "-n", ns]
+
+    def in_netns_argv(self, node: str, argv: list[str]) -> list[str]:
+        """argv run in the namespace of this switch's ports (e.g. to read its devices' sysfs)."""
+        ns = self.netns_of(node)
+        return argv if ns is None else ["ip", "netns", "exec", ns, *argv]
+
+    def net_dev_paths(self) -> list[str]:
+        """/proc/net/dev of every namespace holding switch ports (the root one, and each daemon's)."""
+        return ["/proc/net/dev", *(d.net_dev_path() for d in self.daemons)]
+
+    def ofctl_target(self, switch: str) -> str:
+        """What ovs-ofctl names this switch's bridge by: its name, or its daemon's mgmt socket."""
+        d = self.daemon_of.get(switch)
+        return d.mgmt(self.mn_name(switch)) if d is not None else self.mn_name(switch)
+
+    def send_buffer_bytes(self) -> int | None:
+        """The smallest send buffer among the switch daemons' transmit sockets (userspace only)."""
+        if self.datapath != "userspace":
+            return None
+        if not self.daemons:
+            return ovs_send_buffer()
+        got = [ovs_send_buffer(d.pid("ovs-vswitchd"), d.netns) for d in self.daemons]
+        return None if None in got else min(got)
+
+    def switch_daemons_summary(self) -> dict:
+        """summary.json switch_daemons: which switch daemons forwarded, with what options."""
+        out = {"daemons": self.switch_daemons, "userspace_tso": bool(self.userspace_tso)}
+        if self.daemons:
+            out["switches"] = [sorted(s for s, d in self.daemon_of.items() if d is dm) for dm in self.daemons]
+        return out
 
     def _launch_controller(self, fabric_path: str, attempts: int = 3) -> int:
         """Start the controller on free ports and wait until it, not some other
@@ -259,12 +411,13 @@ class Testbed:
         ports and wait until it has resynchronized every switch. The switches
         are fail-secure: they forward on the flows they hold meanwhile. Returns
         the wall times, or None when `interrupted` (an Event) is set first."""
-        bridges = [self.mn_name(s) for s in self.fabric.openflow_switches]
         # OVS retries a lost controller after 1, 2, 4, then 8 s; retry every second instead.
-        cmd = ["ovs-vsctl"]
-        for br in bridges:
-            cmd += ["--", "set", "controller", br, "max_backoff=1000"]
-        subprocess.run(cmd, capture_output=True)
+        cmds: dict[tuple, list[str]] = {}
+        for s in self.fabric.openflow_switches:
+            cmds.setdefault(tuple(self.vsctl(s)), []).extend(["--", "set", "controller", self.mn_name(s),
+                                                               "max_backoff=1000"])
+        for vsctl, args in cmds.items():
+            subprocess.run([*vsctl, *args], capture_output=True)
         stopped_at = time.time()
         stop_process(self.ctl_proc)
         self._ctl_log.close()
@@ -329,7 +482,11 @@ class Testbed:
                 cmds.append(f"ip link set {dev} up")
                 cmds.append(f"ip route replace 10.1.0.0/16 dev {dev} proto kernel scope link src {nd['nvlink_ip']}")
             if self.datapath != "kernel":
-                cmds.append(shaping.offload_cmd(devs))
+                cmds.append(shaping.offload_cmd(devs, tso=self.userspace_tso))
+            if self.userspace_tso:
+                for sw, _ in self.fabric.attachments(h):  # every fabric NIC (two when dual-homed)
+                    mbps = self.fabric.graph.edges[h, sw]["link_gbps"] * 1000.0 * self.scale_link
+                    cmds.append(f"ip link set {self.intf(h, sw)} gso_max_size {shaping.gso_max_bytes(mbps, self.mtu)}")
             node.cmd("; ".join(cmds))
             if self.tcp_cc is not None:
                 have = node.cmd("cat /proc/sys/net/ipv4/tcp_congestion_control").strip()
@@ -340,14 +497,18 @@ class Testbed:
             cc = self.host(self.fabric.hosts[0]).cmd("cat /proc/sys/net/ipv4/tcp_congestion_control").strip()
             self.log(f"[testbed] TCP congestion control in the hosts: {cc} (the kernel's default; "
                      "transport.tcp.cc sets it)")
-        sw_devs = [self.intf(s, nbr) for s in self.fabric.switches for nbr in self.fabric.graph.neighbors(s)]
-        cmds = [f"ip link set {d} mtu {self.mtu}" for d in sw_devs]
-        if self.datapath != "kernel":
-            cmds.append(shaping.offload_cmd(sw_devs))
-        subprocess.run(["sh", "-c", "; ".join(cmds)], capture_output=True)
+        by_ns: dict = {}
+        for s in self.fabric.switches:
+            by_ns.setdefault(self.netns_of(s), []).extend(self.intf(s, nbr) for nbr in self.fabric.graph.neighbors(s))
+        for ns, sw_devs in by_ns.items():
+            cmds = [f"ip link set {d} mtu {self.mtu}" for d in sw_devs]
+            if self.datapath != "kernel":
+                cmds.append(shaping.offload_cmd(sw_devs, tso=self.userspace_tso))
+            sh = ["sh", "-c", "; ".join(cmds)]
+            subprocess.run(sh if ns is None else ["ip", "netns", "exec", ns, *sh], capture_output=True)
         for s in self.fabric.switches:
             if self.fabric.node(s)["openflow"]:
-                subprocess.run(["ovs-vsctl", "set", "bridge", self.mn_name(s), f"other-config:mtu_request={self.mtu}",
+                subprocess.run([*self.vsctl(s), "set", "bridge", self.mn_name(s), f"other-config:mtu_request={self.mtu}",
                                 "--", "set", "interface", self.mn_name(s), f"mtu_request={self.mtu}"],
                                capture_output=True)
 
@@ -376,7 +537,8 @@ class Testbed:
                     shapes.append(LinkShape(self.intf(peer, node), mbps, peer, ingress=True, delay_us=delay,
                                             limit_bytes=limit))
                 else:
-                    shapes.append(LinkShape(self.intf(node, peer), mbps, node if is_host else None, delay_us=delay,
+                    shapes.append(LinkShape(self.intf(node, peer), mbps, node if is_host else None,
+                                            netns=None if is_host else self.netns_of(node), delay_us=delay,
                                             limit_bytes=limit))
         return shapes
 
@@ -395,6 +557,18 @@ class Testbed:
                                       limit_bytes=s.limit_bytes)
         for (kind, name), lines in batches.items():
             self._tc_batch(kind, name, lines)
+
+    def _unshaped_root_devs(self) -> list[str]:
+        """Switch-side devices (root or daemon namespaces) planned to be shaped that have no root
+        qdisc of ours now."""
+        missing = []
+        for ns in {None, *(d.netns for d in self.daemons)}:
+            cmd = ["tc", "qdisc", "show"] if ns is None else ["tc", "-n", ns, "qdisc", "show"]
+            out = subprocess.run(cmd, capture_output=True, text=True).stdout
+            have = {ln.split()[4] for ln in out.splitlines()
+                    if len(ln.split()) > 5 and ln.split()[1] in ("htb", "netem") and ln.split()[5] == "root"}
+            missing += [s.dev for s in self.shapes if s.host is None and s.netns == ns and s.dev not in have]
+        return sorted(missing)
 
     def _tc_batch(self, kind: str, name: str | None, lines: list[str]):
         path = inside(self.run_dir, f"tc-{name or kind}.batch")
@@ -428,6 +602,11 @@ class Testbed:
             stop_process(self.ctl_proc)
             self.ctl_proc = None
             self._ctl_log.close()
+        for d in self.daemons:  # after Mininet removed its bridges from them
+            try:
+                d.stop()
+            except Exception as e:  # keep tearing down the rest
+                errors.append(f"switch daemon {d.index}: {e}")
         if self.tag:
             self._remove_leftovers()
             if self.state:

@@ -58,7 +58,8 @@ class FabricTopo(Topo):
     def build(self, fabric: Fabric = None, prefix: str = "", switch_cls=None, bridge_cls=KernelBridge,
               switch_links: bool = True):
         """switch_links=False leaves out links between OpenFlow switches: the
-        AF_XDP testbed wires those through a link namespace itself."""
+        AF_XDP testbed wires those through a link namespace itself. switch_cls
+        is one class for every OpenFlow switch, or a dict naming each one's."""
         self.fabric, self.prefix = fabric, prefix
         for h in fabric.hosts:
             nd = fabric.node(h)
@@ -68,6 +69,8 @@ class FabricTopo(Topo):
             opts = {"dpid": f"{nd['dpid']:016x}"}
             if not nd["openflow"]:
                 opts["cls"] = bridge_cls
+            elif isinstance(switch_cls, dict):
+                opts["cls"] = switch_cls[s]
             elif switch_cls is not None:
                 opts["cls"] = switch_cls
             self.addSwitch(prefix + s, **opts)

@@ -7,8 +7,10 @@ owner's PID; a lease whose owner is dead is free again.
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
+import shutil
 import string
 import subprocess
 import time
@@ -189,13 +191,18 @@ def leftovers(tag: str) -> dict:
         netns = [ln.split()[0] for ln in out.splitlines() if ln.strip() and ln.split()[0].startswith(tag)]
     except FileNotFoundError:
         pass
-    return {"bridges": bridges, "links": links, "netns": netns}
+    # The run's own switch daemons' sockets and database (emulator.testbed.switchd).
+    daemon_dirs = sorted(glob.glob(os.path.join(LEASE_DIR, f"ovs-{tag}[0-9]")))
+    return {"bridges": bridges, "links": links, "netns": netns, "daemon_dirs": daemon_dirs}
 
 
 def remove_leftovers(tag: str) -> dict:
     """Delete what leftovers(tag) lists: bridges, then link namespaces (their
     veths go with them), then root-namespace links. Returns what was there."""
     left = leftovers(tag)
+    # The daemons' processes are gone by now (stopped, or killed by PID by `dtnet clean`).
+    for d in left["daemon_dirs"]:
+        shutil.rmtree(d, ignore_errors=True)
     for br in left["bridges"]:
         subprocess.run(["ovs-vsctl", "--if-exists", "del-br", br], capture_output=True)
     for ns in left["netns"]:

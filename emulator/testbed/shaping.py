@@ -103,7 +103,23 @@ def ingress_redirect_cmds(dev: str, ifb: str) -> list[str]:
     ]
 
 
-def offload_cmd(devs: list[str]) -> str:
+# With userspace TSO a host's super-packet lasts at most this long on its link: a tenth of the
+# fidelity monitor's 0.25 s link sample (emulator.run.fidelity.LINK_SAMPLE_S). Unbounded, a 64 KB
+# packet outlasts a sample at low rates (0.4 s at 1.25 Mb/s), and one sample of a 64-GPU ring
+# read 1.10 of the link's rate.
+GSO_MAX_S = 0.025
+GSO_MAX_BYTES = 65536  # the kernel's default gso_max_size
+
+
+def gso_max_bytes(rate_mbps: float, mtu: int) -> int:
+    """gso_max_size for a host NIC at rate_mbps: GSO_MAX_S of the link, at least one frame."""
+    return int(min(GSO_MAX_BYTES, max(mtu, rate_mbps * 1e6 / 8 * GSO_MAX_S)))
+
+
+def offload_cmd(devs: list[str], tso: bool = False) -> str:
     """One shell line turning TX offloads off: TCP over the userspace datapath
-    stalls with them on (checksums never filled in)."""
-    return "; ".join(f"ethtool -K {d} tx off tso off gso off gro off >/dev/null 2>&1" for d in devs)
+    stalls with them on (checksums never filled in). With OVS userspace TSO
+    (tso) they stay on: the switch fills the checksums in, and carries one
+    super-packet where it would carry up to 44 frames."""
+    state = "on" if tso else "off"
+    return "; ".join(f"ethtool -K {d} tx {state} tso {state} gso {state} gro {state} >/dev/null 2>&1" for d in devs)

@@ -12,15 +12,16 @@ pytestmark = pytest.mark.mininet
 
 SIZE = 1_000_000_000
 SCALE_BYTES = 1.0e-3
-EXPERIMENT = f"""\
+EXPERIMENT = """\
 name: capture-stride
 topology: {{kind: fat-tree, k: 4, link_gbps: 400}}
-scale: {{link: 1.25e-5, bytes: {SCALE_BYTES}}}
+scale: {{link: 1.25e-5, bytes: {scale_bytes}}}
 controller: {{routing: ecmp}}
+testbed: {{switch_daemons: {switchd}}}
 jobs:
   - name: stride
     hosts: all
-    workload: {{pattern: stride, stride: 8, size_bytes: {SIZE}, iterations: 1}}
+    workload: {{pattern: stride, stride: 8, size_bytes: {size}, iterations: 1}}
 capture: {{links: [[edge0_0, agg0_0], [edge0_0, agg0_1]], max_packets: 200000}}
 """
 
@@ -29,9 +30,11 @@ def ip(h):
     return f"10.0.0.{h + 1}"
 
 
-def test_pcap_stats_sees_the_stride_flows_of_one_edge_on_its_uplinks(tmp_path):
+# The machine's switch daemon, and two of the run's own (the edge's ports in a daemon's namespace).
+@pytest.mark.parametrize("switchd", ["shared", 2])
+def test_pcap_stats_sees_the_stride_flows_of_one_edge_on_its_uplinks(tmp_path, switchd):
     exp, out = tmp_path / "e.yaml", tmp_path / "r"
-    exp.write_text(EXPERIMENT)
+    exp.write_text(EXPERIMENT.format(scale_bytes=SCALE_BYTES, size=SIZE, switchd=switchd))
     r = dtnet("run", str(exp), "--out", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     summary = json.load(open(out / "summary.json"))

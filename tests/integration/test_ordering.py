@@ -50,9 +50,14 @@ def tcp_ext(host) -> dict:
     return parse_snmp_tcp(host.cmd("cat /proc/net/netstat"), prefix="TcpExt:")
 
 
-def test_small_data_segments_keep_their_place_in_the_flow(tmp_path):
+# The machine's switch daemon, and two of the run's own with userspace TSO (super-packets).
+SWITCHD = {"shared": {}, "two-own-tso": {"switch_daemons": 2, "userspace_tso": True}}
+
+
+@pytest.mark.parametrize("switchd", list(SWITCHD))
+def test_small_data_segments_keep_their_place_in_the_flow(tmp_path, switchd):
     with Testbed(leaf_spine(2, 1, 2), str(tmp_path), routing="shortest", scale_link=2.5e-5,
-                 log=lambda *_: None) as tb:
+                 log=lambda *_: None, **SWITCHD[switchd]) as tb:
         h0, h2 = tb.host("h0"), tb.host("h2")
         before_rx, before_tx = tcp_ext(h2), tcp_ext(h0)
         rx = h2.popen([sys.executable, "-c", RECEIVER])

@@ -161,6 +161,18 @@ class FakeTB:
 
     ready_timeout_s = 1.0
 
+    def vsctl(self, switch=None):
+        return ["ovs-vsctl"]
+
+    def ofctl_target(self, switch):
+        return self.mn_name(switch)
+
+    def ip_argv(self, node):
+        return ["ip"]
+
+    def in_netns_argv(self, node, argv):
+        return argv
+
     def controller_status(self):
         return {"switches_ready": ["agg0_0"]}
 
