@@ -17,6 +17,7 @@
 //   poll PERIOD_S                         (the controller in the loop: every PERIOD_S, and at each
 //   wake AT_S                              wake, print a poll line and read commands until "go")
 //   tsq CONN BYTES                        (TCP Small Queues: the connection's payload bytes below TCP)
+//   ackevery N                            (receivers ACK once per N full segments; 2 without it)
 //   pace NODE BPS FROM_S UNTIL_S          (the node's connections send at most BPS payload bytes a
 //                                          second together, from FROM_S until UNTIL_S since t0)
 //
@@ -889,6 +890,7 @@ int main(int argc, char** argv) {
     double ecnMin = 0, ecnMax = 0, ecnProb = 0, endS = 3600, rtoMin = 0.2;
     int ackPrio = 0;  // 1: pure ACKs ahead of data at every port (packetsim.emulated)
     double delAckS = 0.04;  // Linux's delayed-ACK floor (the scenario says; packetsim.transport says why)
+    uint32_t ackEvery = 2;  // full segments per ACK (ns-3's DelAckCount; experiment.transport.Tcp says why more)
     // > 0: the emulator's shaping (emulator/testbed/shaping.py): the wire runs 100x faster and a
     // token bucket at the link's rate, bursting max(2 frames, htbBurstS of traffic), paces it.
     double htbBurstS = 0;
@@ -950,6 +952,8 @@ int main(int argc, char** argv) {
             in >> ackPrio;
         } else if (kind == "delack") {
             in >> delAckS;
+        } else if (kind == "ackevery") {
+            in >> ackEvery;
         } else if (kind == "htb") {
             in >> htbBurstS;
         } else if (kind == "tsq") {
@@ -1004,6 +1008,7 @@ int main(int argc, char** argv) {
     Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(10));
     Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(Seconds(rtoMin)));
     Config::SetDefault("ns3::TcpSocket::DelAckTimeout", TimeValue(Seconds(delAckS)));
+    Config::SetDefault("ns3::TcpSocket::DelAckCount", UintegerValue(ackEvery));  // ECN below makes it 1
     Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MicroSeconds(1)));
     if (cc == "dctcp" || ecnMax > 0) {
         Config::SetDefault("ns3::TcpSocketBase::UseEcn", StringValue("On"));
