@@ -362,7 +362,7 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
     checks = [{"name": "complete", "ok": status == "complete",
                "detail": "every op of every rank finished" if status == "complete" else error}]
     model = {
-        "simulator": f"ns-3 {ns3.NS3_VERSION} (Debian libns3-dev) through dtnet's C++ driver",
+        "simulator": f"ns-3 {ns3.NS3_VERSION} ({ns3.library()}) through dtnet's C++ driver",
         "transport": {"cc": t.cc, "mtu_bytes": t.mtu_bytes, "segment_bytes": t.mtu_bytes - 52,
                       "switch_buffer_bytes": t.switch_buffer_bytes,
                       "ecn": vars(t.ecn) if t.ecn else None, "latency_us": t.latency_us,
