@@ -28,7 +28,11 @@ class NotInstalled(InputError):
 
 def available() -> bool:
     """True when the driver can be built or is built: the tests that need ns-3 skip otherwise."""
-    return os.path.exists(binary_path()) or (os.path.exists(HEADER) and shutil.which("g++") is not None)
+    return os.path.exists(binary_path()) or _headers() and shutil.which("g++") is not None
+
+
+def _headers() -> bool:
+    return bool(optimized_prefix()) or os.path.exists(HEADER)
 
 
 # ns-3 allocates and frees a packet, its buffer and its tags at every hop; with glibc's malloc
@@ -78,7 +82,7 @@ def build(log=print) -> str:
     path = binary_path()
     if os.path.exists(path):
         return path
-    if not (optimized_prefix() or os.path.exists(HEADER)) or shutil.which("g++") is None:
+    if not _headers() or shutil.which("g++") is None:
         raise NotInstalled("engine", f"ns-3 {NS3_VERSION} and g++ ({INSTALL})", "not installed")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     log(f"[packet] building the ns-3 driver ({os.path.basename(path)}), once")
