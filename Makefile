@@ -4,7 +4,7 @@ DTNET = $(VENV)/bin/dtnet
 PY = $(VENV)/bin/python
 DEMO ?= experiments/demo.yaml
 
-.PHONY: setup torch packet demo test unit integration clean bench lab-box lab-check
+.PHONY: setup torch packet packet-optimized demo test unit integration clean bench lab-box lab-check
 
 setup:
 	bash scripts/bootstrap.sh
@@ -16,6 +16,10 @@ torch:
 # ns-3 3.37 (Debian's libns3-dev) and the packet engine's driver; see docs/packet-engine.md.
 packet:
 	DTNET_NS3=1 bash scripts/bootstrap.sh
+
+# The same, with ns-3 rebuilt from Debian's source (optimized profile): faster runs, same results.
+packet-optimized:
+	DTNET_NS3=optimized bash scripts/bootstrap.sh
 
 demo: setup
 	$(DTNET) run $(DEMO)

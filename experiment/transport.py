@@ -35,9 +35,18 @@ QUEUE_PACKET_BYTES = 1500
 HTB_BURST_S = 0.001
 
 
+MAX_ACK_EVERY_SEGMENTS = 64  # a 64 KiB GRO burst of 1 KiB segments; past it a window stalls on the timer
+
+
 @dataclass(frozen=True)
 class Tcp:
     cc: str | None = setting(None, str, lambda v: v in CCS, "one of " + ", ".join(CCS))
+    # A receiver ACKs once per this many full segments (its delayed-ACK timer still flushes a
+    # short tail). RFC 1122's is 2; Linux with GRO at 100 Gb/s and up ACKs once per coalesced
+    # burst (64 KiB: 7 segments of 9000-byte frames). A modelling choice: it cuts the ACKs a run
+    # simulates.
+    ack_every_segments: int | None = setting(None, int, lambda v: 1 <= v <= MAX_ACK_EVERY_SEGMENTS,
+                                             f"segments in 1..{MAX_ACK_EVERY_SEGMENTS}")
 
 
 @dataclass(frozen=True)
@@ -78,8 +87,9 @@ class Transport:
     def given(self) -> dict:
         """The keys the file set, by dotted name (tcp.cc, mtu_bytes, ...), with their values."""
         out = {}
-        if self.tcp.cc is not None:
-            out["tcp.cc"] = self.tcp.cc
+        for k in ("cc", "ack_every_segments"):
+            if getattr(self.tcp, k) is not None:
+                out["tcp." + k] = getattr(self.tcp, k)
         for k in ("mtu_bytes", "switch_buffer_bytes"):
             if getattr(self, k) is not None:
                 out[k] = getattr(self, k)
@@ -93,14 +103,14 @@ class Transport:
         """The section as a file writes it (only what was set)."""
         out: dict = {}
         for key, value in self.given().items():
-            if key == "tcp.cc":
-                out["tcp"] = {"cc": value}
+            if key.startswith("tcp."):
+                out.setdefault("tcp", {})[key[4:]] = value
             else:
                 out[key] = value
         return out
 
 
-KEYS = ("tcp.cc", "mtu_bytes", "switch_buffer_bytes", "ecn", "latency_us")
+KEYS = ("tcp.cc", "tcp.ack_every_segments", "mtu_bytes", "switch_buffer_bytes", "ecn", "latency_us")
 
 
 def _plain(obj) -> dict:
@@ -144,14 +154,16 @@ MODELS, IGNORES, REFUSES = "models", "ignores", "refuses"
 SUPPORT = {
     # The machine may refuse more (a congestion control its kernel lacks, no netem): the
     # emulator passes its own `machine` check.
-    "emulate": {"tcp.cc": MODELS, "mtu_bytes": MODELS, "switch_buffer_bytes": MODELS, "ecn": REFUSES,
-                "latency_us": MODELS},
-    "flow": {"tcp.cc": IGNORES, "mtu_bytes": IGNORES, "switch_buffer_bytes": IGNORES, "ecn": IGNORES,
-             "latency_us": MODELS},
+    "emulate": {"tcp.cc": MODELS, "tcp.ack_every_segments": REFUSES, "mtu_bytes": MODELS,
+                "switch_buffer_bytes": MODELS, "ecn": REFUSES, "latency_us": MODELS},
+    "flow": {"tcp.cc": IGNORES, "tcp.ack_every_segments": IGNORES, "mtu_bytes": IGNORES,
+             "switch_buffer_bytes": IGNORES, "ecn": IGNORES, "latency_us": MODELS},
     "packet": dict.fromkeys(KEYS, MODELS),
 }
 
 WHY_REFUSED = {
+    ("emulate", "tcp.ack_every_segments"): "nothing with engine: emulate (the hosts' kernel ACKs as it does, "
+                                           "delayed ACKs and GRO; use engine: packet)",
     ("emulate", "ecn"): "no ECN marking with engine: emulate (the emulator's queues are HTB with bfifo leaves, "
                         "which never mark; use engine: packet)",
 }

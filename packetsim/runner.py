@@ -362,11 +362,12 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
     checks = [{"name": "complete", "ok": status == "complete",
                "detail": "every op of every rank finished" if status == "complete" else error}]
     model = {
-        "simulator": f"ns-3 {ns3.NS3_VERSION} (Debian libns3-dev) through dtnet's C++ driver",
+        "simulator": f"ns-3 {ns3.NS3_VERSION} ({ns3.library()}) through dtnet's C++ driver",
         "transport": {"cc": t.cc, "mtu_bytes": t.mtu_bytes, "segment_bytes": t.mtu_bytes - 52,
                       "switch_buffer_bytes": t.switch_buffer_bytes,
                       "ecn": vars(t.ecn) if t.ecn else None, "latency_us": t.latency_us,
-                      "rto_min_s": RTO_MIN_S, "delayed_ack_s": t.delack_s, "routing": exp.routing,
+                      "rto_min_s": RTO_MIN_S, "delayed_ack_s": t.delack_s,
+                      "ack_every_segments": 1 if t.ecn else t.ack_every_segments, "routing": exp.routing,
                       "tsq_bytes": _tsq_summary(res.get("tsq_bytes") or [])},
         "statements": [
             "every packet over point-to-point links at their configured rates; each output port a FIFO "
@@ -380,6 +381,9 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
             "its host's queue or on its wire) are under tsq_bytes: about 1 ms at its first link's rate (the "
             "stand-in for Linux's pacing rate), at least two segments, at most 4 MiB (tcp_limit_output_bytes)"
             if t.tsq else "no TCP Small Queues: a sender's window may wait whole in its NIC queue"]
+        + ([f"receivers ACK once per {t.ack_every_segments} full segments (transport.tcp.ack_every_segments; "
+            "RFC 1122's 2 unless set), as Linux with GRO ACKs a coalesced burst: fewer ACKs simulated"]
+           if t.ack_every_segments != 2 and not t.ecn else [])
         + (["in the emulator's units (packet.units emulated): link rates x scale.link, bytes x scale.bytes, "
             "times x the dilation, the emulator's MTU and queues and its switches' hop delay; every figure "
             "divided back to real units; pure ACKs share the data FIFO (the emulator gives them a class "

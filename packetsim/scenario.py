@@ -298,6 +298,8 @@ def write(sc: Scenario, net, transport, path: str, *, seed: int, bin_s: float, e
         if transport.ack_priority:
             f.write("ackprio 1\n")
         f.write(f"delack {transport.delack_s!r}\n")
+        if transport.ack_every_segments != 2:  # ns-3's own default otherwise
+            f.write(f"ackevery {transport.ack_every_segments}\n")
         if transport.htb_burst_s:
             f.write(f"htb {transport.htb_burst_s!r}\n")
         tsq = [transport.tsq_bytes(float(net.link_gbps[int(p[0])])) for p in sc.paths]  # by its first link

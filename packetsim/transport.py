@@ -35,6 +35,7 @@ class Transport:
     # RTO: after a timeout each lone segment's ACK came as the RTO fired again (incast rounds of
     # 30 s, spurious retransmissions after every idle phase in emulated units).
     delack_s: float = 0.04
+    ack_every_segments: int = 2  # ns-3's DelAckCount and RFC 1122's; experiment.transport.Tcp says why more
     # > 0: shape every link as the emulator's HTB (a token bucket bursting this much traffic, at
     # least two frames, over a wire 100x faster); 0: the wire itself at the link's rate
     htb_burst_s: float = 0.0
@@ -60,7 +61,8 @@ def settings(exp) -> Transport:
     if t.latency_us is not None:
         lat = {k: t.latency_us.of(k) for k in lat}
     d = Transport()
-    return Transport(cc=t.tcp.cc or d.cc, mtu_bytes=t.mtu_bytes or d.mtu_bytes,
+    return Transport(cc=t.tcp.cc or d.cc, ack_every_segments=t.tcp.ack_every_segments or d.ack_every_segments,
+                     mtu_bytes=t.mtu_bytes or d.mtu_bytes,
                      switch_buffer_bytes=t.switch_buffer_bytes or d.switch_buffer_bytes,
                      ecn=t.ecn,
                      latency_us=lat, spray=trait(exp.routing, "sprays"))

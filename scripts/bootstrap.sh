@@ -19,8 +19,10 @@ APT_PKGS=(mininet python3-networkx python3-yaml openvswitch-switch iperf3 ethtoo
 # ns-3 for `engine: packet`, with DTNET_NS3=1 (`make packet`, `make test`): Debian's C++ library
 # a compiler for the engine's driver (docs/packet-engine.md says why not the PyPI bindings), and
 # tcmalloc, which the driver links when present (a quarter faster).
+# DTNET_NS3=optimized also rebuilds ns-3 3.37 from Debian's source with the optimized profile
+# (scripts/build-ns3-optimized.sh, about 10 CPU minutes), which the driver then links.
 NS3_APT_PKGS=(libns3-dev g++ libtcmalloc-minimal4)
-if [[ "${DTNET_NS3:-0}" == 1 ]]; then
+if [[ "${DTNET_NS3:-0}" == 1 || "${DTNET_NS3:-0}" == optimized ]]; then
     APT_PKGS+=("${NS3_APT_PKGS[@]}")
 fi
 
@@ -34,6 +36,10 @@ PIP_RYU=("ryu==4.34")
 log() { echo "[bootstrap] $*"; }
 die2() { echo "bootstrap.sh: $*" >&2; exit 2; }
 
+case "${DTNET_NS3:-0}" in
+    0|1|optimized) ;;
+    *) die2 "DTNET_NS3: expected 0, 1 or optimized, found '$DTNET_NS3'" ;;
+esac
 # Bad DTNET_WHEELHOUSE fails before anything is installed.
 WHEELHOUSE="${DTNET_WHEELHOUSE:-}"
 if [[ -n "$WHEELHOUSE" && ! -d "$WHEELHOUSE" ]]; then
@@ -158,7 +164,11 @@ if [[ "${DTNET_TORCH:-0}" == 1 ]] && ! "$PY" -c "import torch, sys; sys.exit(tor
     "$PY" -m pip install -q --no-deps "torch==$TORCH_VERSION"
     "$PY" -m pip install -q filelock "typing-extensions>=4.10.0" "sympy>=1.13.3" jinja2 "fsspec>=0.8.5"
 fi
-if [[ "${DTNET_NS3:-0}" == 1 ]]; then
+if [[ "${DTNET_NS3:-0}" == optimized ]]; then
+    log "building ns-3 3.37 with the optimized profile"
+    bash "$ROOT/scripts/build-ns3-optimized.sh"
+fi
+if [[ "${DTNET_NS3:-0}" == 1 || "${DTNET_NS3:-0}" == optimized ]]; then
     log "building the packet engine's ns-3 driver"
     (cd "$ROOT" && "$PY" -m packetsim.ns3)
 fi

@@ -72,6 +72,8 @@ def test_no_section_sets_nothing_and_round_trips():
     ({"tcp": {"cc": "dctcp"}}, "transport.ecn"),  # DCTCP without marks
     ({"latency_us": {"spine": 1}}, "transport.latency_us.spine"),
     ({"latency_us": {"host": -1}}, "transport.latency_us.host"),
+    ({"tcp": {"ack_every_segments": 0}}, "transport.tcp.ack_every_segments"),
+    ({"tcp": {"ack_every_segments": 65}}, "transport.tcp.ack_every_segments"),
 ])
 def test_bad_sections_are_one_line_errors(section, key):
     msg = refused(key, exp, section)
@@ -83,6 +85,15 @@ def test_two_latencies_at_once_are_refused():
     data["topology"]["latency_us"] = 3
     data["transport"] = {"latency_us": {"fabric": 2}}
     refused("transport.latency_us", model.parse, data, "t.yaml")
+
+
+def test_fewer_acks_is_a_tcp_key_that_round_trips_and_only_the_packet_engine_models():
+    e = exp({"tcp": {"cc": "cubic", "ack_every_segments": 7}})
+    assert e.transport.given() == {"tcp.cc": "cubic", "tcp.ack_every_segments": 7}
+    assert model.parse(model.to_dict(e), "t.yaml") == e
+    assert check_transport(e, "packet") == []
+    assert check_transport(e, "flow") == ["tcp.cc", "tcp.ack_every_segments"]
+    assert "engine: packet" in refused("transport.tcp.ack_every_segments", check_transport, e, "emulate")
 
 
 # -- the table ----------------------------------------------------------------------------
@@ -173,7 +184,8 @@ def test_flow_engine_says_what_it_ignores(tmp_path):
     s = flow_run(e, str(tmp_path), log=lambda *_: None)
     t = s["model"]["transport"]
     assert t["models"] == {"latency_us": {"host": 0.0, "fabric": 2.0, "nvlink": 0.0}}
-    assert t["ignores"] == {"tcp.cc": "bbr", "mtu_bytes": None, "switch_buffer_bytes": None, "ecn": None}
+    assert t["ignores"] == {"tcp.cc": "bbr", "tcp.ack_every_segments": None, "mtu_bytes": None,
+                            "switch_buffer_bytes": None, "ecn": None}
     assert "transport.tcp.cc" in s["model"]["ignored"]
 
 

@@ -66,6 +66,20 @@ def test_one_flow_on_one_link_reaches_the_line_rate_less_headers(tmp_path):
 
 
 @needs_ns3
+def test_acking_every_eighth_segment_sends_a_quarter_of_the_acks_and_ends_at_the_same_time(tmp_path):
+    net = fake_net(["h0", "h1"], [(0, 1, 10.0)])
+    size = 20_000_000
+    # a buffer above the flow's TSQ limit: no loss, so no duplicate ACKs come on top
+    runs = {n: simulate(net, [([0, 1], size)], tmp_path / str(n), buffer=4 << 20, ack_every_segments=n)
+            for n in (2, 8)}
+    ack_bytes = {n: sum(next(q for q in r["queues"] if q["dir"] == 1)["bins"]) for n, r in runs.items()}
+    assert 3.9 <= ack_bytes[2] / ack_bytes[8] <= 4.1, ack_bytes  # h1's port back to h0 carries only ACKs
+    assert runs[8]["meta"]["events"] < 0.9 * runs[2]["meta"]["events"]
+    ends = {n: r["tasks"][0]["end"] for n, r in runs.items()}
+    assert abs(ends[8] / ends[2] - 1) < 0.001, ends
+
+
+@needs_ns3
 def test_two_flows_into_one_port_share_it_fairly(tmp_path):
     net = fake_net(["h0", "h1", "h2", "s"], [(0, 3, 10.0), (1, 3, 10.0), (3, 2, 10.0)])
     size = 20_000_000
@@ -235,6 +249,7 @@ def test_a_sweep_over_an_hour_in_all_is_refused_before_its_first_point_unless_fo
 
 def test_a_run_without_ns3_says_how_to_install_it(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(ns3, "HEADER", str(tmp_path / "absent.h"))
+    monkeypatch.setenv("DTNET_NS3_LIBRARY", "debian")  # nor an optimized build in the cache
     monkeypatch.setattr(ns3, "binary_path", lambda: str(tmp_path / "absent-binary"))
     assert main(["run", write(tmp_path, ring()), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
