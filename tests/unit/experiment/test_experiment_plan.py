@@ -208,7 +208,8 @@ def test_faults_parse_and_check_the_link(tmp_path):
             model.load(str(p))
 
 
-def test_fault_injector_cuts_the_switch_side_and_logs_an_event(tmp_path):
+@pytest.mark.parametrize("netns", [None, "dtnet-sw0"])
+def test_fault_injector_cuts_the_switch_side_and_logs_an_event(tmp_path, netns):
     from emulator.run.faults import FaultInjector
     from experiment.model import Fault
     from topologies import fat_tree
@@ -218,6 +219,10 @@ def test_fault_injector_cuts_the_switch_side_and_logs_an_event(tmp_path):
 
         def intf(self, node, peer):
             return f"{node}-eth{self.fabric.port(node, peer)}"
+
+        def ip_argv(self, node):
+            # None: the machine's shared switch daemon; a name: the namespace of the run's own daemon.
+            return ["ip"] if netns is None else ["ip", "-n", netns]
 
     calls = []
 
@@ -229,7 +234,8 @@ def test_fault_injector_cuts_the_switch_side_and_logs_an_event(tmp_path):
                         events_path=str(ev_path), log=lambda *_: None, run=run)
     assert inj.due_s(inj.faults[0]) == pytest.approx(100.4)  # 10 ms real x 40
     ev = inj.apply(inj.faults[0])
-    assert calls == [["ip", "link", "set", "dev", f"edge0_0-eth{TB.fabric.port('edge0_0', 'h0')}", "down"]]
+    ip = ["ip"] if netns is None else ["ip", "-n", netns]
+    assert calls == [[*ip, "link", "set", "dev", f"edge0_0-eth{TB.fabric.port('edge0_0', 'h0')}", "down"]]
     import json
     assert ev["ok"] and json.loads(ev_path.read_text())["link"] == "h0-edge0_0"
 
