@@ -50,6 +50,29 @@ def _kill(pid: int, role: str, log) -> bool:
     return True
 
 
+def _wait_gone(killed: list[tuple[int, str, float | None]], log, timeout_s: float = 10.0) -> None:
+    """Wait until every killed process has ended: SIGKILL is delivered asynchronously, and a
+    process in the kernel (a daemon tearing down its ports) ends only when it leaves it."""
+    import time
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = [(pid, role) for pid, role, start in killed if same_process(pid, start) and not _zombie(pid)]
+        if not alive:
+            return
+        if time.monotonic() > deadline:
+            log("dtnet clean: still ending after SIGKILL: " + ", ".join(f"{r} (pid {p})" for p, r in alive))
+            return
+        time.sleep(0.05)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        import psutil
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except Exception:  # noqa: BLE001: gone (or psutil missing: count it as alive until it is gone)
+        return False
+
+
 def clean_run(run_dir: str, log=print) -> int:
     """Remove one dead run's resources; returns how many were removed. state.json is only a
     claim: a process is killed only when its PID and start time are the ones recorded, and
@@ -75,6 +98,7 @@ def clean_run(run_dir: str, log=print) -> int:
         log(f"dtnet clean: {run_dir}: {why}; left alone")
         return 0
     removed = 0
+    killed = []
     try:
         pids = dict(st.get("pids") or {})
         starts = dict(st.get("starts") or {})
@@ -96,6 +120,8 @@ def clean_run(run_dir: str, log=print) -> int:
                         _kill(child, f"{role} child", log)
             if cmd and ours and _kill(pid, role, log):
                 removed += 1
+                killed.append((pid, role, starts.get(role)))
+        _wait_gone(killed, log)
         left = runstate.remove_leftovers(tag)
         n = sum(len(v) for v in left.values())
         removed += n

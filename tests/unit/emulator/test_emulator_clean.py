@@ -56,6 +56,9 @@ def test_a_process_is_killed_only_when_its_pid_and_start_time_match(tmp_path, le
     # The recorded process itself (same PID, same start time) is killed.
     forge(tmp_path / "run", pids={"controller": decoy.pid}, starts={"controller": start_time(decoy.pid)})
     assert clean.clean_run(str(tmp_path / "run"), log=logs.append) == 1
+    # Ended by the time clean returns (SIGKILL is asynchronous): only its parent's reaping is left.
+    import psutil
+    assert psutil.Process(decoy.pid).status() == psutil.STATUS_ZOMBIE
     assert decoy.wait(10) == -9 and any(f"killed controller (pid {decoy.pid})" in m for m in logs)
 
 
