@@ -328,24 +328,6 @@ def _json(body, status=200):
                     body=json.dumps(body).encode())
 
 
-# A body refused as too large is still read (and dropped) up to this size before the answer, so
-# that a client still sending it reads the 413 instead of a broken pipe (a lingering close, as
-# web servers do); a larger declared length gets the answer and the connection closes at once.
-DRAIN_MAX_BYTES = 8 << 20
-
-
-def _drain(req, chunk_bytes: int = 1 << 16) -> None:
-    n = req.content_length
-    if n is None or n > DRAIN_MAX_BYTES:
-        return
-    f = req.body_file_raw
-    while n > 0:
-        got = f.read(min(chunk_bytes, n))
-        if not got:
-            return
-        n -= len(got)
-
-
 class RestApi(ControllerBase):
     def __init__(self, req, link, data, **config):
         super().__init__(req, link, data, **config)
@@ -362,7 +344,6 @@ class RestApi(ControllerBase):
     @route("dtnet", API + "/announce", methods=["POST"])
     def announce(self, req, **_):
         if req.content_length is None or req.content_length > MAX_BODY_BYTES:
-            _drain(req)
             return _json({"error": f"body: expected a Content-Length of at most {MAX_BODY_BYTES} bytes"}, 413)
         try:
             code, answer = self.app.ctl.announce(req.body, time.time())

@@ -1,11 +1,13 @@
 """The REST API reference (docs/rest-api.yaml) against the live controller: every endpoint's
 answers conform, errors included; and the documented by-hand command starts a controller."""
+import http.client
 import json
 import os
 import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -39,11 +41,29 @@ def check_every_endpoint(base):
         assert code == 200 and errors(SPEC, schema(SPEC, "/dtnet/v1" + path, "get", status), answer) == []
     code, answer = call(api + "/announce", json.dumps(GOOD).encode())
     assert code == 200 and errors(SPEC, schema(SPEC, "/dtnet/v1/announce", "post", "200"), answer) == [], answer
-    for body, status in ((b"{not json", "400"), (json.dumps({**GOOD, "colour": 1}).encode(), "400"),
-                         (b" " * ((1 << 20) + 1), "413")):
+    for body, status in ((b"{not json", "400"), (json.dumps({**GOOD, "colour": 1}).encode(), "400")):
         code, answer = call(api + "/announce", body)
         assert str(code) == status and errors(SPEC, schema(SPEC, "/dtnet/v1/announce", "post", status), answer) == []
+    code, answer = oversized(api + "/announce")
+    assert code == 413 and errors(SPEC, schema(SPEC, "/dtnet/v1/announce", "post", "413"), answer) == []
     return call(api + "/state")[1]
+
+
+def oversized(url):
+    """POST headers declaring a body over the limit, and no body: the controller refuses on the
+    Content-Length alone, and a client still writing the refused body would get a broken pipe
+    or the answer depending on timing."""
+    u = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
+    try:
+        conn.putrequest("POST", u.path)
+        conn.putheader("Content-Type", "application/json")
+        conn.putheader("Content-Length", str((1 << 20) + 1))
+        conn.endheaders()
+        r = conn.getresponse()
+        return r.status, json.loads(r.read())
+    finally:
+        conn.close()
 
 
 def test_the_live_controller_answers_as_documented(tmp_path):
