@@ -14,7 +14,7 @@ import signal
 
 from badinput.paths import inside
 from emulator.testbed import runstate, switchd
-from emulator.testbed.process import same_process, started_for_run
+from emulator.testbed.process import TestbedError, same_process, started_for_run, wait_for
 
 
 def _load(path):
@@ -53,16 +53,12 @@ def _kill(pid: int, role: str, log) -> bool:
 def _wait_gone(killed: list[tuple[int, str, float | None]], log, timeout_s: float = 10.0) -> None:
     """Wait until every killed process has ended: SIGKILL is delivered asynchronously, and a
     process in the kernel (a daemon tearing down its ports) ends only when it leaves it."""
-    import time
-    deadline = time.monotonic() + timeout_s
-    while True:
-        alive = [(pid, role) for pid, role, start in killed if same_process(pid, start) and not _zombie(pid)]
-        if not alive:
-            return
-        if time.monotonic() > deadline:
-            log("dtnet clean: still ending after SIGKILL: " + ", ".join(f"{r} (pid {p})" for p, r in alive))
-            return
-        time.sleep(0.05)
+    def alive():
+        return [(pid, role) for pid, role, start in killed if same_process(pid, start) and not _zombie(pid)]
+    try:
+        wait_for(lambda: not alive(), timeout_s, "killed processes to end")
+    except TestbedError:
+        log("dtnet clean: still ending after SIGKILL: " + ", ".join(f"{r} (pid {p})" for p, r in alive()))
 
 
 def _zombie(pid: int) -> bool:

@@ -67,9 +67,11 @@ def iperf3_flows(tb, flows: list[tuple[str, str]], duration_s: float = 4.0) -> l
         clients = [tb.host(src).popen(["iperf3", "-c", tb.fabric.node(dst)["ip"], "-p", str(BASE_PORT + i),
                                        "-t", f"{duration_s + MARGIN_S:g}"]) for i, (src, dst) in enumerate(flows)]
         procs += clients
-        # The control connection alone carries a few hundred bytes; data flowing means far more.
-        first = wait_for(lambda: (lambda s: s if all(b > 65536 for b, _ in s.values()) else None)(sample()),
-                         MARGIN_S / 2, "every iperf3 stream to deliver data")
+        def flowing():
+            # The control connection alone carries a few hundred bytes; data flowing means far more.
+            s = sample()
+            return s if all(b > 65536 for b, _ in s.values()) else None
+        first = wait_for(flowing, MARGIN_S / 2, "every iperf3 stream to deliver data")
         time.sleep(duration_s)  # the measurement window itself, not a wait for a condition
         last = sample()
         ended = [f"{src}->{dst}" for (src, dst), p in zip(flows, clients) if p.poll() is not None]
