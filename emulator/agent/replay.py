@@ -110,6 +110,7 @@ class Agent:
         self.out_lock = threading.Lock()
         self.failed: str | None = None
         self.stop = False
+        self.released = threading.Event()  # set when the runner lets a finished agent go
         self.ops = [OpState(o) for o in plan.ops]
         self.gates = PhaseGates(plan.cosched) if plan.cosched else None
         self.pacer: tuple[TokenBucket, float, float] | None = None  # (bucket, from, until)
@@ -628,8 +629,12 @@ def main(argv=None) -> int:
         for peer in agent.conns_out:
             threading.Thread(target=agent.sender, args=(peer,), daemon=True).start()
         agent.run(t0)
-        agent.send(protocol.Done(agent.rank, agent.bytes_sent, agent.bytes_received, agent.checksum_errors))
         agent.stop = True
+        agent.send(protocol.Done(agent.rank, agent.bytes_sent, agent.bytes_received, agent.checksum_errors))
+        # Stay until the runner closes stdin, which it does once every rank is done: an agent that
+        # exited at once spent CPU on its teardown while the other ranks' last steps still crossed
+        # the switches, and stretched every run's last iteration (docs/fidelity.md).
+        agent.released.wait()
         return 0
     except AgentError as e:
         agent.send(protocol.Error(agent.rank, str(e)))
@@ -646,4 +651,7 @@ def _watch_stdin(agent: Agent):
                 break
             agent.control(line)
     finally:
-        os._exit(4)
+        if agent.stop and not agent.failed:
+            agent.released.set()  # done, and the runner has read it: main returns 0
+        else:
+            os._exit(4)

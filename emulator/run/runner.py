@@ -296,7 +296,12 @@ class Replay:
                 p.stdin.close()  # agents exit when their stdin closes
             except OSError:
                 pass
+        deadline = time.monotonic() + 1.0  # finished agents exit by themselves once let go
         for _, _, p in self.agents:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
             stop_process(p, timeout_s=2.0)
         self.sel.close()
 

@@ -396,11 +396,19 @@ def _run_agents(tmp_path, exp, answer):
                 elif "kind" in msg:
                     events.append(msg)
             time.sleep(0.01)
+        # A finished agent stays until the runner lets it go (stdin closed): its exit would cost CPU
+        # while other ranks still send.
+        lingering = [p.poll() is None for p in procs]
+        for p in procs:
+            p.stdin.close()
+        codes = [p.wait(5) for p in procs]
+        assert lingering == [True] * len(procs) and codes == [0] * len(procs), (lingering, codes)
         return events, answers
     finally:
         for p in procs:
-            p.stdin.close()
-            p.wait(5)
+            if p.poll() is None:
+                p.stdin.close()
+                p.wait(5)
 
 
 def test_agents_announce_each_phase_and_shift_together(tmp_path):

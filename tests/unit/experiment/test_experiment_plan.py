@@ -259,6 +259,27 @@ def test_fidelity_reads_on_off_links_finely_and_caps_per_second():
     assert not {c["name"]: c for c in fidelity.evaluate(Mon(), [], 10.0, 18.0)["checks"]}["link_cap"]["ok"]
 
 
+def test_a_replay_too_short_for_a_whole_second_is_judged_on_its_idle_share():
+    from emulator.run import fidelity
+
+    class Mon:
+        per_cpu_sample = 4
+        cpu_idle = [(10.5, 90.0)]  # the one reading falls in the first second, which is not counted
+        cpu_pressure = []
+        link_samples = []
+        # Two cores: 0.25 s readings, 0.1 idle-seconds in each 0.5 s of CPU time: 20% idle.
+        cpu_totals = [(10.0 + i * 0.25, 0.1 * i, 0.5 * i) for i in range(7)]
+
+    def cpu():
+        return {c["name"]: c for c in fidelity.evaluate(Mon(), [], 10.0, 11.5)["checks"]}["cpu"]
+    assert not cpu()["ok"] and cpu()["idle_min_pct"] == pytest.approx(20.0)
+    Mon.cpu_totals = [(10.0 + i * 0.25, 0.3 * i, 0.5 * i) for i in range(7)]
+    assert cpu()["ok"] and cpu()["idle_min_pct"] == pytest.approx(60.0)
+    # Readings outside the replay do not count; without two inside it nothing is judged (as before).
+    Mon.cpu_totals = [(9.0, 0.0, 0.5), (12.0, 0.0, 10.0)]
+    assert cpu()["ok"] and cpu()["idle_min_pct"] is None
+
+
 def test_saturation_judges_the_bottleneck_not_the_links_feeding_it():
     from emulator.run import fidelity
 
