@@ -31,7 +31,8 @@ marked its run faithful. The groups:
 
 Under ECMP the emulator's hash (OVS, the kernel's ephemeral ports) cannot be reproduced, so
 the flow engine runs N seeds (--seeds, default 8) and the bench gives the median, the spread
-and whether the emulator's figure lies inside it; the packet engine runs seed 0 only. Emulator
+and whether the emulator's figure lies inside it; the packet engine runs seed 0 only, or the
+median of --packet-seeds N (its runs of seed k > 0 in DIR/packet/<point>/seedK). Emulator
 and packet results already complete in DIR/emulate/<point> and DIR/packet/<point> for the same
 experiment are reused (delete DIR to measure afresh); without emulate in --engines the emulator
 is never started. DIR/bench_engines.json keeps every figure.
@@ -200,16 +201,18 @@ def _fmt(v: float, name: str) -> str:
     return f"{v * 1e3:.2f} ms"
 
 
-def run_packet(pt: dict, folder: str) -> tuple[dict | None, float | None, str | None]:
+def run_packet(pt: dict, folder: str, seed: int = 0) -> tuple[dict | None, float | None, str | None]:
     """The point on the packet engine in the emulator's units (packet.units emulated), holding the
     Mininet lock when it is estimated to take long, so that no emulator run shares the CPU with a
-    long ns-3 run: (summary, wall s, refusal)."""
+    long ns-3 run: (summary, wall s, refusal). Seed 0 runs in folder, others in folder/seedN."""
     import fcntl
     from badinput import InputError
     from experiment import model
     from packetsim.runner import run_experiment
-    sets = ["sweep={}", *pt["sets"], "engine=packet", "packet.units=emulated"]
-    cached = _complete(folder, pt["sets"], pt["file"])
+    seed_sets = [f"flow.ecmp_seed={seed}"] if seed else []
+    folder = os.path.join(folder, f"seed{seed}") if seed else folder
+    sets = ["sweep={}", *pt["sets"], *seed_sets, "engine=packet", "packet.units=emulated"]
+    cached = _complete(folder, [*pt["sets"], *seed_sets], pt["file"])
     if cached is not None and (cached.get("model") or {}).get("units"):  # a run in emulated units
         return cached, cached.get("bench_wall_s"), None
     try:
@@ -246,6 +249,9 @@ def main(argv=None) -> int:
                          "runs are reused and none is started")
     ap.add_argument("--flow-only", action="store_true", help="the same as --engines flow")
     ap.add_argument("--seeds", type=int, default=8, help="ECMP seeds the flow engine runs per ECMP point")
+    ap.add_argument("--packet-seeds", type=int, default=1,
+                    help="ECMP seeds the packet engine runs per ECMP point (the median is compared; default 1: "
+                         "seed 0 only)")
     ap.add_argument("--reference", choices=("emulate", "packet"), default="emulate",
                     help="emulate (default): the points above against the emulator (--engines); packet: the flow "
                          "engine against the packet engine in real units, its own points (bench/flow_vs_packet.py)")
@@ -283,11 +289,12 @@ def main(argv=None) -> int:
                "emulator_wall_s": emu_wall, "emulator_replay_s": emu.get("duration_s_wall") if emu else None,
                "packet": None, "packet_wall_s": None, "packet_ratio": None, "packet_refused": None}
         fig = []
+        routing = next((s.split("=", 1)[1] for s in p["sets"] if s.startswith("controller.routing=")), None)
+        from experiment import model
+        routing = routing or model.load(p["file"]).routing
+        hashed = routing in ("ecmp", "congestion-aware", "coschedule")  # ECMP's luck decides some paths
         if "flow" in engines:
-            routing = next((s.split("=", 1)[1] for s in p["sets"] if s.startswith("controller.routing=")), None)
-            from experiment import model
-            routing = routing or model.load(p["file"]).routing
-            seeds = range(args.seeds) if routing in ("ecmp", "congestion-aware", "coschedule") else range(1)
+            seeds = range(args.seeds) if hashed else range(1)
             flows = []
             for seed in seeds:
                 s, wall = run_flow(p, os.path.join(args.out, "flow", slug(p["label"]), f"seed{seed}"), seed,
@@ -306,8 +313,12 @@ def main(argv=None) -> int:
                 row["breakdown"] = {"flow": flows[0][0]["jobs"][0]["breakdown_s"],
                                     "emulator": emu["jobs"][0]["breakdown_s"] if emu else None}
         if "packet" in engines:
-            pkt, pkt_wall, refused = run_packet(p, os.path.join(args.out, "packet", slug(p["label"])))
-            row.update(packet=f(pkt) if pkt else None, packet_wall_s=pkt_wall, packet_refused=refused)
+            pkts = [run_packet(p, os.path.join(args.out, "packet", slug(p["label"])), seed)
+                    for seed in (range(args.packet_seeds) if hashed else range(1))]
+            pkt, pkt_wall, refused = pkts[0]
+            pfig = [f(s) for s, _, _ in pkts if s]
+            row.update(packet=statistics.median(pfig) if pfig else None, packet_wall_s=pkt_wall,
+                       packet_refused=refused, packet_seeds=pfig)
             if pkt and row["emulator"]:
                 row["packet_ratio"] = row["packet"] / row["emulator"]
                 row["packet_retx"] = sum(fl["retransmissions"] for fl in pkt["flows"])
@@ -432,6 +443,12 @@ def _packet_verdict(rows: list[dict]) -> None:
                   + ("" if r["faithful"] else " (emulator NOT faithful)"))
         if r["packet_refused"]:
             print(f"  not run at packet level: {r['label']}: {r['packet_refused']}")
+        seeds = r.get("packet_seeds") or []
+        if len(seeds) > 1 and r["emulator"]:
+            inside = min(seeds) * 0.98 <= r["emulator"] <= max(seeds) * 1.02
+            print(f"  over {len(seeds)} ECMP seeds: {r['label']}: packet {_fmt(min(seeds), r['name'])} .. "
+                  f"{_fmt(max(seeds), r['name'])}, median {_fmt(r['packet'], r['name'])}; emulator "
+                  f"{_fmt(r['emulator'], r['name'])} ({'inside' if inside else 'outside'})")
     _rankings(rows, "packet", "packet_ratio")
 
 
