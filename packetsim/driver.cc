@@ -274,7 +274,7 @@ NS_OBJECT_ENSURE_REGISTERED(GatedSocket);
 // a PTO before it), so they are marked lost and fast recovery resends them. The scenario's record
 // "tlp FLOOR_S ONE_SEGMENT_S" turns it on (TlpSocket in place of GatedSocket); without it nothing
 // changes.
-static bool tlpOn = false;
+static bool tlpOn = false, tlpRack = true;
 static double tlpFloorS = 0.002, tlpOneSegmentS = 0.2;
 
 class TlpSocket : public GatedSocket {
@@ -304,7 +304,10 @@ class TlpSocket : public GatedSocket {
             if (!f.retx && h.GetAckNumber() >= f.seq + SequenceNumber32(f.count))
                 sample = (Simulator::Now() - f.time).GetNanoSeconds();
         }
-        if (sample >= 0) srttNs = srttNs < 0 ? sample : (7 * srttNs + sample) / 8;
+        if (sample >= 0) {
+            srttNs = srttNs < 0 ? sample : (7 * srttNs + sample) / 8;
+            minRttNs = minRttNs < 0 ? sample : std::min(minRttNs, sample);
+        }
         GatedSocket::EstimateRtt(h);
     }
 
@@ -314,6 +317,8 @@ class TlpSocket : public GatedSocket {
         if (fresh) {
             lastSeq = seq;
             if (!probing) Arm();
+        } else if (tlpRack) {
+            resent[seq] = Simulator::Now();
         }
         return sz;
     }
@@ -322,10 +327,14 @@ class TlpSocket : public GatedSocket {
         SequenceNumber32 una = m_txBuffer->HeadSequence();
         probeSacked = probeOut && Sacks(h, probeSeq, probeEnd);
         if (probeSacked) m_txBuffer->SetDupAckThresh(1);  // this ACK's SACK marks all below it lost
+        headLost = tlpRack && h.GetAckNumber() == una && HeadLost(h);
+        if (headLost) m_txBuffer->MarkHeadAsLost();  // resent by recovery, or entering it (ProcessAck)
         GatedSocket::ReceivedAck(p, h);
         if (probeSacked) m_txBuffer->SetDupAckThresh(m_retxThresh);
         if (probeSacked || (probeOut && h.GetAckNumber() >= probeEnd)) probeOut = false;  // episode over
-        probeSacked = false;
+        probeSacked = headLost = false;
+        SequenceNumber32 head = m_txBuffer->HeadSequence();
+        while (!resent.empty() && resent.begin()->first < head) resent.erase(resent.begin());
         if (h.GetAckNumber() > una) Arm();
     }
 
@@ -333,8 +342,8 @@ class TlpSocket : public GatedSocket {
                     const SequenceNumber32& oldHead) override {
         GatedSocket::ProcessAck(ack, sacked, delivered, oldHead);
         TcpSocketState::TcpCongState_t st = m_tcb->m_congState;
-        // ns-3 enters recovery only on three SACKed segments; after a probe, one is enough
-        if (probeSacked && m_txBuffer->GetLost() > 0 &&
+        // ns-3 enters recovery only on three SACKed segments; after a probe, or RACK's verdict, one is enough
+        if ((probeSacked || headLost) && m_txBuffer->GetLost() > 0 &&
             (st == TcpSocketState::CA_OPEN || st == TcpSocketState::CA_DISORDER || st == TcpSocketState::CA_CWR))
             EnterRecovery(delivered);
     }
@@ -346,9 +355,10 @@ class TlpSocket : public GatedSocket {
 
   private:
     Time synAt = NanoSeconds(-2), due, eventAt;  // synAt: -2 before the SYN, -1 after a second one
-    int64_t srttNs = -1;
+    int64_t srttNs = -1, minRttNs = -1;
+    std::map<SequenceNumber32, Time> resent;  // when each unacknowledged segment was last sent again
     SequenceNumber32 lastSeq, probeSeq, probeEnd;  // the last new segment's start; the probe's bytes
-    bool armed = false, probing = false, probeOut = false, probeSacked = false;
+    bool armed = false, probing = false, probeOut = false, probeSacked = false, headLost = false;
     EventId event;
 
     bool Open() const {
@@ -363,6 +373,30 @@ class TlpSocket : public GatedSocket {
                 for (const auto& b : DynamicCast<const TcpOptionSack>(o)->GetSackList())
                     if (b.first <= from && to <= b.second) return true;
         return false;
+    }
+
+    // RACK's rule (RFC 8985 section 6.2) for the oldest segment out: lost once a segment sent more
+    // than a quarter of the minimum RTT after its last transmission is SACKed. ns-3 3.37 has no RACK
+    // and no rescue retransmission, so a retransmission lost in recovery waited for the RTO.
+    bool HeadLost(const TcpHeader& h) const {
+        Time sent = SentAt(m_txBuffer->HeadSequence()), newest = NanoSeconds(-1);
+        if (sent.IsNegative() || minRttNs < 0) return false;
+        for (const Ptr<const TcpOption>& o : h.GetOptionList())
+            if (o->GetKind() == TcpOption::SACK)
+                for (const auto& b : DynamicCast<const TcpOptionSack>(o)->GetSackList())
+                    newest = std::max(newest, SentAt(SequenceNumber32(b.second.GetValue() - 1)));
+        return newest - sent > NanoSeconds(minRttNs / 4);
+    }
+
+    // When the segment holding byte s was last sent (-1: not known, as after an RTO, which
+    // clears ns-3's history of first transmissions).
+    Time SentAt(SequenceNumber32 s) const {
+        auto it = std::upper_bound(m_history.begin(), m_history.end(), s,
+                                   [](SequenceNumber32 v, const RttHistory& e) { return v < e.seq; });
+        if (it == m_history.begin()) return NanoSeconds(-1);
+        --it;
+        auto r = resent.find(it->seq);
+        return r != resent.end() ? r->second : it->time;
     }
 
     // (Re)start the PTO, or stop it. One pending event serves many re-arms: it fires, finds its
@@ -1115,7 +1149,7 @@ int main(int argc, char** argv) {
         } else if (kind == "htb") {
             in >> htbBurstS;
         } else if (kind == "tlp") {
-            in >> tlpFloorS >> tlpOneSegmentS;
+            in >> tlpFloorS >> tlpOneSegmentS >> tlpRack;
             tlpOn = true;
         } else if (kind == "tsq") {
             int c;

@@ -47,6 +47,9 @@ class Transport:
     tsq: bool = True  # TCP Small Queues at every sender (tsq_bytes): Linux has them on every socket
     tail_loss_probe: bool = False  # RFC 8985's probe (ns-3 3.37 has none): opt-in, docs/packet-engine.md
     tlp_floor_s: float = TLP_FLOOR_S
+    # with the probe, RACK's rule for the oldest segment out (RFC 8985 6.2): a retransmission lost
+    # in recovery is sent again once later segments are SACKed, not after the RTO (off: the probe alone)
+    tlp_rack: bool = True
 
     def tsq_bytes(self, nic_gbps: float) -> int:
         """A connection's TSQ limit, payload bytes below TCP, when it leaves by a NIC of nic_gbps:
