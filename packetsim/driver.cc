@@ -367,11 +367,14 @@ class TlpSocket : public GatedSocket {
                (m_state == ESTABLISHED || m_state == CLOSE_WAIT);
     }
 
+    static TcpOptionSack::SackList SackBlocks(const TcpHeader& h) {
+        Ptr<const TcpOptionSack> o = DynamicCast<const TcpOptionSack>(h.GetOption(TcpOption::SACK));
+        return o ? o->GetSackList() : TcpOptionSack::SackList();
+    }
+
     static bool Sacks(const TcpHeader& h, SequenceNumber32 from, SequenceNumber32 to) {
-        for (const Ptr<const TcpOption>& o : h.GetOptionList())
-            if (o->GetKind() == TcpOption::SACK)
-                for (const auto& b : DynamicCast<const TcpOptionSack>(o)->GetSackList())
-                    if (b.first <= from && to <= b.second) return true;
+        for (const auto& b : SackBlocks(h))
+            if (b.first <= from && to <= b.second) return true;
         return false;
     }
 
@@ -381,10 +384,7 @@ class TlpSocket : public GatedSocket {
     bool HeadLost(const TcpHeader& h) const {
         Time sent = SentAt(m_txBuffer->HeadSequence()), newest = NanoSeconds(-1);
         if (sent.IsNegative() || minRttNs < 0) return false;
-        for (const Ptr<const TcpOption>& o : h.GetOptionList())
-            if (o->GetKind() == TcpOption::SACK)
-                for (const auto& b : DynamicCast<const TcpOptionSack>(o)->GetSackList())
-                    newest = std::max(newest, SentAt(SequenceNumber32(b.second.GetValue() - 1)));
+        for (const auto& b : SackBlocks(h)) newest = std::max(newest, SentAt(SequenceNumber32(b.second.GetValue() - 1)));
         return newest - sent > NanoSeconds(minRttNs / 4);
     }
 
