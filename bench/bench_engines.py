@@ -4,7 +4,7 @@
                                                  [--engines emulate,flow,packet] [--flow-only] [--seeds N]
     .venv/bin/python bench/bench_engines.py --engines flow --out DIR [--flow-set flow.KEY=VALUE ...]
     .venv/bin/python bench/bench_engines.py --reference packet [--only SUBSTRING ...] [--out DIR] [--list]
-                                            [--flow-set flow.KEY=VALUE ...]
+                                            [--flow-set flow.KEY=VALUE ...] [--packet-set KEY=VALUE ...]
 
 With --reference packet the flow engine is held to the packet engine instead, in real units, on
 points of its own from 16 to 1,024 GPUs (bench/flow_vs_packet.py); no emulator run is started.
@@ -258,6 +258,9 @@ def main(argv=None) -> int:
     ap.add_argument("--flow-set", action="append", default=[], metavar="KEY=VALUE",
                     help="a setting for the flow engine's runs only, e.g. flow.headers=ppp (with --engines flow "
                          "and the emulator's runs reused, a model change costs only the flow engine's seconds)")
+    ap.add_argument("--packet-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="with --reference packet: a setting for the packet engine's runs only, e.g. "
+                         "transport.tcp.tail_loss_probe=true (give another --out: the runs differ from the plain ones)")
     args = ap.parse_args(argv)
     if args.reference == "packet":
         import flow_vs_packet

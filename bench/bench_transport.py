@@ -1,6 +1,7 @@
 """Published transport results on the packet engine (ns-3): incast, DCTCP against TCP, latency.
 
     .venv/bin/python bench/bench_transport.py [--only incast|dctcp|latency|latency-large ...] [--out DIR] [--quick] [--no-lock]
+                                              [--set KEY=VALUE ...]
 
 Each sweep runs points of an experiment file of experiments/ through the public API
 (`dtnet.load(FILE, overrides).run(engine=...)`, the same as `dtnet run FILE --set ...`) and
@@ -22,7 +23,8 @@ Each sweep holds /tmp/dtnet-mininet.lock while it runs (as `flock -o` would), so
 neither slows nor is slowed by emulator runs and other benchmarks. Sizes are cut from the
 files' own (fewer rounds, shorter flows, a smaller all-reduce) so that the whole script ends
 in about 15 minutes on a loaded 2-core machine; the overrides are printed with each table.
-DIR (default results/bench_transport) keeps every run folder and bench_transport.json.
+DIR (default results/bench_transport) keeps every run folder and bench_transport.json. --set adds
+an override to every run (e.g. transport.tcp.tail_loss_probe=true), after each point's own.
 """
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ LOCK = "/tmp/dtnet-mininet.lock"
 MIB = 1 << 20
 SEND_BUFFER_BYTES = 4 << 20  # the packet engine's TCP send buffer (packetsim/driver.cc SndBufSize); receive: 6 MiB
 LINE_LESS_HEADERS_GBPS = 400 * 8948 / 9002  # 400 Gb/s, MTU 9000: segments of 8,948 B on 9,002 B frames
+SETS: list[str] = []  # --set: overrides of every run
 
 
 def X(name: str) -> str:
@@ -74,7 +77,7 @@ def cpu_s() -> float:
 def run_point(path: str, overrides: list[str], engine: str, out: str) -> dict:
     """One run of FILE with --set overrides (its sweep: dropped) on ENGINE; its summary.json."""
     shutil.rmtree(out, ignore_errors=True)  # a finished folder is refused: measure afresh
-    exp = dtnet.load(path, ["sweep={}"] + overrides)
+    exp = dtnet.load(path, ["sweep={}"] + overrides + SETS)
     with contextlib.redirect_stdout(open(os.devnull, "w")):
         exp.run(out, engine=engine, log=lambda *a, **k: None)
     with open(os.path.join(out, "summary.json")) as f:
@@ -91,6 +94,12 @@ def retransmissions(summary: dict) -> int:
     return sum(f["retransmissions"] for f in summary["flows"])
 
 
+def probes(summary: dict) -> int | None:
+    """Tail-loss probes sent by all senders; None with the probe off."""
+    got = [f["loss_probes"] for f in summary["flows"] if "loss_probes" in f]
+    return sum(got) if got else None
+
+
 def incast(out: str, quick: bool) -> list[dict]:
     size, rounds, rto_s = 262144, (3 if quick else 8), 0.2
     senders = (4, 16) if quick else (4, 8, 16, 32)
@@ -98,7 +107,7 @@ def incast(out: str, quick: bool) -> list[dict]:
     rows = []
     print(f"\n## incast: {size} B a sender a round, {rounds} rounds, 10 Gb/s, MTU 1500, Cubic, min RTO 200 ms")
     print(f"{'N':>3} {'buffer B':>9} {'goodput Gb/s':>13} {'of line':>8} {'drops':>6} {'retx':>6} "
-          f"{'rounds > RTO':>13} {'round ms mean':>14} {'max':>8}")
+          f"{'rounds > RTO':>13} {'round ms mean':>14} {'max':>8} {'probes':>7}")
     for n in senders:
         for buf in buffers:
             over = [f"jobs.0.hosts.count={n + 1}", f"transport.switch_buffer_bytes={buf}",
@@ -110,11 +119,11 @@ def incast(out: str, quick: bool) -> list[dict]:
             row = {"senders": n, "buffer_bytes": buf, "goodput_gbps": goodput, "of_line": goodput / 10,
                    "drops": q["drops"], "retransmissions": retransmissions(s),
                    "rounds_over_rto": sum(t > rto_s for t in its["all"]), "round_mean_s": its["mean"],
-                   "round_max_s": max(its["all"]), "queue_max_bytes": q["max_bytes"]}
+                   "round_max_s": max(its["all"]), "queue_max_bytes": q["max_bytes"], "loss_probes": probes(s)}
             rows.append(row)
             print(f"{n:>3} {buf:>9} {goodput:>13.2f} {goodput / 10:>8.2f} {q['drops']:>6} {row['retransmissions']:>6} "
-                  f"{row['rounds_over_rto']:>9} / {rounds:<2} {its['mean'] * 1e3:>14.2f} {max(its['all']) * 1e3:>8.2f}",
-                  flush=True)
+                  f"{row['rounds_over_rto']:>9} / {rounds:<2} {its['mean'] * 1e3:>14.2f} {max(its['all']) * 1e3:>8.2f} "
+                  f"{'-' if row['loss_probes'] is None else row['loss_probes']:>7}", flush=True)
     return rows
 
 
@@ -205,7 +214,10 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="two points a sweep and smaller sizes (a smoke run)")
     ap.add_argument("--no-lock", action="store_true",
                     help="do not take the machine lock (every figure is simulated time; the load is printed)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
+                    help="an override of every run, after the point's own (e.g. transport.tcp.tail_loss_probe=true)")
     args = ap.parse_args(argv)
+    SETS[:] = args.sets
     results = {}
     for name in args.only or list(SWEEPS):
         with machine_lock(not args.no_lock):

@@ -13,7 +13,9 @@ GPUs.
 Contended groups (policies on one traffic) must rank the policies alike on both engines.
 
 Packet results complete in DIR/packet-real/<point> for the same experiment are reused, so a
-second run with other flow options (--flow-set) costs only the flow engine's seconds.
+second run with other flow options (--flow-set) costs only the flow engine's seconds. --packet-set
+gives the packet engine's runs settings of their own (a transport option the flow engine has no
+counterpart for, e.g. transport.tcp.tail_loss_probe=true): the flow runs stay as they are.
 """
 from __future__ import annotations
 
@@ -128,18 +130,18 @@ def _load(pt: dict, engine: str, extra=()):
     return model.load(pt["file"], [*pt["sets"], f"engine={engine}", *extra])
 
 
-def estimate(pt: dict) -> float:
+def estimate(pt: dict, packet_sets=()) -> float:
     """The packet engine's own estimate of the point's seconds (packetsim.runner.estimate_wall_s)."""
     from packetsim.runner import estimate_wall_s, plan
-    _, _, net, sc, t, _ = plan(_load(pt, "packet"), log=lambda m: None)
+    _, _, net, sc, t, _ = plan(_load(pt, "packet", packet_sets), log=lambda m: None)
     return estimate_wall_s(sc, net, t)
 
 
-def run_packet(pt: dict, folder: str) -> tuple[dict | None, float | None, float | None]:
+def run_packet(pt: dict, folder: str, packet_sets=()) -> tuple[dict | None, float | None, float | None]:
     """(summary, wall s, CPU s) of the point on the packet engine in real units; CPU s is this
     process's (planning, outputs) plus the ns-3 driver's (a child process)."""
     from packetsim.runner import run_experiment
-    exp = _load(pt, "packet")
+    exp = _load(pt, "packet", packet_sets)
     cached = _same(folder, exp)
     if cached is not None:
         return cached, cached.get("bench_wall_s"), cached.get("bench_cpu_s")
@@ -168,14 +170,15 @@ def main(args) -> int:
     pts = [p for p in points() if not args.only or any(o in p["label"] for o in args.only)]
     if args.list:
         for p in pts:
-            print(f"{p['cls']:<11} {p['label']:<52} packet estimate {estimate(p):7.1f} s", flush=True)
+            print(f"{p['cls']:<11} {p['label']:<52} packet estimate {estimate(p, args.packet_set):7.1f} s",
+                  flush=True)
         print(f"{len(pts)} points")
         return 0
     rows = []
     print(f"{'point':<52}{'class':<11}{'figure':<22}{'flow':>11}{'packet':>11}{'ratio':>8}{'flow wall':>10}"
           f"{'pkt wall':>9}{'pkt CPU':>8}{'retx':>7}{'drops':>7}")
     for p in pts:
-        pkt, pwall, pcpu = run_packet(p, os.path.join(args.out, "packet-real", slug(p["label"])))
+        pkt, pwall, pcpu = run_packet(p, os.path.join(args.out, "packet-real", slug(p["label"])), args.packet_set)
         s, fwall = run_flow(p, os.path.join(args.out, "flow-real", slug(p["label"])), args.flow_set)
         f = FIGURES[p["figure"]]
         row = {k: p.get(k) for k in ("label", "cls", "figure", "name", "contend", "policy")}
@@ -183,6 +186,7 @@ def main(args) -> int:
                    flow_wall_s=fwall, packet_wall_s=pwall, packet_cpu_s=pcpu, flow_model=s["model"]["collective_model"],
                    packet_retx=sum(x["retransmissions"] for x in pkt["flows"]) if pkt else None,
                    packet_drops=sum(q["drops"] for q in pkt["queues"]) if pkt else None,
+                   packet_probes=sum(x.get("loss_probes", 0) for x in pkt["flows"]) if pkt else None,
                    packet_events=pkt["model"]["events"] if pkt else None)
         row["ratio"] = row["flow"] / row["packet"] if row["flow"] and row["packet"] else None
         if p.get("breakdown") and pkt:

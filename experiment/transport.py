@@ -47,6 +47,9 @@ class Tcp:
     # simulates.
     ack_every_segments: int | None = setting(None, int, lambda v: 1 <= v <= MAX_ACK_EVERY_SEGMENTS,
                                              f"segments in 1..{MAX_ACK_EVERY_SEGMENTS}")
+    # RFC 8985's tail-loss probe: a flight whose last segments are lost is probed after about two
+    # round trips instead of waiting for the minimum RTO. Linux sends it by default; ns-3 3.37 has none.
+    tail_loss_probe: bool | None = setting(None, bool, None, "true or false")
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,7 @@ class Transport:
     def given(self) -> dict:
         """The keys the file set, by dotted name (tcp.cc, mtu_bytes, ...), with their values."""
         out = {}
-        for k in ("cc", "ack_every_segments"):
+        for k in ("cc", "ack_every_segments", "tail_loss_probe"):
             if getattr(self.tcp, k) is not None:
                 out["tcp." + k] = getattr(self.tcp, k)
         for k in ("mtu_bytes", "switch_buffer_bytes"):
@@ -110,7 +113,7 @@ class Transport:
         return out
 
 
-KEYS = ("tcp.cc", "tcp.ack_every_segments", "mtu_bytes", "switch_buffer_bytes", "ecn", "latency_us")
+KEYS = ("tcp.cc", "tcp.ack_every_segments", "tcp.tail_loss_probe", "mtu_bytes", "switch_buffer_bytes", "ecn", "latency_us")
 
 
 def _plain(obj) -> dict:
@@ -154,10 +157,12 @@ MODELS, IGNORES, REFUSES = "models", "ignores", "refuses"
 SUPPORT = {
     # The machine may refuse more (a congestion control its kernel lacks, no netem): the
     # emulator passes its own `machine` check.
-    "emulate": {"tcp.cc": MODELS, "tcp.ack_every_segments": REFUSES, "mtu_bytes": MODELS,
-                "switch_buffer_bytes": MODELS, "ecn": REFUSES, "latency_us": MODELS},
-    "flow": {"tcp.cc": IGNORES, "tcp.ack_every_segments": IGNORES, "mtu_bytes": IGNORES,
-             "switch_buffer_bytes": IGNORES, "ecn": IGNORES, "latency_us": MODELS},
+    # The emulator's hosts run Linux, which always probes: it takes true and refuses false
+    # (emulator.testbed.transport).
+    "emulate": {"tcp.cc": MODELS, "tcp.ack_every_segments": REFUSES, "tcp.tail_loss_probe": MODELS,
+                "mtu_bytes": MODELS, "switch_buffer_bytes": MODELS, "ecn": REFUSES, "latency_us": MODELS},
+    "flow": {"tcp.cc": IGNORES, "tcp.ack_every_segments": IGNORES, "tcp.tail_loss_probe": IGNORES,
+             "mtu_bytes": IGNORES, "switch_buffer_bytes": IGNORES, "ecn": IGNORES, "latency_us": MODELS},
     "packet": dict.fromkeys(KEYS, MODELS),
 }
 

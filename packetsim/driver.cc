@@ -263,6 +263,198 @@ class GatedSocket : public TcpSocketBase {
 };
 NS_OBJECT_ENSURE_REGISTERED(GatedSocket);
 
+// ---- Tail-loss probe (RFC 8985 section 7, with Linux's timer) ------------------------------
+// ns-3 3.37 has neither TLP nor RACK: a loss at the end of a flight has no later segment to
+// raise three duplicate ACKs and waits for the 200 ms minimum RTO. Linux (net.ipv4.
+// tcp_early_retrans 3, its default) probes instead: PTO = 2 SRTT + 2 ms (its timers' floor), or
+// + the minimum RTO when one segment is out (a delayed ACK may be due), armed in Open or CWR
+// after new data or an ACK of new data, never past the RTO. At the PTO: one segment of new data
+// if the receive window allows, else the last segment again; one probe at a time; the RTO then
+// restarts. The probe's SACK says every segment below it is lost (RACK's verdict: they were sent
+// a PTO before it), so they are marked lost and fast recovery resends them. The scenario's record
+// "tlp FLOOR_S ONE_SEGMENT_S" turns it on (TlpSocket in place of GatedSocket); without it nothing
+// changes.
+static bool tlpOn = false, tlpRack = true;
+static double tlpFloorS = 0.002, tlpOneSegmentS = 0.2;
+
+class TlpSocket : public GatedSocket {
+  public:
+    static TypeId GetTypeId() {
+        static TypeId tid = TypeId("dtnet::TlpSocket").SetParent<GatedSocket>().AddConstructor<TlpSocket>();
+        return tid;
+    }
+    TypeId GetInstanceTypeId() const override { return GetTypeId(); }
+    uint64_t probes = 0;
+
+  protected:
+    void SendEmptyPacket(uint8_t flags) override {
+        if (flags & TcpHeader::SYN)  // the handshake gives the first RTT sample, as Linux's; Karn: one SYN
+            synAt = synAt == NanoSeconds(-2) ? Simulator::Now() : NanoSeconds(-1);
+        GatedSocket::SendEmptyPacket(flags);
+    }
+
+    // ns-3 samples the RTT from timestamps of whole milliseconds (TcpOptionTS), useless at
+    // microsecond round trips: the probe keeps its own SRTT from send times (RFC 6298's average).
+    void EstimateRtt(const TcpHeader& h) override {
+        int64_t sample = -1;
+        if (h.GetFlags() & TcpHeader::SYN) {
+            if (synAt.IsPositive()) sample = (Simulator::Now() - synAt).GetNanoSeconds();
+        } else if (!m_history.empty()) {
+            const RttHistory& f = m_history.front();  // Karn: never a retransmitted segment
+            if (!f.retx && h.GetAckNumber() >= f.seq + SequenceNumber32(f.count))
+                sample = (Simulator::Now() - f.time).GetNanoSeconds();
+        }
+        if (sample >= 0) {
+            srttNs = srttNs < 0 ? sample : (7 * srttNs + sample) / 8;
+            minRttNs = minRttNs < 0 ? sample : std::min(minRttNs, sample);
+        }
+        GatedSocket::EstimateRtt(h);
+    }
+
+    uint32_t SendDataPacket(SequenceNumber32 seq, uint32_t maxSize, bool withAck) override {
+        bool fresh = seq >= m_tcb->m_highTxMark.Get();
+        uint32_t sz = GatedSocket::SendDataPacket(seq, maxSize, withAck);
+        if (fresh) {
+            lastSeq = seq;
+            if (!probing) Arm();
+        } else if (tlpRack) {
+            resent[seq] = Simulator::Now();
+        }
+        return sz;
+    }
+
+    void ReceivedAck(Ptr<Packet> p, const TcpHeader& h) override {
+        SequenceNumber32 una = m_txBuffer->HeadSequence();
+        probeSacked = probeOut && Sacks(h, probeSeq, probeEnd);
+        if (probeSacked) m_txBuffer->SetDupAckThresh(1);  // this ACK's SACK marks all below it lost
+        headLost = tlpRack && h.GetAckNumber() == una && HeadLost(h);
+        if (headLost) m_txBuffer->MarkHeadAsLost();  // resent by recovery, or entering it (ProcessAck)
+        GatedSocket::ReceivedAck(p, h);
+        if (probeSacked) m_txBuffer->SetDupAckThresh(m_retxThresh);
+        if (probeSacked || (probeOut && h.GetAckNumber() >= probeEnd)) probeOut = false;  // episode over
+        probeSacked = headLost = false;
+        SequenceNumber32 head = m_txBuffer->HeadSequence();
+        while (!resent.empty() && resent.begin()->first < head) resent.erase(resent.begin());
+        if (h.GetAckNumber() > una) Arm();
+    }
+
+    void ProcessAck(const SequenceNumber32& ack, bool sacked, uint32_t delivered,
+                    const SequenceNumber32& oldHead) override {
+        GatedSocket::ProcessAck(ack, sacked, delivered, oldHead);
+        TcpSocketState::TcpCongState_t st = m_tcb->m_congState;
+        // ns-3 enters recovery only on three SACKed segments; after a probe, or RACK's verdict, one is enough
+        if ((probeSacked || headLost) && m_txBuffer->GetLost() > 0 &&
+            (st == TcpSocketState::CA_OPEN || st == TcpSocketState::CA_DISORDER || st == TcpSocketState::CA_CWR))
+            EnterRecovery(delivered);
+    }
+
+    void ReTxTimeout() override {
+        armed = probeOut = false;
+        GatedSocket::ReTxTimeout();
+    }
+
+  private:
+    Time synAt = NanoSeconds(-2), due, eventAt;  // synAt: -2 before the SYN, -1 after a second one
+    int64_t srttNs = -1, minRttNs = -1;
+    std::map<SequenceNumber32, Time> resent;  // when each unacknowledged segment was last sent again
+    SequenceNumber32 lastSeq, probeSeq, probeEnd;  // the last new segment's start; the probe's bytes
+    bool armed = false, probing = false, probeOut = false, probeSacked = false, headLost = false;
+    EventId event;
+
+    bool Open() const {
+        TcpSocketState::TcpCongState_t st = m_tcb->m_congState;
+        return m_sackEnabled && (st == TcpSocketState::CA_OPEN || st == TcpSocketState::CA_CWR) &&
+               (m_state == ESTABLISHED || m_state == CLOSE_WAIT);
+    }
+
+    static TcpOptionSack::SackList SackBlocks(const TcpHeader& h) {
+        Ptr<const TcpOptionSack> o = DynamicCast<const TcpOptionSack>(h.GetOption(TcpOption::SACK));
+        return o ? o->GetSackList() : TcpOptionSack::SackList();
+    }
+
+    static bool Sacks(const TcpHeader& h, SequenceNumber32 from, SequenceNumber32 to) {
+        for (const auto& b : SackBlocks(h))
+            if (b.first <= from && to <= b.second) return true;
+        return false;
+    }
+
+    // RACK's rule (RFC 8985 section 6.2) for the oldest segment out: lost once a segment sent more
+    // than a quarter of the minimum RTT after its last transmission is SACKed. ns-3 3.37 has no RACK
+    // and no rescue retransmission, so a retransmission lost in recovery waited for the RTO.
+    bool HeadLost(const TcpHeader& h) const {
+        Time sent = SentAt(m_txBuffer->HeadSequence()), newest = NanoSeconds(-1);
+        if (sent.IsNegative() || minRttNs < 0) return false;
+        for (const auto& b : SackBlocks(h)) newest = std::max(newest, SentAt(SequenceNumber32(b.second.GetValue() - 1)));
+        return newest - sent > NanoSeconds(minRttNs / 4);
+    }
+
+    // When the segment holding byte s was last sent (-1: not known, as after an RTO, which
+    // clears ns-3's history of first transmissions).
+    Time SentAt(SequenceNumber32 s) const {
+        auto it = std::upper_bound(m_history.begin(), m_history.end(), s,
+                                   [](SequenceNumber32 v, const RttHistory& e) { return v < e.seq; });
+        if (it == m_history.begin()) return NanoSeconds(-1);
+        --it;
+        auto r = resent.find(it->seq);
+        return r != resent.end() ? r->second : it->time;
+    }
+
+    // (Re)start the PTO, or stop it. One pending event serves many re-arms: it fires, finds its
+    // deadline moved later and sleeps again, so a connection pays an event a PTO, not a segment.
+    void Arm() {
+        armed = false;
+        uint32_t out = m_tcb->m_highTxMark.Get() - m_txBuffer->HeadSequence();
+        if (!Open() || out == 0 || srttNs < 0 || probeOut) return;
+        Time pto = NanoSeconds(2 * srttNs) + Seconds(out <= m_tcb->m_segmentSize ? tlpOneSegmentS : tlpFloorS);
+        Time rtoLeft = m_retxEvent.IsRunning() ? Simulator::GetDelayLeft(m_retxEvent) : m_rto.Get();
+        if (pto >= rtoLeft) return;  // the RTO comes first (Linux would probe then: the same instant)
+        armed = true;
+        due = Simulator::Now() + pto;
+        if (!event.IsRunning() || eventAt > due) {
+            event.Cancel();
+            event = Simulator::Schedule(pto, &TlpSocket::OnPto, this);
+            eventAt = due;
+        }
+    }
+
+    void OnPto() {
+        if (!armed) return;
+        if (Simulator::Now() < due) {
+            event = Simulator::Schedule(due - Simulator::Now(), &TlpSocket::OnPto, this);
+            eventAt = due;
+            return;
+        }
+        armed = false;
+        SequenceNumber32 head = m_txBuffer->HeadSequence(), high = m_tcb->m_highTxMark;
+        if (!Open() || high == head) return;
+        SequenceNumber32 edge = m_highRxAckMark.Get() + SequenceNumber32(m_rWnd.Get());
+        uint32_t unsent = m_txBuffer->SizeFromSequence(high);
+        uint32_t room = edge > high ? uint32_t(edge - high) : 0;
+        probing = true;
+        if (unsent > 0 && room > 0) {  // new data, whatever the window says
+            probeSeq = high;
+            probeEnd = high + SequenceNumber32(SendDataPacket(high, std::min({unsent, room, m_tcb->m_segmentSize}), m_connected));
+            m_tcb->m_nextTxSequence = std::max(m_tcb->m_nextTxSequence.Get(), probeEnd);
+        } else {  // the last segment again
+            probeSeq = std::max(lastSeq, head);
+            probeEnd = probeSeq + SequenceNumber32(SendDataPacket(probeSeq, uint32_t(high - probeSeq), m_connected));
+        }
+        probing = false;
+        probeOut = true;
+        probes++;
+        m_retxEvent.Cancel();
+        m_retxEvent = Simulator::Schedule(m_rto, &TlpSocket::ReTxTimeout, this);
+    }
+};
+NS_OBJECT_ENSURE_REGISTERED(TlpSocket);
+
+// The probes a connection's sender sent, for its "conn" line ("" when the probe is off).
+static std::string TlpProbes(Ptr<Socket> s) {
+    Ptr<TlpSocket> t = DynamicCast<TlpSocket>(s);
+    return t ? ",\"probes\":" + std::to_string(t->probes) : "";
+}
+// ---- end of the tail-loss probe ---------------------------------------------------------------
+
 // TcpL4Protocol::CreateSocket's steps (ns-3.37), with a GatedSocket in place of TcpSocketBase.
 static Ptr<Socket> GatedTcpSocket(Ptr<Node> node, int c) {
     Ptr<TcpL4Protocol> tcp = node->GetObject<TcpL4Protocol>();
@@ -274,7 +466,7 @@ static Ptr<Socket> GatedTcpSocket(Ptr<Node> node, int c) {
     rttF.SetTypeId(rttType.Get());
     ccF.SetTypeId(ccType.Get());
     recF.SetTypeId(recType.Get());
-    Ptr<GatedSocket> s = CreateObject<GatedSocket>();
+    Ptr<GatedSocket> s = tlpOn ? Ptr<GatedSocket>(CreateObject<TlpSocket>()) : CreateObject<GatedSocket>();
     s->conn = c;
     s->SetNode(node);
     s->SetTcp(tcp);
@@ -956,6 +1148,9 @@ int main(int argc, char** argv) {
             in >> ackEvery;
         } else if (kind == "htb") {
             in >> htbBurstS;
+        } else if (kind == "tlp") {
+            in >> tlpFloorS >> tlpOneSegmentS >> tlpRack;
+            tlpOn = true;
         } else if (kind == "tsq") {
             int c;
             uint64_t bytes;
@@ -1177,9 +1372,9 @@ int main(int argc, char** argv) {
         printf("{\"type\":\"task\",\"id\":%zu,\"ready\":%.12g,\"start\":%.12g,\"end\":%.12g,\"recv\":%llu}\n", t,
                rel(tasks[t].ready), rel(tasks[t].start), rel(tasks[t].end), (unsigned long long)tasks[t].recv);
     for (size_t c = 0; c < conns.size(); c++)
-        printf("{\"type\":\"conn\",\"id\":%zu,\"bytes\":%llu,\"retx\":%llu,\"retx_bytes\":%llu}\n", c,
+        printf("{\"type\":\"conn\",\"id\":%zu,\"bytes\":%llu,\"retx\":%llu,\"retx_bytes\":%llu%s}\n", c,
                (unsigned long long)conns[c].bytesRx, (unsigned long long)conns[c].retx,
-               (unsigned long long)conns[c].retxBytes);
+               (unsigned long long)conns[c].retxBytes, TlpProbes(conns[c].tx).c_str());
     for (size_t i = 0; i < ports.size(); i++) {
         Port& q = ports[i];
         OnBacklog(int(i), q.cur, q.cur);  // close the last interval

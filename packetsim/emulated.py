@@ -61,7 +61,7 @@ def transport(exp) -> Transport:
     # bridges, not OVS, so only host and fabric links cross an OpenFlow switch.
     lat = {k: v * d + (hop if k != "nvlink" else 0.0) for k, v in base.items()}
     return Transport(cc=t.tcp.cc, mtu_bytes=mtu, switch_buffer_bytes=buf, ecn=None, latency_us=lat, spray=False,
-                     ack_priority=True, htb_burst_s=HTB_BURST_S)
+                     ack_priority=True, htb_burst_s=HTB_BURST_S, tail_loss_probe=bool(t.tcp.tail_loss_probe))
 
 
 def to_emulated(sc, net, u: Scale) -> None:

@@ -66,6 +66,7 @@ def check(exp, force: bool = False) -> str:
             + (f"in the emulator's units (links x {u.link:g}, bytes x {u.bytes:g}, time x {u.dilation:g}, "
                f"{t.latency_us['fabric']:g} us a hop), " if u else "") + f"TCP {t.cc}, MTU {t.mtu_bytes} B, buffer "
             f"{t.switch_buffer_bytes} B a port, " + (f"ECN {t.ecn.min_bytes}-{t.ecn.max_bytes} B, " if t.ecn else "")
+            + ("tail-loss probes, " if t.tail_loss_probe else "")
             + f"routing {exp.routing}" + (f" ({how})" if how else ""))
 
 
@@ -349,6 +350,16 @@ def _tsq_summary(limits: list) -> int | list | None:
     return None if not on else on[0] if len(on) == 1 else [on[0], on[-1]]
 
 
+def _tlp_statement(t) -> str:
+    if not t.tail_loss_probe:
+        return ("no tail-loss probe (ns-3 3.37 has none; Linux sends one by default: transport.tcp.tail_loss_probe): "
+                f"a loss at the end of a flight waits for the {RTO_MIN_S * 1e3:g} ms minimum RTO")
+    return (f"tail-loss probes (transport.tcp.tail_loss_probe; RFC 8985 section 7 with Linux's timer): after "
+            f"2 x SRTT + {t.tlp_floor_s * 1e3:g} ms (+ {RTO_MIN_S * 1e3:g} ms with one segment out, never past the RTO) "
+            "without an ACK, one segment of new data or the last one again; the probe's SACK marks every segment "
+            "below it lost and fast recovery resends them, as Linux's RACK would")
+
+
 def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wall_s, loop=None) -> dict:
     cache: dict = {}
     per_job = [job_results(jp.name, events, 1.0, job_predictions(exp, fabric, jp, cache)) for jp in jobs]
@@ -356,7 +367,8 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
         row["ranks_simulated"] = row["ranks"]
     meta = res["meta"]
     flows = [{"job": jobs[c[0]].name, "src_rank": c[1], "dst_rank": c[2], "src": c[3], "dst": c[4],
-              "bytes": r["bytes"], "retransmissions": r["retx"], "retransmitted_bytes": r["retx_bytes"]}
+              "bytes": r["bytes"], "retransmissions": r["retx"], "retransmitted_bytes": r["retx_bytes"],
+              **({"loss_probes": r["probes"]} if "probes" in r else {})}
              for c, r in zip(sc.conns, res["conns"])]
     received = sum(r["bytes"] for r in res["conns"])
     checks = [{"name": "complete", "ok": status == "complete",
@@ -368,7 +380,9 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
                       "ecn": vars(t.ecn) if t.ecn else None, "latency_us": t.latency_us,
                       "rto_min_s": RTO_MIN_S, "delayed_ack_s": t.delack_s,
                       "ack_every_segments": 1 if t.ecn else t.ack_every_segments, "routing": exp.routing,
-                      "tsq_bytes": _tsq_summary(res.get("tsq_bytes") or [])},
+                      "tsq_bytes": _tsq_summary(res.get("tsq_bytes") or []),
+                      "tail_loss_probe": t.tail_loss_probe,
+                      **({"tlp_floor_s": t.tlp_floor_s} if t.tail_loss_probe else {})},
         "statements": [
             "every packet over point-to-point links at their configured rates; each output port a FIFO "
             "of switch_buffer_bytes, host NICs too; with ECN set, RED marking at switch ports only, and "
@@ -380,7 +394,8 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
             "TCP Small Queues, as Linux: a connection sends a segment only while its payload bytes below TCP (in "
             "its host's queue or on its wire) are under tsq_bytes: about 1 ms at its first link's rate (the "
             "stand-in for Linux's pacing rate), at least two segments, at most 4 MiB (tcp_limit_output_bytes)"
-            if t.tsq else "no TCP Small Queues: a sender's window may wait whole in its NIC queue"]
+            if t.tsq else "no TCP Small Queues: a sender's window may wait whole in its NIC queue",
+            _tlp_statement(t)]
         + ([f"receivers ACK once per {t.ack_every_segments} full segments (transport.tcp.ack_every_segments; "
             "RFC 1122's 2 unless set), as Linux with GRO ACKs a coalesced burst: fewer ACKs simulated"]
            if t.ack_every_segments != 2 and not t.ecn else [])

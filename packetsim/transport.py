@@ -21,6 +21,11 @@ TSQ_WINDOW_S = 1.0 / 1024
 TSQ_MIN_SEGMENTS = 2
 TSQ_MAX_BYTES = 4 << 20  # /proc/sys/net/ipv4/tcp_limit_output_bytes on the emulator's kernel here (6.18)
 
+# The tail-loss probe's timeout, as Linux computes it (net/ipv4/tcp_output.c, tcp_schedule_loss_probe):
+# 2 x SRTT plus TLP_FLOOR_S (TCP_TIMEOUT_MIN_US, the floor of its timers), or plus the minimum RTO
+# when one segment is out (RFC 8985's allowance for a delayed ACK); never past the RTO.
+TLP_FLOOR_S = 0.002
+
 
 @dataclass(frozen=True)
 class Transport:
@@ -40,6 +45,11 @@ class Transport:
     # least two frames, over a wire 100x faster); 0: the wire itself at the link's rate
     htb_burst_s: float = 0.0
     tsq: bool = True  # TCP Small Queues at every sender (tsq_bytes): Linux has them on every socket
+    tail_loss_probe: bool = False  # RFC 8985's probe (ns-3 3.37 has none): opt-in, docs/packet-engine.md
+    tlp_floor_s: float = TLP_FLOOR_S
+    # with the probe, RACK's rule for the oldest segment out (RFC 8985 6.2): a retransmission lost
+    # in recovery is sent again once later segments are SACKed, not after the RTO (off: the probe alone)
+    tlp_rack: bool = True
 
     def tsq_bytes(self, nic_gbps: float) -> int:
         """A connection's TSQ limit, payload bytes below TCP, when it leaves by a NIC of nic_gbps:
@@ -62,7 +72,7 @@ def settings(exp) -> Transport:
         lat = {k: t.latency_us.of(k) for k in lat}
     d = Transport()
     return Transport(cc=t.tcp.cc or d.cc, ack_every_segments=t.tcp.ack_every_segments or d.ack_every_segments,
-                     mtu_bytes=t.mtu_bytes or d.mtu_bytes,
+                     tail_loss_probe=bool(t.tcp.tail_loss_probe), mtu_bytes=t.mtu_bytes or d.mtu_bytes,
                      switch_buffer_bytes=t.switch_buffer_bytes or d.switch_buffer_bytes,
                      ecn=t.ecn,
                      latency_us=lat, spray=trait(exp.routing, "sprays"))

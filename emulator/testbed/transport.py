@@ -3,6 +3,8 @@ how each key becomes testbed settings.
 
 - tcp.cc: set in every host's network namespace (net.ipv4.tcp_congestion_control), if this
   kernel has it (newreno is Linux's reno);
+- tcp.tail_loss_probe: true is what the hosts' Linux does anyway (net.ipv4.tcp_early_retrans
+  is 3, tail-loss probes on, in every new namespace); false is refused;
 - mtu_bytes: every host and switch interface (default 9000; AF_XDP ports carry 3000 at most);
 - switch_buffer_bytes: the bfifo under each switch output port's HTB class, scaled as the
   emulator scales bytes (real bytes x scale.bytes), refused below two frames;
@@ -21,6 +23,8 @@ AVAILABLE_CC_PATH = "/proc/sys/net/ipv4/tcp_available_congestion_control"
 # A namespace other than the root one may make only these its default (the kernel answers EPERM
 # for the rest), and only the root namespace may widen the list.
 ALLOWED_CC_PATH = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+# Linux's switch for tail-loss probes, per network namespace: 3 (its default) or 4 probe.
+TLP_SYSCTL = "net.ipv4.tcp_early_retrans"
 # The largest MTU measured to cross OVS's userspace datapath between two Mininet hosts
 # (bench/probe_mtu.py: 65520 passes, 65528 does not; docs/transport.md).
 MAX_MTU_MEASURED = 65520
@@ -107,6 +111,9 @@ def check(exp, available: set[str] | None = None, netem=None) -> str:
     def machine(key, value):
         if key == "tcp.cc":
             return cc_refusal(value, cc_here)
+        if key == "tcp.tail_loss_probe" and not value:
+            return (f"true with engine: emulate (the hosts' Linux sends tail-loss probes: {TLP_SYSCTL} is 3 in every "
+                    "namespace; use engine: packet to run without them)")
         if key == "mtu_bytes" and exp.testbed.datapath == "afxdp" and value > AFXDP_MTU:
             return f"at most {AFXDP_MTU} bytes with testbed.datapath afxdp (OVS's AF_XDP frames are 4 KiB)"
         if key == "mtu_bytes" and value > MAX_MTU_MEASURED:

@@ -74,6 +74,8 @@ def test_no_section_sets_nothing_and_round_trips():
     ({"latency_us": {"host": -1}}, "transport.latency_us.host"),
     ({"tcp": {"ack_every_segments": 0}}, "transport.tcp.ack_every_segments"),
     ({"tcp": {"ack_every_segments": 65}}, "transport.tcp.ack_every_segments"),
+    ({"tcp": {"tail_loss_probe": 1}}, "transport.tcp.tail_loss_probe"),
+    ({"tcp": {"tail_loss_probe": "yes"}}, "transport.tcp.tail_loss_probe"),
 ])
 def test_bad_sections_are_one_line_errors(section, key):
     msg = refused(key, exp, section)
@@ -94,6 +96,23 @@ def test_fewer_acks_is_a_tcp_key_that_round_trips_and_only_the_packet_engine_mod
     assert check_transport(e, "packet") == []
     assert check_transport(e, "flow") == ["tcp.cc", "tcp.ack_every_segments"]
     assert "engine: packet" in refused("transport.tcp.ack_every_segments", check_transport, e, "emulate")
+
+
+def test_the_tail_loss_probe_is_a_tcp_key_the_packet_engine_models_the_flow_engine_ignores():
+    on, off = exp({"tcp": {"tail_loss_probe": True}}), exp({"tcp": {"tail_loss_probe": False}})
+    assert on.transport.given() == {"tcp.tail_loss_probe": True}
+    assert off.transport.given() == {"tcp.tail_loss_probe": False}  # false is said, not left out
+    assert model.parse(model.to_dict(off), "t.yaml") == off
+    assert check_transport(on, "packet") == check_transport(off, "packet") == []
+    assert check_transport(on, "flow") == ["tcp.tail_loss_probe"]
+
+
+def test_the_emulator_takes_a_tail_loss_probe_and_refuses_to_run_without_one():
+    # Linux probes in every namespace (net.ipv4.tcp_early_retrans 3): true is what it does
+    emu.check(exp({"tcp": {"tail_loss_probe": True}}), available=HERE_CC)
+    msg = refused("transport.tcp.tail_loss_probe", emu.check, exp({"tcp": {"tail_loss_probe": False}}),
+                  available=HERE_CC)
+    assert "tcp_early_retrans" in msg and "engine: packet" in msg and "found False" in msg
 
 
 # -- the table ----------------------------------------------------------------------------
@@ -184,7 +203,7 @@ def test_flow_engine_says_what_it_ignores(tmp_path):
     s = flow_run(e, str(tmp_path), log=lambda *_: None)
     t = s["model"]["transport"]
     assert t["models"] == {"latency_us": {"host": 0.0, "fabric": 2.0, "nvlink": 0.0}}
-    assert t["ignores"] == {"tcp.cc": "bbr", "tcp.ack_every_segments": None, "mtu_bytes": None,
+    assert t["ignores"] == {"tcp.cc": "bbr", "tcp.ack_every_segments": None, "tcp.tail_loss_probe": None, "mtu_bytes": None,
                             "switch_buffer_bytes": None, "ecn": None}
     assert "transport.tcp.cc" in s["model"]["ignored"]
 

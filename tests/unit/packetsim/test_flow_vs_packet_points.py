@@ -58,3 +58,15 @@ def test_the_verdict_holds_only_when_every_class_meets_its_goal(capsys):
     flipped = good + [_row("x", fvp.BANDWIDTH, 1.0, "g", "ecmp", 1.0), _row("y", fvp.BANDWIDTH, 1.0, "g", "spray", 2.0)]
     flipped[-1]["packet"], flipped[-2]["packet"] = 1.0, 2.0  # the packet engine orders them the other way
     assert not fvp.verdict(flipped)
+
+
+def test_packet_settings_reach_the_packet_runs_only(monkeypatch):
+    import bench_engines
+    p = next(p for p in fvp.points() if p["label"].startswith("incast"))
+    sets = ["transport.tcp.tail_loss_probe=true"]
+    assert fvp._load(p, "packet", sets).transport.tcp.tail_loss_probe is True
+    assert fvp._load(p, "packet").transport.tcp.tail_loss_probe is None
+    seen = []
+    monkeypatch.setattr(fvp, "main", lambda args: seen.append(args) or 0)  # parse, run nothing
+    assert bench_engines.main(["--reference", "packet", "--packet-set", sets[0], "--flow-set", "flow.headers=ppp"]) == 0
+    assert seen[0].packet_set == sets and seen[0].flow_set == ["flow.headers=ppp"]
