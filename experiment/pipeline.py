@@ -13,7 +13,9 @@ class and one line in experiment.engine.ENGINES.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import gc
 import json
 import os
 import shutil
@@ -244,13 +246,26 @@ def _run(engine: Engine, exp: Experiment, out_dir: str, log, fabric, jobs, verdi
         raise
     finally:
         events.close()
-        summary = engine.summary(r)
-        if summary is not None:  # None: the engine refused the run before it began
-            write_json(inside(out_dir, SUMMARY), summary)
-            engine.write_files(r)
-            write_after_run(out_dir, engine.outputs_exp(exp), jobs, summary, r.t_start, log, engine=engine.label,
-                            links=r.links, events=events.kept())
+        with settled():
+            summary = engine.summary(r)
+            if summary is not None:  # None: the engine refused the run before it began
+                write_json(inside(out_dir, SUMMARY), summary)
+                engine.write_files(r)
+                write_after_run(out_dir, engine.outputs_exp(exp), jobs, summary, r.t_start, log,
+                                engine=engine.label, links=r.links, events=events.kept())
     return summary
+
+
+@contextlib.contextmanager
+def settled():
+    """The outputs allocate a dict or more per event; the objects alive before them (the events, the
+    plans, the engine's state) are left out of the garbage collector's passes meanwhile (gc.freeze),
+    which would otherwise walk them all again at each full pass. Collectable as before afterwards."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def engine(name: str) -> Engine:
