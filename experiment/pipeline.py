@@ -13,7 +13,9 @@ class and one line in experiment.engine.ENGINES.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import gc
 import json
 import os
 import shutil
@@ -36,6 +38,10 @@ RUN_FILES = (CONFIG, EVENTS, SUMMARY, "links.csv", "trace.json", "controller-sta
 RUN_DIRS = ("plots", "plans", "programs", "pcap", "calibration")
 
 
+# One encoder for every line (json.dumps with separators builds a new one per call).
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
+
 class EventLog:
     """events.jsonl, one JSON object a line, flushed as it goes. add() keeps a copy in memory
     for engines that summarize from it (keep=True); lines() passes agents' lines straight on."""
@@ -45,18 +51,31 @@ class EventLog:
         open_out(out_dir, EVENTS).close()  # empty; then appended, so other writers' lines (O_APPEND) stay
         self.f = open_out(out_dir, EVENTS, append=True)
         self.events: list[dict] | None = [] if keep else None
+        self.raw = False  # line() wrote text the kept events do not hold
 
     def add(self, ev: dict) -> None:
         if self.events is not None:
             self.events.append(ev)
-        self.f.write(json.dumps(ev, separators=(",", ":")) + "\n")
+        self.f.write(_encode(ev) + "\n")
+
+    def extend(self, evs: list[dict]) -> None:
+        """Many events at once: the lines add() would write, joined in one write."""
+        if self.events is not None:
+            self.events.extend(evs)
+        if evs:
+            self.f.write("\n".join(map(_encode, evs)) + "\n")
 
     def line(self, text: str) -> None:
         """One event line as an agent wrote it (newline included)."""
+        self.raw = True
         self.f.write(text)
 
     def flush(self) -> None:
         self.f.flush()
+
+    def kept(self) -> list[dict] | None:
+        """Every event of the file, from memory (None when not kept, or when it holds other lines)."""
+        return None if self.raw else self.events
 
     def close(self) -> None:
         if not self.f.closed:
@@ -227,13 +246,26 @@ def _run(engine: Engine, exp: Experiment, out_dir: str, log, fabric, jobs, verdi
         raise
     finally:
         events.close()
-        summary = engine.summary(r)
-        if summary is not None:  # None: the engine refused the run before it began
-            write_json(inside(out_dir, SUMMARY), summary)
-            engine.write_files(r)
-            write_after_run(out_dir, engine.outputs_exp(exp), jobs, summary, r.t_start, log, engine=engine.label,
-                            links=r.links)
+        with settled():
+            summary = engine.summary(r)
+            if summary is not None:  # None: the engine refused the run before it began
+                write_json(inside(out_dir, SUMMARY), summary)
+                engine.write_files(r)
+                write_after_run(out_dir, engine.outputs_exp(exp), jobs, summary, r.t_start, log,
+                                engine=engine.label, links=r.links, events=events.kept())
     return summary
+
+
+@contextlib.contextmanager
+def settled():
+    """The outputs allocate a dict or more per event; the objects alive before them (the events, the
+    plans, the engine's state) are left out of the garbage collector's passes meanwhile (gc.freeze),
+    which would otherwise walk them all again at each full pass. Collectable as before afterwards."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def engine(name: str) -> Engine:

@@ -193,8 +193,9 @@ class Bundles:
         for b in todo:
             live = b in self.B_live
             slot = self._slot_of.get(b)
-            if slot is not None and (not live or full):
-                self._on[self._slot_cols[slot], slot] = False
+            cleared = slot is not None and (not live or full)
+            if cleared:
+                self._mark(b, slot, False)
                 if not live:
                     del self._slot_of[b]
                     self._free_slots.append(slot)
@@ -210,12 +211,34 @@ class Bundles:
                     self._slot_b = np.concatenate([self._slot_b, np.full(grow, -1, np.int64)])
                     self._slot_cols += [np.zeros(0, np.int64)] * grow
                 slot = self._slot_of[b] = self._free_slots.pop()
-            else:
-                self._on[self._slot_cols[slot], slot] = False
+            elif not cleared:
+                self._mark(b, slot, False)
             self._slot_b[slot] = b
             self._route_missing(self.B_conns[b])
-            cols = self._slot_cols[slot] = self._bundle_column(b)[0]
-            self._on[cols, slot] = True
+            self._slot_cols[slot] = self._bundle_column(b)[0]
+            self._mark(b, slot, True)
+
+    def _mark(self, b: int, slot: int, on: bool):
+        """Bundle b's slot set (or cleared) on its links in _on, and in the per-link count of live
+        bundles and sum of their ids (which name the one bundle of a link that has one)."""
+        cols, step = self._slot_cols[slot], 1 if on else -1
+        self._on[cols, slot] = on
+        self._link_n[cols] += step  # cols are distinct links
+        self._link_b[cols] += step * b
+
+    def _alone(self, links: np.ndarray) -> np.ndarray | None:
+        """The component of live bundles on links when no link has two: none, or one bundle that has
+        every link of its own to itself; None when it takes the search over _on."""
+        n = self._link_n[links]
+        if not n.any():
+            return np.zeros(0, np.int64)
+        if n.max() > 1:
+            return None
+        owner = self._link_b[links][n > 0]
+        b = int(owner[0])
+        if (owner != b).any() or self._link_n[self._slot_cols[self._slot_of[b]]].max() > 1:
+            return None
+        return owner[:1]
 
     def _solve_bundles(self):
         """Only the bundles that share links, directly or through others, with one that changed are
@@ -241,15 +264,17 @@ class Bundles:
         if not self._on.shape[1]:
             self.link_load[links] = 0
             return
-        seen = np.zeros(self._on.shape[1], bool)
-        frontier = links
-        while len(frontier):
-            hit = self._on[frontier].any(axis=0) & ~seen  # rows of the links: contiguous, unlike columns
-            if not hit.any():
-                break
-            seen |= hit
-            frontier = np.concatenate([self._bundle_column(int(b))[0] for b in self._slot_b[hit]])
-        comp = self._slot_b[seen]
+        comp = self._alone(links)  # most solves: a bundle alone on its links, or none left there
+        if comp is None:
+            seen = np.zeros(self._on.shape[1], bool)
+            frontier = links
+            while len(frontier):
+                hit = self._on[frontier].any(axis=0) & ~seen  # rows of the links: contiguous, unlike columns
+                if not hit.any():
+                    break
+                seen |= hit
+                frontier = np.concatenate([self._bundle_column(int(b))[0] for b in self._slot_b[hit]])
+            comp = self._slot_b[seen]
         self.counters["component_bundles"] += len(comp)
         self.link_load[links] = 0
         if not len(comp):

@@ -300,6 +300,8 @@ class Simulation(Bundles, RateSolver):
         self._slot_of: dict[int, int] = {}   # live bundle -> its column in _on (links it crosses)
         self._free_slots: list[int] = []
         self._on = np.zeros((net.n_links, 0), bool)  # link x slot, C order: a link's bundles are one row
+        self._link_n = np.zeros(net.n_links, np.int64)  # live bundles crossing each link (flowsim.bundles._mark)
+        self._link_b = np.zeros(net.n_links, np.int64)  # and the sum of their ids
         self._slot_b = np.zeros(0, np.int64)
         self._slot_cols: list[np.ndarray] = []  # the links each slot's row marks
         self._group_cache: dict[tuple, np.ndarray] = {}
@@ -1074,9 +1076,10 @@ class Simulation(Bundles, RateSolver):
         dt = self.now - self._acct_t
         if dt > 0:
             # Whole vectors: finding the links that carry traffic costs as much as adding to all.
-            self.link_bytes += self.link_load * dt
+            moved = self.link_load * dt
+            self.link_bytes += moved
             if self.bin_s:
-                self._bin(self._acct_t, self.now)
+                self._bin(self._acct_t, self.now, moved)
             cz = self._crate_nz
             if len(cz):
                 self.C_bytes[cz] += self.C_rate[cz] * dt
@@ -1092,11 +1095,12 @@ class Simulation(Bundles, RateSolver):
             np.add.at(out, self.B_conns[b], self.B_done[b] * self.B_w[b])
         return out
 
-    def _bin(self, t0: float, t1: float):
+    def _bin(self, t0: float, t1: float, moved: np.ndarray):
+        """moved: link_load * (t1 - t0), what a bin that holds all of [t0, t1] adds."""
         k0, k1 = int(t0 // self.bin_s), int(t1 // self.bin_s)
         if k1 >= self.max_bins:
             self._coarsen()
-            return self._bin(t0, t1)
+            return self._bin(t0, t1, moved)
         load = self.link_load
         for k in range(k0, k1 + 1):
             lo, hi = max(t0, k * self.bin_s), min(t1, (k + 1) * self.bin_s)
@@ -1105,7 +1109,7 @@ class Simulation(Bundles, RateSolver):
             if self._bin_cur != k:
                 self._close_bins()
                 self._bin_cur, self._bin_acc = k, np.zeros(self.net.n_links)
-            self._bin_acc += load * (hi - lo)
+            self._bin_acc += moved if (lo, hi) == (t0, t1) else load * (hi - lo)
 
     def _close_bins(self):
         if self._bin_cur is not None:

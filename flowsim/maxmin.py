@@ -14,7 +14,6 @@ number of its connections there for a bundle of connections tied to one rate), a
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 
 REL_TOL = 1e-9
 
@@ -25,6 +24,8 @@ def incidence_matrix(indptr: np.ndarray, links: np.ndarray, n_links: int,
     A link listed twice for one entity counts twice (a bundle crossing it twice)."""
     n_ent = len(indptr) - 1
     data = np.ones(len(links)) if weights is None else np.asarray(weights, dtype=float)
+    import scipy.sparse as sp  # here, not at import: a small run never needs it (start-up time)
+
     at = sp.csr_matrix((data, np.asarray(links, dtype=np.int64), np.asarray(indptr, dtype=np.int64)),
                        shape=(n_ent, n_links))
     at.sum_duplicates()
@@ -39,6 +40,8 @@ def max_min_rates(a: sp.spmatrix, capacity: np.ndarray, mult: np.ndarray | None 
     that is down: entities on it get 0); mult: identical entities per column (default 1);
     cap: per-entity upper bound (inf: none). An entity with no link and no cap gets inf.
     """
+    import scipy.sparse as sp
+
     a = sp.csc_matrix(a)
     n_links, n_ent = a.shape
     mult = np.ones(n_ent) if mult is None else np.asarray(mult, dtype=float)
@@ -87,6 +90,8 @@ def check_max_min(a: sp.spmatrix, capacity: np.ndarray, rate: np.ndarray, mult: 
                   cap: np.ndarray | None = None, tol: float = 1e-6) -> list[str]:
     """The max-min conditions, for tests: feasibility, and every entity is either at its cap or
     crosses a saturated link on which no entity has a higher rate. Returns what fails."""
+    import scipy.sparse as sp
+
     a = sp.csc_matrix(a)
     n_ent = a.shape[1]
     mult = np.ones(n_ent) if mult is None else np.asarray(mult, dtype=float)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.sparse as sp
 
 from flowsim.routing import path_weights
 from flowsim.maxmin import max_min_rates
@@ -152,6 +151,8 @@ class RateSolver:
         n_ent = len(conns) + len(blive)
         ent_of = np.repeat(np.arange(n_ent), np.diff(indptr))  # the same incidence as triples
         small = len(links) <= SMALL_NNZ  # numpy bincounts beat scipy's overhead on small problems
+        if not small:
+            import scipy.sparse as sp  # only for large problems: importing it is a tenth of a small run
         a_csc = None if small else sp.csr_matrix((wts, links, indptr), shape=(n_ent, len(capacity))).T.tocsc()
         if small:  # the links in use, numbered from 0: a round then costs what they are, not the fabric
             used_links, links_local = np.unique(links, return_inverse=True)

@@ -128,7 +128,7 @@ class Result:
         nbytes = np.concatenate([self.series[k][1] for k in bins]) if bins else np.zeros(0)
         gbps = nbytes * 8 / w / 1e9 if w else nbytes
         names = [(f"{a}-{b}", a, b) for a, b in self.link_names]
-        return LinkSeries(names, t_s, link, gbps / self.link_gbps[link], gbps)
+        return LinkSeries(names, t_s, link, None, gbps, link_gbps=self.link_gbps)
 
     def summary(self) -> dict:
         return {"engine": "flow", "complete": self.complete, "stalled": self.stalled, "end_s": self.end_s,

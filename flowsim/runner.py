@@ -247,6 +247,7 @@ class FlowEngine(Engine):
                 + (f" ({self.transfers} transfers)" if self.model == "detailed" else "")
                 + f", routing {router.describe()['name']}")
         self.done = 0  # sim.records already written as events
+        self._groups = {}  # _op_events' cache of each rank's concrete groups
         try:
             self.sim = sim = Simulation(net, specs, router, params, faults=faults, stragglers=stragglers,
                                         phases=phases)
@@ -275,8 +276,7 @@ class FlowEngine(Engine):
 
     def _flush(self, sim) -> None:
         events = self.run_events
-        for ev in _op_events(sim, self.done):
-            events.add(ev)
+        events.extend(list(_op_events(sim, self.done, self._groups)))
         self.done = len(sim.records)
         events.flush()
 
@@ -295,8 +295,10 @@ class FlowEngine(Engine):
             write_json(run.path("controller-state.json"), self.router.state(self.sim.now))
 
 
-def _op_events(sim, start: int):
-    """The agents' op events for sim.records[start:], real seconds since the replay start."""
+def _op_events(sim, start: int, groups: dict | None = None):
+    """The agents' op events for sim.records[start:], real seconds since the replay start. groups
+    caches (job, rank, family) -> (its concrete group, that group's size) across calls."""
+    groups = {} if groups is None else groups
     for j, r, i, s, e, rd, g in sim.records[start:]:
         op = sim.streams[g][i]
         tr = sim.jobs[j].trace
@@ -310,11 +312,16 @@ def _op_events(sim, start: int):
             if v is not None and v != "":
                 ev[k] = v
         if op.group is not None:  # a rank class names its group by family: this rank's own
-            ev["group"] = tr.group_of(int(r), op.group) if sim.class_mode[j] else op.group
+            key = (j, r, op.group)
+            hit = groups.get(key)
+            if hit is None:
+                name = tr.group_of(int(r), op.group) if sim.class_mode[j] else op.group
+                hit = groups[key] = (name, len(tr.members(name)))
+            ev["group"] = hit[0]
         if op.peer is not None:
             ev["peer"] = tr.peer_of(int(r), op.peer) if sim.class_mode[j] else op.peer
         if op.kind == "collective":
-            ev["ranks"] = len(tr.members(ev["group"]))
+            ev["ranks"] = groups[j, r, op.group][1]
             ev.setdefault("algorithm", "ring")
         if len(sim.actor_ranks[g]) > 1:
             ev["class_ranks"] = len(sim.actor_ranks[g])  # the ranks this one stands for

@@ -88,15 +88,44 @@ def summarize(rows: list[dict], top: int = 10) -> list[dict]:
     return stats[:top]
 
 
-def _rounded(values, ndigits: int):
-    """round(v, ndigits) of each value, in bulk: (the rounded floats, the distinct ones' repr, the
-    index of each value's among them). Python's round and repr run once per distinct value, since
-    numpy's round can differ in the last bit and links.csv holds Python's text."""
+def _distinct(values):
+    """np.unique(values, return_inverse=True), in one pass when the values are already in order
+    (an engine's sample times are)."""
     import numpy as np
 
-    uniq, inv = np.unique(values, return_inverse=True)
+    if len(values) > 1 and bool((values[1:] >= values[:-1]).all()):
+        new = np.empty(len(values), bool)
+        new[0] = True
+        np.not_equal(values[1:], values[:-1], out=new[1:])
+        return values[new], np.cumsum(new) - 1
+    return np.unique(values, return_inverse=True)
+
+
+def _rounded(values, ndigits: int, uniq=None, inv=None):
+    """round(v, ndigits) of each value, in bulk: (the rounded floats, the distinct ones' repr, the
+    index of each value's among them). Python's round and repr run once per distinct value, since
+    numpy's round can differ in the last bit and links.csv holds Python's text. uniq and inv: the
+    distinct values and each value's index among them, when the caller has them."""
+    import numpy as np
+
+    if uniq is None:
+        uniq, inv = np.unique(values, return_inverse=True)
     r = [round(float(v), ndigits) for v in uniq.tolist()]
     return np.array(r, dtype=float)[inv], np.array([repr(v) for v in r], dtype=object), inv
+
+
+def _ratios(gbps, gbps_at, link, link_gbps):
+    """The distinct values of gbps / link_gbps[link] and each row's index among them, from gbps's
+    own distinct values (uniq[gbps_at] == gbps) and the few distinct link rates: no second sort."""
+    import numpy as np
+
+    caps, cap_at = np.unique(np.asarray(link_gbps, dtype=float), return_inverse=True)
+    key = gbps_at * len(caps) + cap_at.ravel()[link]
+    seen = np.zeros(len(gbps) * len(caps), bool)
+    seen[key] = True
+    keys = np.flatnonzero(seen)
+    index = np.cumsum(seen) - 1
+    return gbps[keys // len(caps)] / caps[keys % len(caps)], index[key]
 
 
 class LinkSeries:
@@ -105,15 +134,26 @@ class LinkSeries:
     heatmap the same numbers without parsing the file back.
 
     names: (link name, src, dst) per directed link; t_s, link (index into names), and the row's
-    unrounded gbps and util, as the engine computed them."""
+    unrounded gbps and util, as the engine computed them; or, in place of util, link_gbps (the
+    rate of each directed link): util is then gbps / link_gbps[link]."""
 
-    def __init__(self, names: list[tuple[str, str, str]], t_s, link, util, gbps):
+    def __init__(self, names: list[tuple[str, str, str]], t_s, link, util, gbps, link_gbps=None):
         import numpy as np
 
         self.names = names
         self.t_s, self.link = np.asarray(t_s, dtype=float), np.asarray(link, dtype=np.int64)
-        self.util, self._util_text, self._util_at = _rounded(np.asarray(util, dtype=float), 6)
-        self.gbps, self._gbps_text, self._gbps_at = _rounded(np.asarray(gbps, dtype=float), 6)
+        self._times = None  # (distinct times, each row's index among them), made once
+        uniq, inv = np.unique(np.asarray(gbps, dtype=float), return_inverse=True)
+        self.gbps, self._gbps_text, self._gbps_at = _rounded(None, 6, uniq, inv)
+        if link_gbps is None:
+            self.util, self._util_text, self._util_at = _rounded(np.asarray(util, dtype=float), 6)
+        else:
+            self.util, self._util_text, self._util_at = _rounded(None, 6, *_ratios(uniq, inv, self.link, link_gbps))
+
+    def times(self):
+        if self._times is None:
+            self._times = _distinct(self.t_s)
+        return self._times
 
     def __len__(self) -> int:
         return len(self.t_s)
@@ -121,7 +161,7 @@ class LinkSeries:
     def head(self, n: int) -> "LinkSeries":
         """The first n rows (links.csv cut at a row limit)."""
         out = object.__new__(LinkSeries)
-        out.names, out.t_s, out.link = self.names, self.t_s[:n], self.link[:n]
+        out.names, out.t_s, out.link, out._times = self.names, self.t_s[:n], self.link[:n], None
         out.util, out._util_text, out._util_at = self.util[:n], self._util_text, self._util_at[:n]
         out.gbps, out._gbps_text, out._gbps_at = self.gbps[:n], self._gbps_text, self._gbps_at[:n]
         return out
@@ -133,7 +173,7 @@ class LinkSeries:
         f.write(",".join(COLUMNS) + "\n")
         if not len(self):
             return
-        times, t_at = np.unique(self.t_s, return_inverse=True)
+        times, t_at = self.times()
         # Four pieces a row, each spelled once per distinct value and joined once: no string per row.
         pieces = np.empty((len(self), 4), dtype=object)
         pieces[:, 0] = np.array([repr(float(t)) + "," for t in times.tolist()], dtype=object)[t_at]
@@ -148,7 +188,7 @@ class LinkSeries:
         keys_idx, first = np.unique(self.link, return_index=True)
         order = np.argsort(first, kind="stable")  # links in the order of their first row, as from_rows
         keys_idx = keys_idx[order]
-        times, col = np.unique(self.t_s, return_inverse=True)
+        times, col = self.times()
         row_of = np.empty(len(self.names), dtype=np.int64)
         row_of[keys_idx] = np.arange(len(keys_idx))
         util = np.full((len(keys_idx), len(times)), np.nan)

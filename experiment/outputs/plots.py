@@ -188,8 +188,11 @@ def heatmap_figure(rows, title: str = "", fabric=None, phases: dict | None = Non
 
     shown = len(busy)
     if shown > MAX_HEATMAP_LINKS:  # a large fabric: its busiest links (a row each would be unreadable and slow)
-        # cumsum adds left to right, as sum() over the samples did: the same ties, the same links
-        total = np.cumsum(np.nan_to_num(util, nan=0.0), axis=1)[:, -1].tolist()
+        # column by column, left to right, as sum() over the samples did: the same ties, the same links
+        total = np.zeros(len(util))
+        for column in np.nan_to_num(util, nan=0.0).T:
+            total += column
+        total = total.tolist()
         busy = sorted(busy, key=lambda k: -total[row[k]])[:MAX_HEATMAP_LINKS]
 
     tiers, nvlink = heatmap_rows(busy, fabric)
@@ -238,9 +241,21 @@ def heatmap_figure(rows, title: str = "", fabric=None, phases: dict | None = Non
 
 def _phase_strip(ax, phases: dict) -> None:
     """One row per job: a bar where each of its collectives ran."""
+    import numpy as np
+    from matplotlib.collections import PolyCollection
+
     colors = ("tab:orange", "tab:cyan", "tab:pink", "tab:olive", "tab:purple", "tab:brown")
     for i, (job, spans) in enumerate(phases.items()):
-        ax.broken_barh([(s, e - s) for s, e in spans], (i + 0.15, 0.7), color=colors[i % len(colors)])
+        # broken_barh's rectangles, built as arrays (it converts units span by span): x1 as
+        # start + width, the same float it computes
+        x0 = np.array([s for s, _ in spans], float)
+        x1 = x0 + (np.array([e for _, e in spans], float) - x0)
+        y0 = i + 0.15
+        y1 = y0 + 0.7
+        verts = np.empty((len(spans), 4, 2))
+        verts[:, :, 0] = np.stack([x0, x0, x1, x1], axis=1)
+        verts[:, :, 1] = (y0, y1, y1, y0)
+        ax.add_collection(PolyCollection(verts, color=colors[i % len(colors)]))
     ax.set_yticks([i + 0.5 for i in range(len(phases))], [f"job {j}" for j in phases], fontsize="x-small")
     ax.set_ylim(len(phases), 0)
     ax.set_ylabel("collectives", fontsize="small")

@@ -98,32 +98,41 @@ def job_results(job: str, events: list[dict], dilation: float, predicted_s: dict
 COMM_KINDS = ("collective", "send", "recv")
 
 
-def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[list[float]] = []
-    for a, b in sorted(s for s in spans if s[1] > s[0]):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
+def _union(start, end):
+    """The union of spans (start[i], end[i]) as sorted, disjoint (starts, ends) arrays; empty spans dropped."""
+    import numpy as np
+
+    keep = end > start
+    start, end = start[keep], end[keep]
+    order = np.lexsort((end, start))  # by start, then end, as sorted() orders the pairs
+    start, end = start[order], end[order]
+    if not len(start):
+        return start, end
+    reach = np.maximum.accumulate(end)  # the end of the union so far
+    new = np.ones(len(start), bool)
+    new[1:] = start[1:] > reach[:-1]  # a span that starts after every earlier one ended
+    last = np.append(np.flatnonzero(new)[1:] - 1, len(start) - 1)
+    return start[new], reach[last]
 
 
-def _length(spans) -> float:
-    return sum(b - a for a, b in spans)
+def _sum(values) -> float:
+    """Left to right, as Python's sum() adds (numpy's sum adds pairwise, which rounds differently)."""
+    import numpy as np
+
+    return float(np.cumsum(values)[-1]) if len(values) else 0.0
 
 
-def _overlap(x: list[tuple[float, float]], y: list[tuple[float, float]]) -> float:
-    """Length of the intersection of two sorted, disjoint span lists."""
-    i = j = 0
-    total = 0.0
-    while i < len(x) and j < len(y):
-        lo, hi = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
-        total += max(0.0, hi - lo)
-        if x[i][1] < y[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
+def _overlap(x, y) -> float:
+    """Length of the intersection of two unions (_union), their pieces summed in time order."""
+    import numpy as np
+
+    (xs, xe), (ys, ye) = x, y
+    lo = np.searchsorted(ye, xs, side="right")  # the first piece of y that ends after x's starts
+    hi = np.searchsorted(ys, xe, side="left")   # and the first that starts at or after its end
+    count = np.maximum(hi - lo, 0)
+    i = np.repeat(np.arange(len(xs)), count)
+    j = np.repeat(lo - (np.cumsum(count) - count), count) + np.arange(int(count.sum()))
+    return _sum(np.minimum(xe[i], ye[j]) - np.maximum(xs[i], ys[j]))
 
 
 def time_breakdown(ev: list[dict], iterations: int, dilation: float) -> dict:
@@ -134,31 +143,33 @@ def time_breakdown(ev: list[dict], iterations: int, dilation: float) -> dict:
     moment its peer started the matching send (same op_id); before that the rank
     waits on another pipeline stage, so with pipeline parallelism idle is the bubble.
     """
+    import numpy as np
+
     empty = {"compute": 0.0, "exposed_comm": 0.0, "overlapped_comm": 0.0, "idle": 0.0}
     ops = [e for e in ev if e.get("kind") in ("compute",) + COMM_KINDS and "start" in e]
     if not ops or not iterations:
         return empty
     t0, t1 = min(e["start"] for e in ops), max(e["end"] for e in ops)
     send_start = {(e["rank"], e["op_id"]): e["start"] for e in ops if e["kind"] == "send"}
-    per_rank: dict[int, dict[str, list]] = {}
-    for e in ops:
-        spans = per_rank.setdefault(e["rank"], {"compute": [], "comm": []})
-        if e["kind"] == "compute":
-            spans["compute"].append((e["start"], e["end"]))
-            continue
-        start = e["start"]
+    start = [e["start"] for e in ops]
+    for k, e in enumerate(ops):
         if e["kind"] == "recv" and e.get("peer") is not None:
-            start = max(start, send_start.get((e["peer"], e["op_id"]), start))
-        spans["comm"].append((start, e["end"]))
+            start[k] = max(start[k], send_start.get((e["peer"], e["op_id"]), start[k]))
+    start, end = np.array(start, float), np.array([e["end"] for e in ops], float)
+    compute = np.array([e["kind"] == "compute" for e in ops], bool)
+    ranks, first, rank_at = np.unique(np.array([e["rank"] for e in ops]), return_index=True, return_inverse=True)
     sums = dict(empty)
-    for spans in per_rank.values():
-        comp, comm = _union(spans["compute"]), _union(spans["comm"])
+    for r in np.argsort(first, kind="stable").tolist():  # ranks in the order of their first op
+        mine = rank_at.ravel() == r
+        comp, comm = _union(start[mine & compute], end[mine & compute]), _union(start[mine & ~compute],
+                                                                               end[mine & ~compute])
         both = _overlap(comp, comm)
-        sums["compute"] += _length(comp)
-        sums["exposed_comm"] += _length(comm) - both
+        comp_s, comm_s = _sum(comp[1] - comp[0]), _sum(comm[1] - comm[0])
+        sums["compute"] += comp_s
+        sums["exposed_comm"] += comm_s - both
         sums["overlapped_comm"] += both
-        sums["idle"] += (t1 - t0) - _length(comp) - (_length(comm) - both)
-    n = len(per_rank) * iterations * dilation
+        sums["idle"] += (t1 - t0) - comp_s - (comm_s - both)
+    n = len(ranks) * iterations * dilation
     return {k: v / n for k, v in sums.items()}
 
 

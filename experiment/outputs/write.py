@@ -17,13 +17,14 @@ def write_json(path: str, data) -> None:
 
 
 def write_after_run(out_dir: str, exp, jobs, summary: dict, t0: float | None, log=print,
-                    engine: str = "emulator", links=None) -> None:
+                    engine: str = "emulator", links=None, events: list[dict] | None = None) -> None:
     """trace.json and plots/ from what the run wrote; a failure is a warning, never a failed run.
     engine names the engine that ran it, in the plots' titles; links is links.csv as a
-    links.LinkGrid when the engine holds it (else the heatmap reads the file)."""
-    events, phases = [], None
+    links.LinkGrid when the engine holds it (else the heatmap reads the file); events are
+    events.jsonl's events when the run kept them all in memory (else the file is read back)."""
+    phases, kept, events = None, events, []
     try:
-        events = read_events(inside(out_dir, "events.jsonl"))
+        events = kept if kept is not None else read_events(inside(out_dir, "events.jsonl"))
         chrometrace.write(inside(out_dir, "trace.json"), events, [(j.name, j.hosts) for j in jobs],
                           exp.scale.dilation, exp.scale.bytes, t0=t0, name=exp.name)
     except Exception as e:  # noqa: BLE001

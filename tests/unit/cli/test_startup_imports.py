@@ -20,3 +20,14 @@ def test_the_command_and_the_package_start_light():
 def test_reading_an_experiment_needs_no_scipy_and_the_api_still_loads_on_use():
     assert "scipy" not in _imported("import dtnet; dtnet.load  # the API, the model, policies and fabrics")
     assert "scipy" not in _imported("import controller.paths")
+
+
+def test_a_small_flow_simulation_needs_no_sparse_solver():
+    # scipy.sparse costs about a tenth of a 16-GPU `dtnet run`; only problems past rates.SMALL_NNZ use it.
+    code = ("from flowsim import EcmpRouter, JobSpec, Net, Params, Simulation\n"
+            "from topologies import build\nfrom traffic.workload import build_workload\n"
+            "fab = build('single-switch', {'hosts': 4, 'link_gbps': 400})\n"
+            "tr = build_workload({'collective': 'all_reduce', 'algorithm': 'ring', 'size_bytes': 1 << 20}, 4)\n"
+            "res = Simulation(Net.from_fabric(fab), [JobSpec('r', fab.hosts, tr)], EcmpRouter(0), Params()).run()\n"
+            "assert res.complete")
+    assert "scipy" not in _imported(code)

@@ -39,3 +39,21 @@ def test_grid_from_memory_is_the_grid_of_the_file_read_back(tmp_path):
     assert mem.times == back.times and mem.keys == back.keys
     np.testing.assert_array_equal(mem.util, back.util)  # NaN where a link has no row, in both
     assert np.isnan(mem.util).any()
+
+
+def test_util_from_link_rates_is_the_text_of_util_given():
+    # repeated rates over links of three speeds (each distinct gbps on several kinds of link), times in and out of order
+    names, t_s, link, _, gbps = _series(2)
+    rng = np.random.default_rng(3)
+    gbps = rng.choice(np.append(gbps[:50], [210.1417295, 0.0]), len(gbps))
+    link_gbps = rng.choice([400.0, 100.0, 3600.0], len(names))
+    for times in (t_s, rng.permutation(t_s)):
+        given, derived = io.StringIO(), io.StringIO()
+        links.LinkSeries(names, times, link, gbps / link_gbps[link], gbps).write_csv(given)
+        series = links.LinkSeries(names, times, link, None, gbps, link_gbps=link_gbps)
+        series.write_csv(derived)
+        assert derived.getvalue() == given.getvalue()
+        assert derived.getvalue().count("\n") == len(gbps) + 1
+        mem = series.grid()
+        np.testing.assert_array_equal(mem.util, links.LinkSeries(names, times, link, gbps / link_gbps[link],
+                                                                 gbps).grid().util)
