@@ -261,6 +261,9 @@ def settled():
     """The outputs allocate a dict or more per event; the objects alive before them (the events, the
     plans, the engine's state) are left out of the garbage collector's passes meanwhile (gc.freeze),
     which would otherwise walk them all again at each full pass. Collectable as before afterwards."""
+    if gc.get_freeze_count():  # someone embedding dtnet froze objects: leave theirs frozen, freeze nothing
+        yield
+        return
     gc.freeze()
     try:
         yield
