@@ -141,7 +141,6 @@ static void AckBands(TrafficControlHelper& tch, uint16_t h, const QueueSizeValue
 // sender's interface address for its ACKs) -> output interface, in a hash map. ns-3's static
 // routing scans its routes linearly per packet, which a switch of thousands of flows cannot afford.
 static std::mt19937_64 sprayRng(1);
-static const uint32_t SPRAYED = 0xffffffffu;
 
 class FlowTable : public Ipv4RoutingProtocol {
   public:
@@ -151,35 +150,29 @@ class FlowTable : public Ipv4RoutingProtocol {
     }
     void Set(Ipv4Address dest, int iface) {
         if (iface < 0) table.erase(dest.Get());
-        else table[dest.Get()] = uint32_t(iface);
+        else table[dest.Get()] = Entry{MakeRoute(dest, uint32_t(iface)), {}};
     }
     void SetSpray(Ipv4Address dest, std::vector<uint32_t> ifaces) {  // a draw per packet among these
         if (ifaces.size() == 1) return Set(dest, int(ifaces[0]));
-        table[dest.Get()] = SPRAYED;
-        spray[dest.Get()] = std::move(ifaces);
+        Entry& e = table[dest.Get()];
+        e.spray.clear();
+        for (uint32_t i : ifaces) e.spray.push_back(MakeRoute(dest, i));
     }
+    // The entry's route, made when the entry is set: no route object allocated per packet per hop.
+    // Nothing downstream changes a route it is handed (ns-3's IPv4 and TCP only read it).
     Ptr<Ipv4Route> Lookup(Ipv4Address dest) const {
         auto it = table.find(dest.Get());
         if (it == table.end()) return nullptr;
-        uint32_t iface = it->second;
-        if (iface == SPRAYED) {  // only sprayed flows pay for the second lookup
-            const std::vector<uint32_t>& v = spray.at(dest.Get());
-            iface = v[sprayRng() % v.size()];
-        }
-        Ptr<Ipv4Route> r = Create<Ipv4Route>();
-        r->SetDestination(dest);
-        r->SetGateway(Ipv4Address::GetZero());
-        r->SetSource(ipv4->GetAddress(iface, 0).GetLocal());
-        r->SetOutputDevice(ipv4->GetNetDevice(iface));
-        return r;
+        const Entry& e = it->second;
+        if (e.spray.empty()) return e.route;
+        return e.spray[sprayRng() % e.spray.size()];
     }
+    // ns-3's TCP takes its local address from the route at Connect, whatever it was bound to.
+    // Called before the destination's entry is set (main), so the entry's route carries it.
     void SetSource(Ipv4Address dest, Ipv4Address src) { source[dest.Get()] = src; }
     Ptr<Ipv4Route> RouteOutput(Ptr<Packet>, const Ipv4Header& h, Ptr<NetDevice>, Socket::SocketErrno& err) override {
         Ptr<Ipv4Route> r = Lookup(h.GetDestination());
         err = r ? Socket::ERROR_NOTERROR : Socket::ERROR_NOROUTETOHOST;
-        // ns-3's TCP takes its local address from the route at Connect, whatever it was bound to
-        auto s = source.find(h.GetDestination().Get());
-        if (r && s != source.end()) r->SetSource(s->second);
         return r;
     }
     bool RouteInput(Ptr<const Packet> p, const Ipv4Header& h, Ptr<const NetDevice> idev, UnicastForwardCallback ucb,
@@ -208,9 +201,21 @@ class FlowTable : public Ipv4RoutingProtocol {
     }
 
   private:
+    struct Entry {
+        Ptr<Ipv4Route> route;
+        std::vector<Ptr<Ipv4Route>> spray;  // a sprayed flow's routes, one per next hop
+    };
+    Ptr<Ipv4Route> MakeRoute(Ipv4Address dest, uint32_t iface) const {
+        Ptr<Ipv4Route> r = Create<Ipv4Route>();
+        r->SetDestination(dest);
+        r->SetGateway(Ipv4Address::GetZero());
+        auto s = source.find(dest.Get());
+        r->SetSource(s != source.end() ? s->second : ipv4->GetAddress(iface, 0).GetLocal());
+        r->SetOutputDevice(ipv4->GetNetDevice(iface));
+        return r;
+    }
     Ptr<Ipv4> ipv4;
-    std::unordered_map<uint32_t, uint32_t> table;
-    std::unordered_map<uint32_t, std::vector<uint32_t>> spray;
+    std::unordered_map<uint32_t, Entry> table;
     std::unordered_map<uint32_t, Ipv4Address> source;
 };
 
