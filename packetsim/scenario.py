@@ -302,6 +302,8 @@ def write(sc: Scenario, net, transport, path: str, *, seed: int, bin_s: float, e
             f.write(f"ackevery {transport.ack_every_segments}\n")
         if transport.htb_burst_s:
             f.write(f"htb {transport.htb_burst_s!r}\n")
+        if not transport.port_queue:
+            f.write("queuedisc 1\n")
         tsq = [transport.tsq_bytes(float(net.link_gbps[int(p[0])])) for p in sc.paths]  # by its first link
         for c, limit in enumerate(tsq):
             if 0 < limit < SEND_BUFFER_BYTES:  # at the send buffer it cannot bind: the driver skips its cost

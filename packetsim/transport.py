@@ -40,6 +40,9 @@ class Transport:
     # least two frames, over a wire 100x faster); 0: the wire itself at the link's rate
     htb_burst_s: float = 0.0
     tsq: bool = True  # TCP Small Queues at every sender (tsq_bytes): Linux has them on every socket
+    # False: every plain FIFO port as ns-3 builds it, a queue disc feeding the device's queue of two
+    # frames; True: the driver's PortQueue, the same results with an event fewer a frame a hop
+    port_queue: bool = True
 
     def tsq_bytes(self, nic_gbps: float) -> int:
         """A connection's TSQ limit, payload bytes below TCP, when it leaves by a NIC of nic_gbps:
