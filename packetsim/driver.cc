@@ -454,6 +454,7 @@ struct Conn {
     std::vector<int> sendq, recvq;  // task ids in stream order
     size_t sendHead = 0, recvHead = 0;
     uint64_t bytesRx = 0, retx = 0, retxBytes = 0;
+    int sHost = -1, dHost = -1;  // the nodes that hold saddr and daddr
     uint32_t highTx = 0;
     bool up = false;
 };
@@ -539,6 +540,8 @@ struct Port {  // one directed link: the queue at A's end toward B
     Ptr<QueueDisc> qd;      // a queue disc and the device's queue, or
     Ptr<PortQueue> pq;      // the two as one
     Ptr<NetDevice> dev;
+    int node = -1;                // A
+    Ptr<Ipv4Interface> iface;     // A's IPv4 interface of this port
     double last = 0, area = 0;
     uint32_t cur = 0, max = 0;
     uint64_t txTotal = 0;  // every byte sent, for the controller's port counters
@@ -770,31 +773,46 @@ static void OnPhyTx(int port, Ptr<const Packet> p) {
 // ns-3 hands a received frame to its node, which tries every (device, protocol) handler it has (two
 // a port), and then to traffic control, which tries its own list of them: two scans of the ports
 // per packet, 260 list entries at a 64-port switch. A point-to-point port carries IPv4 alone, so
-// its frames go straight to IPv4's Receive, where both scans end. And a switch whose ports are
-// PortQueues forwards a packet its flow table has an entry for itself, as IPv4's RouteInput and
-// IpForward would (TTL less one, then the port's device, as traffic control sends with no queue
-// disc): the same bytes, without IPv4's per-packet objects (a copy of the packet, a queue disc
-// item, four callbacks, three interface look-ups).
+// its frames go straight to IPv4's Receive, where both scans end. Where every port is a PortQueue,
+// the driver goes further, doing what IPv4 would without its per-packet objects (copies of the
+// packet, a queue disc item, four callbacks, interface and protocol look-ups), to the same bytes:
+// a switch forwards a packet its flow table has an entry for (RouteInput, then IpForward: TTL
+// less one, out of the entry's device, as traffic control sends where there is no queue disc);
+// a host hands a TCP packet to one of its own connection addresses to TCP (LocalDeliver).
 struct Receiver {
     Ipv4L3Protocol* ip;
-    FlowTable* table;  // non-null: forwards by it
+    FlowTable* table;  // a switch's: forwards by it
+    IpL4Protocol* tcp;  // a host's: delivers to it
 };
 static std::vector<Receiver> receivers;  // per node
 
-static bool OnFrame(int node, Ptr<NetDevice> dev, Ptr<const Packet> p, uint16_t proto, const Address& from) {
+static bool Local(int node, uint32_t addr) {  // one of the node's connection addresses (main)
+    uint32_t c = addr - 0x0B000001u;
+    if (c < conns.size()) return conns[c].dHost == node;
+    c = addr - 0x0C000001u;
+    return c < conns.size() && conns[c].sHost == node;
+}
+
+static bool OnFrame(int port, Ptr<NetDevice> dev, Ptr<const Packet> p, uint16_t proto, const Address& from) {
     if (proto != Ipv4L3Protocol::PROT_NUMBER) return false;
-    const Receiver& rx = receivers[size_t(node)];
-    if (rx.table) {
+    const Port& q = ports[size_t(port)];
+    const Receiver& rx = receivers[size_t(q.node)];
+    if (rx.table || rx.tcp) {
         Ptr<Packet> c = p->Copy();
         Ipv4Header h;
         c->RemoveHeader(h);
         // a TTL that would reach 0 takes IPv4's path, which drops it (a loop in the tables)
-        Ptr<Ipv4Route> r = h.GetTtl() > 1 ? rx.table->Lookup(h.GetDestination()) : nullptr;
+        Ptr<Ipv4Route> r = rx.table && h.GetTtl() > 1 ? rx.table->Lookup(h.GetDestination()) : nullptr;
         if (r) {
             h.SetTtl(h.GetTtl() - 1);
             c->AddHeader(h);
             Ptr<NetDevice> out = r->GetOutputDevice();
             out->Send(c, out->GetBroadcast(), Ipv4L3Protocol::PROT_NUMBER);
+            return true;
+        }
+        if (rx.tcp && h.GetProtocol() == TcpL4Protocol::PROT_NUMBER && h.IsLastFragment() &&
+            h.GetFragmentOffset() == 0 && Local(q.node, h.GetDestination().Get())) {
+            rx.tcp->Receive(c, h, q.iface);  // every packet here has its socket: no ICMP to send
             return true;
         }
     }
@@ -1235,22 +1253,28 @@ int main(int argc, char** argv) {
                 q.qd = qds.Get(dir);
                 q.qd->TraceConnectWithoutContext("BytesInQueue", MakeBoundCallback(&OnBacklog, pi));
             }
+            Ptr<Ipv4L3Protocol> ip = nodes.Get(a)->GetObject<Ipv4L3Protocol>();
+            uint32_t iface = uint32_t(ip->GetInterfaceForDevice(d.Get(dir)));
+            q.node = a;
+            q.iface = ip->GetInterface(iface);
             ports.push_back(q);
             d.Get(dir)->TraceConnectWithoutContext("PhyTxEnd", MakeBoundCallback(&OnPhyTx, pi));
-            uint32_t iface = uint32_t(nodes.Get(a)->GetObject<Ipv4>()->GetInterfaceForDevice(d.Get(dir)));
             ifaceOf[{a, b}] = {iface, pi};
         }
     }
     for (int n = 0; n < nNodes; n++) {
         Ptr<Ipv4L3Protocol> ip = nodes.Get(n)->GetObject<Ipv4L3Protocol>();
         FlowTable* table = PeekPointer(DynamicCast<FlowTable>(ip->GetRoutingProtocol()));
-        receivers.push_back({PeekPointer(ip), fifo && !endpoint[n] ? table : nullptr});  // hosts deliver
+        IpL4Protocol* tcp = PeekPointer(nodes.Get(n)->GetObject<TcpL4Protocol>());
+        receivers.push_back({PeekPointer(ip), fifo && !endpoint[n] ? table : nullptr, fifo && endpoint[n] ? tcp : nullptr});
     }
-    for (const Port& q : ports) q.dev->SetReceiveCallback(MakeBoundCallback(&OnFrame, int(q.dev->GetNode()->GetId())));
+    for (size_t i = 0; i < ports.size(); i++) ports[i].dev->SetReceiveCallback(MakeBoundCallback(&OnFrame, int(i)));
     for (size_t c = 0; c < conns.size(); c++) {
         Conn& cn = conns[c];
         cn.daddr = Ipv4Address(0x0B000000u + uint32_t(c) + 1);  // 11.0.0.0/8: one address a connection
         int sp = cn.path[0], dp = cn.path.back();
+        cn.sHost = sp;
+        cn.dHost = dp;
         Ptr<Ipv4> sip = nodes.Get(sp)->GetObject<Ipv4>(), dip = nodes.Get(dp)->GetObject<Ipv4>();
         cn.saddr = Ipv4Address(0x0C000000u + uint32_t(c) + 1);  // 12.0.0.0/8: its ACKs' own address
         sip->AddAddress(ifaceOf.at({sp, cn.path[1]}).first, Ipv4InterfaceAddress(cn.saddr, "255.255.255.255"));
