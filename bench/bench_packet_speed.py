@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/bench_packet_speed.py write DIR [--hosts 8 16 ...] [--mib 32 256]
                                                        [--fat-tree K] [--size-mib S]
-    .venv/bin/python bench/bench_packet_speed.py run DIR BINARY [BINARY ...] [--rounds N]
+    .venv/bin/python bench/bench_packet_speed.py run DIR BINARY [BINARY ...] [--rounds N] [--outputs OUT]
+    .venv/bin/python bench/bench_packet_speed.py diff OUT_A.txt OUT_B.txt
     .venv/bin/python bench/bench_packet_speed.py plan [--ranks 64 256 1024]
 
 `write` plans ring all-reduces on one 400 Gb/s switch (experiments/ring-single-switch.yaml,
@@ -11,7 +12,11 @@ writes each as the driver's scenario file, as `dtnet run --engine packet` would.
 `run` runs every scenario under each driver binary in turn (alternating, N rounds, so that a
 change of machine load hits both alike) and prints per run the events, the driver's CPU
 seconds (user + system), wall seconds, the last task's end (the CCT in simulated seconds) and
-the ratio of each binary's CCT to the first's. `plan` times packetsim.runner.plan for a ring
+the ratio of each binary's CCT to the first's; with --outputs, each run's output lines go to
+OUT/SCENARIO.BINARY.txt (the last round's). `diff` says whether two such outputs are the same
+line for line (without the meta and progress lines) and, where they are not, by how much: the
+CCT, the largest shift of a task's end, and per queue statistic the largest relative change.
+`plan` times packetsim.runner.plan for a ring
 over N ranks on one switch. Run the heavy ones under the shared machine lock.
 """
 from __future__ import annotations
@@ -61,8 +66,9 @@ def write_scenarios(out_dir: str, hosts: list[int], mibs: list[int], fat_tree_k:
         print(f"{path}: {len(sc.conns)} connections, {sc.payload_bytes / MIB:.4g} MiB of payload")
 
 
-def run_one(binary: str, path: str) -> dict:
-    """One driver run: its events, CPU and wall seconds, and the last task's end (simulated s)."""
+def run_one(binary: str, path: str, outputs: str | None = None) -> dict:
+    """One driver run: its events, CPU and wall seconds, and the last task's end (simulated s);
+    its output lines kept in outputs/SCENARIO.BINARY.txt when outputs is a folder."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.monotonic()
     p = subprocess.run([binary, path], capture_output=True, text=True, stdin=subprocess.DEVNULL)
@@ -70,6 +76,11 @@ def run_one(binary: str, path: str) -> dict:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
         raise SystemExit(f"{binary} {path}: exit {p.returncode}: {p.stderr.strip()[-300:]}")
+    if outputs:
+        os.makedirs(outputs, exist_ok=True)
+        name = f"{os.path.splitext(os.path.basename(path))[0]}.{os.path.basename(binary)}.txt"
+        with open(os.path.join(outputs, name), "w") as f:
+            f.write(p.stdout)
     meta, end, retx = None, 0.0, 0
     for line in p.stdout.splitlines():
         if not line.startswith("{"):
@@ -86,19 +97,50 @@ def run_one(binary: str, path: str) -> dict:
             "peak_mb": after.ru_maxrss / 1024}
 
 
-def run_all(out_dir: str, binaries: list[str], rounds: int) -> None:
+def run_all(out_dir: str, binaries: list[str], rounds: int, outputs: str | None = None) -> None:
     paths = sorted(os.path.join(out_dir, f) for f in os.listdir(out_dir) if f.endswith(".txt"))
     print(f"load {os.getloadavg()[0]:.2f}")
     for path in paths:
         for r in range(rounds):
             first = None
             for b in binaries:
-                m = run_one(b, path)
+                m = run_one(b, path, outputs)
                 first = first or m
                 print(f"{os.path.basename(path)} round {r} {os.path.basename(b)}: {m['events']:,} events, "
                       f"{m['cpu_s']:.2f} CPU s, {m['wall_s']:.2f} wall s, cct {m['cct_s'] * 1e3:.6g} ms "
                       f"(x{m['cct_s'] / first['cct_s']:.5f}), {m['retx']} retx, "
                       f"{m['events'] / max(m['cpu_s'], 1e-9) / 1e3:,.0f} k events/CPU s", flush=True)
+
+
+def _records(path: str) -> dict:
+    recs: dict = {"task": [], "queue": [], "lines": []}
+    with open(path) as f:
+        for line in f:
+            if not line.startswith("{"):
+                continue  # progress
+            rec = json.loads(line)
+            if rec["type"] != "meta":
+                recs["lines"].append(line)
+            if rec["type"] in recs:
+                recs[rec["type"]].append(rec)
+    return recs
+
+
+def diff_outputs(path_a: str, path_b: str) -> None:
+    a, b = _records(path_a), _records(path_b)
+    if a["lines"] == b["lines"]:
+        print(f"same: {len(a['lines'])} output lines alike")
+        return
+    cct_a, cct_b = (max(t["end"] for t in r["task"]) for r in (a, b))
+    shift = max(abs(x["end"] - y["end"]) for x, y in zip(a["task"], b["task"]))
+    print(f"differ: CCT {cct_a * 1e3:.6g} -> {cct_b * 1e3:.6g} ms (x{cct_b / cct_a:.6f}), "
+          f"largest shift of a task's end {shift * 1e9:.0f} ns")
+    for key in ("mean", "p99", "max", "drops"):
+        pairs = [(x[key], y[key]) for x, y in zip(a["queue"], b["queue"]) if x[key] != y[key]]
+        worst = max(pairs, key=lambda p: abs(p[1] - p[0]) / max(abs(p[0]), 1e-12), default=None)
+        print(f"  queue {key}: {len(pairs)} of {len(a['queue'])} ports changed"
+              + (f", the most {worst[0]:.6g} -> {worst[1]:.6g} ({(worst[1] - worst[0]) / max(abs(worst[0]), 1e-12):+.3%})"
+                 if worst else ""))
 
 
 def time_plan(ranks: list[int]) -> None:
@@ -125,13 +167,19 @@ def main() -> None:
     r.add_argument("dir")
     r.add_argument("binaries", nargs="+")
     r.add_argument("--rounds", type=int, default=1)
+    r.add_argument("--outputs", help="keep each run's output lines in this folder")
+    d = sub.add_parser("diff")
+    d.add_argument("a")
+    d.add_argument("b")
     p = sub.add_parser("plan")
     p.add_argument("--ranks", type=int, nargs="*", default=[64, 256, 1024])
     a = ap.parse_args()
     if a.cmd == "write":
         write_scenarios(a.dir, a.hosts, a.mib, a.fat_tree, a.size_mib)
     elif a.cmd == "run":
-        run_all(a.dir, a.binaries, a.rounds)
+        run_all(a.dir, a.binaries, a.rounds, a.outputs)
+    elif a.cmd == "diff":
+        diff_outputs(a.a, a.b)
     else:
         time_plan(a.ranks)
 

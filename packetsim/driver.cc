@@ -18,6 +18,8 @@
 //   wake AT_S                              wake, print a poll line and read commands until "go")
 //   tsq CONN BYTES                        (TCP Small Queues: the connection's payload bytes below TCP)
 //   ackevery N                            (receivers ACK once per N full segments; 2 without it)
+//   queuedisc 1                           (plain FIFO ports as ns-3 builds them, a queue disc and the
+//                                          device's queue, not as one PortQueue: the same results)
 //   pace NODE BPS FROM_S UNTIL_S          (the node's connections send at most BPS payload bytes a
 //                                          second together, from FROM_S until UNTIL_S since t0)
 //
@@ -75,6 +77,9 @@ class PureAckFilter : public Ipv4PacketFilter {
 };
 NS_OBJECT_ENSURE_REGISTERED(PureAckFilter);
 
+// The event running now and the id the next one scheduled will get (PortQueue needs both).
+static uint32_t runningUid = 0, nextUid = 0;
+
 // ns-3's event queue, in two binary heaps. TCP cancels and re-arms its retransmission timer (200 ms)
 // on every ACK and its delayed-ACK timer (40 ms) every other segment; a cancelled event stays queued
 // until its time, so a run of a few ms piles up millions of them, and in one heap every event pays
@@ -89,6 +94,7 @@ class SplitHeapScheduler : public Scheduler {
         return tid;
     }
     void Insert(const Event& ev) override {
+        nextUid = ev.key.m_uid + 1;  // uids are handed out in order, every one to an inserted event
         std::vector<Event>& h = ev.key.m_ts - now > FAR_NS ? far : near;
         h.push_back(ev);
         std::push_heap(h.begin(), h.end(), Later);
@@ -101,6 +107,7 @@ class SplitHeapScheduler : public Scheduler {
         Event ev = h.back();
         h.pop_back();
         now = ev.key.m_ts;
+        runningUid = ev.key.m_uid;
         return ev;
     }
     void Remove(const Event& ev) override {  // Simulator::Remove: rare (TCP cancels instead)
@@ -141,7 +148,6 @@ static void AckBands(TrafficControlHelper& tch, uint16_t h, const QueueSizeValue
 // sender's interface address for its ACKs) -> output interface, in a hash map. ns-3's static
 // routing scans its routes linearly per packet, which a switch of thousands of flows cannot afford.
 static std::mt19937_64 sprayRng(1);
-static const uint32_t SPRAYED = 0xffffffffu;
 
 class FlowTable : public Ipv4RoutingProtocol {
   public:
@@ -151,35 +157,29 @@ class FlowTable : public Ipv4RoutingProtocol {
     }
     void Set(Ipv4Address dest, int iface) {
         if (iface < 0) table.erase(dest.Get());
-        else table[dest.Get()] = uint32_t(iface);
+        else table[dest.Get()] = Entry{MakeRoute(dest, uint32_t(iface)), {}};
     }
     void SetSpray(Ipv4Address dest, std::vector<uint32_t> ifaces) {  // a draw per packet among these
         if (ifaces.size() == 1) return Set(dest, int(ifaces[0]));
-        table[dest.Get()] = SPRAYED;
-        spray[dest.Get()] = std::move(ifaces);
+        Entry& e = table[dest.Get()];
+        e.spray.clear();
+        for (uint32_t i : ifaces) e.spray.push_back(MakeRoute(dest, i));
     }
+    // The entry's route, made when the entry is set: no route object allocated per packet per hop.
+    // Nothing downstream changes a route it is handed (ns-3's IPv4 and TCP only read it).
     Ptr<Ipv4Route> Lookup(Ipv4Address dest) const {
         auto it = table.find(dest.Get());
         if (it == table.end()) return nullptr;
-        uint32_t iface = it->second;
-        if (iface == SPRAYED) {  // only sprayed flows pay for the second lookup
-            const std::vector<uint32_t>& v = spray.at(dest.Get());
-            iface = v[sprayRng() % v.size()];
-        }
-        Ptr<Ipv4Route> r = Create<Ipv4Route>();
-        r->SetDestination(dest);
-        r->SetGateway(Ipv4Address::GetZero());
-        r->SetSource(ipv4->GetAddress(iface, 0).GetLocal());
-        r->SetOutputDevice(ipv4->GetNetDevice(iface));
-        return r;
+        const Entry& e = it->second;
+        if (e.spray.empty()) return e.route;
+        return e.spray[sprayRng() % e.spray.size()];
     }
+    // ns-3's TCP takes its local address from the route at Connect, whatever it was bound to.
+    // Called before the destination's entry is set (main), so the entry's route carries it.
     void SetSource(Ipv4Address dest, Ipv4Address src) { source[dest.Get()] = src; }
     Ptr<Ipv4Route> RouteOutput(Ptr<Packet>, const Ipv4Header& h, Ptr<NetDevice>, Socket::SocketErrno& err) override {
         Ptr<Ipv4Route> r = Lookup(h.GetDestination());
         err = r ? Socket::ERROR_NOTERROR : Socket::ERROR_NOROUTETOHOST;
-        // ns-3's TCP takes its local address from the route at Connect, whatever it was bound to
-        auto s = source.find(h.GetDestination().Get());
-        if (r && s != source.end()) r->SetSource(s->second);
         return r;
     }
     bool RouteInput(Ptr<const Packet> p, const Ipv4Header& h, Ptr<const NetDevice> idev, UnicastForwardCallback ucb,
@@ -208,9 +208,21 @@ class FlowTable : public Ipv4RoutingProtocol {
     }
 
   private:
+    struct Entry {
+        Ptr<Ipv4Route> route;
+        std::vector<Ptr<Ipv4Route>> spray;  // a sprayed flow's routes, one per next hop
+    };
+    Ptr<Ipv4Route> MakeRoute(Ipv4Address dest, uint32_t iface) const {
+        Ptr<Ipv4Route> r = Create<Ipv4Route>();
+        r->SetDestination(dest);
+        r->SetGateway(Ipv4Address::GetZero());
+        auto s = source.find(dest.Get());
+        r->SetSource(s != source.end() ? s->second : ipv4->GetAddress(iface, 0).GetLocal());
+        r->SetOutputDevice(ipv4->GetNetDevice(iface));
+        return r;
+    }
     Ptr<Ipv4> ipv4;
-    std::unordered_map<uint32_t, uint32_t> table;
-    std::unordered_map<uint32_t, std::vector<uint32_t>> spray;
+    std::unordered_map<uint32_t, Entry> table;
     std::unordered_map<uint32_t, Ipv4Address> source;
 };
 
@@ -570,9 +582,10 @@ static void GateReleaseBytes(uint32_t src, uint32_t len) {
     }
 }
 
-// The frame's first bytes, read in place (PPP 2, IPv4 20 or more, TCP): a copy of the packet and
-// three header objects per frame cost more than the rest of this hook.
-static void GateOnWireEnd(Ptr<const Packet> p) {
+// A frame left its host's wire or was dropped at its host's PortQueue. Its first bytes, read in
+// place (PPP 2, IPv4 20 or more, TCP): a copy of the packet and three header objects per frame
+// cost more than the rest of this hook.
+static void GateOnFrameGone(Ptr<const Packet> p) {
     uint8_t b[2 + 60 + 13];
     uint32_t n = p->CopyData(b, sizeof b);
     if (n < 2 + 20 || b[2 + 9] != 6) return;  // not TCP
@@ -633,14 +646,94 @@ struct Conn {
     std::vector<int> sendq, recvq;  // task ids in stream order
     size_t sendHead = 0, recvHead = 0;
     uint64_t bytesRx = 0, retx = 0, retxBytes = 0;
+    int sHost = -1, dHost = -1;  // the nodes that hold saddr and daddr
     uint32_t highTx = 0;
     bool up = false;
 };
 
+static void Backlog(int port, uint32_t bytes, double t);
+
+// A port's output queue, as ns-3 has it (a FIFO queue disc of the port's buffer feeding the
+// device's own queue of two frames), in one FIFO: without the event per frame in which the
+// device's queue, as a frame leaves it, wakes the queue disc to refill it (a fifth of all events).
+// What the two queues did, this does: a frame is dropped when the queue disc's backlog (IP bytes
+// of the frames past the device's two) would pass the buffer; that backlog is the statistic; and
+// the refill happens where the wake event would have run in its instant: after the events
+// scheduled before it, before those scheduled after (uids, from SplitHeapScheduler). Used where
+// every port is a plain FIFO (no ECN, ACK priority or shaping).
+class PortQueue : public Queue<Packet> {
+  public:
+    static TypeId GetTypeId() {
+        static TypeId tid = TypeId("dtnet::PortQueue").SetParent<Queue<Packet>>().AddConstructor<PortQueue>();
+        return tid;
+    }
+    int port = -1;
+    uint64_t limitBytes = 0;  // the queue disc's
+    bool Enqueue(Ptr<Packet> p) override {
+        Due();
+        uint32_t ipBytes = p->GetSize() - PPP_BYTES;
+        if (held + ipBytes > limitBytes) {
+            DropBeforeEnqueue(p);
+            return false;
+        }
+        DoEnqueue(GetContainer().end(), p);
+        waiting.push_back(ipBytes);
+        Held(held + ipBytes, SimNowS());
+        Refill(SimNowS());  // the queue disc's Run after an enqueue
+        return true;
+    }
+    Ptr<Packet> Dequeue() override {
+        Due();
+        if (device == 0) return nullptr;
+        Ptr<Packet> p = DoDequeue(GetContainer().begin());
+        waiting.pop_front();
+        device--;
+        if (stopped) {  // ns-3 would schedule the queue disc's wake-up now
+            stopped = false;
+            wake = true;
+            wakeTs = Simulator::Now().GetTimeStep();
+            wakeUid = nextUid;
+        }
+        return p;
+    }
+    Ptr<Packet> Remove() override { return Dequeue(); }
+    Ptr<const Packet> Peek() const override { return DoPeek(GetContainer().begin()); }
+    void Due(bool end = false) {  // the wake-up's refill, once the events before it are done
+        if (!wake || (!end && Simulator::Now().GetTimeStep() == wakeTs && runningUid < wakeUid)) return;
+        wake = false;
+        Refill(TimeStep(wakeTs).GetSeconds());
+    }
+
+  private:
+    static const uint32_t DEVICE_FRAMES = 2, PPP_BYTES = 2;
+    static double SimNowS() { return Simulator::Now().GetSeconds(); }
+    void Held(uint64_t bytes, double t) {  // a traced value's callback fires on a change only
+        if (bytes == held) return;
+        held = bytes;
+        Backlog(port, uint32_t(bytes), t);
+    }
+    void Refill(double t) {  // QueueDisc::Run: frames into the device's queue until it stops it
+        while (!stopped && waiting.size() > device) {
+            Held(held - waiting[device], t);
+            if (++device == DEVICE_FRAMES) stopped = true;
+        }
+    }
+    std::deque<uint32_t> waiting;  // IP bytes of each frame waiting, in order
+    uint64_t held = 0;              // the queue disc's backlog
+    uint32_t device = 0;            // frames in the device's queue: the first ones waiting
+    bool stopped = false, wake = false;
+    int64_t wakeTs = 0;
+    uint32_t wakeUid = 0;
+};
+NS_OBJECT_ENSURE_REGISTERED(PortQueue);
+
 struct Port {  // one directed link: the queue at A's end toward B
     int link, dir;
-    Ptr<QueueDisc> qd;
+    Ptr<QueueDisc> qd;      // a queue disc and the device's queue, or
+    Ptr<PortQueue> pq;      // the two as one
     Ptr<NetDevice> dev;
+    int node = -1;                // A
+    Ptr<Ipv4Interface> iface;     // A's IPv4 interface of this port
     double last = 0, area = 0;
     uint32_t cur = 0, max = 0;
     uint64_t txTotal = 0;  // every byte sent, for the controller's port counters
@@ -834,9 +927,9 @@ static void OnTcpTx(int c, Ptr<const Packet> p, const TcpHeader& h, Ptr<const Tc
     }
 }
 
-static void OnBacklog(int port, uint32_t, uint32_t now) {
+static void Backlog(int port, uint32_t now, double t) {
     Port& q = ports[port];
-    double t = SimNow(), dt = t - q.last;
+    double dt = t - q.last;
     q.area += q.cur * dt;
     size_t b = size_t(q.cur / histW);
     if (b >= q.hist.size()) q.hist.resize(b + 1, 0.0);
@@ -854,6 +947,7 @@ static void OnBacklog(int port, uint32_t, uint32_t now) {
     q.last = t;
     q.max = std::max(q.max, now);
 }
+static void OnBacklog(int port, uint32_t, uint32_t now) { Backlog(port, now, SimNow()); }
 
 static void OnPhyTx(int port, Ptr<const Packet> p) {
     Port& q = ports[port];
@@ -866,6 +960,56 @@ static void OnPhyTx(int port, Ptr<const Packet> p) {
     }
     if (b >= q.txBins.size()) q.txBins.resize(b + 1, 0);
     q.txBins[b] += p->GetSize();
+}
+
+// ns-3 hands a received frame to its node, which tries every (device, protocol) handler it has (two
+// a port), and then to traffic control, which tries its own list of them: two scans of the ports
+// per packet, 260 list entries at a 64-port switch. A point-to-point port carries IPv4 alone, so
+// its frames go straight to IPv4's Receive, where both scans end. Where every port is a PortQueue,
+// the driver goes further, doing what IPv4 would without its per-packet objects (copies of the
+// packet, a queue disc item, four callbacks, interface and protocol look-ups), to the same bytes:
+// a switch forwards a packet its flow table has an entry for (RouteInput, then IpForward: TTL
+// less one, out of the entry's device, as traffic control sends where there is no queue disc);
+// a host hands a TCP packet to one of its own connection addresses to TCP (LocalDeliver).
+struct Receiver {
+    Ipv4L3Protocol* ip;
+    FlowTable* table;  // a switch's: forwards by it
+    IpL4Protocol* tcp;  // a host's: delivers to it
+};
+static std::vector<Receiver> receivers;  // per node
+
+static bool Local(int node, uint32_t addr) {  // one of the node's connection addresses (main)
+    uint32_t c = addr - 0x0B000001u;
+    if (c < conns.size()) return conns[c].dHost == node;
+    c = addr - 0x0C000001u;
+    return c < conns.size() && conns[c].sHost == node;
+}
+
+static bool OnFrame(int port, Ptr<NetDevice> dev, Ptr<const Packet> p, uint16_t proto, const Address& from) {
+    if (proto != Ipv4L3Protocol::PROT_NUMBER) return false;
+    const Port& q = ports[size_t(port)];
+    const Receiver& rx = receivers[size_t(q.node)];
+    if (rx.table || rx.tcp) {
+        Ptr<Packet> c = p->Copy();
+        Ipv4Header h;
+        c->RemoveHeader(h);
+        // a TTL that would reach 0 takes IPv4's path, which drops it (a loop in the tables)
+        Ptr<Ipv4Route> r = rx.table && h.GetTtl() > 1 ? rx.table->Lookup(h.GetDestination()) : nullptr;
+        if (r) {
+            h.SetTtl(h.GetTtl() - 1);
+            c->AddHeader(h);
+            Ptr<NetDevice> out = r->GetOutputDevice();
+            out->Send(c, out->GetBroadcast(), Ipv4L3Protocol::PROT_NUMBER);
+            return true;
+        }
+        if (rx.tcp && h.GetProtocol() == TcpL4Protocol::PROT_NUMBER && h.IsLastFragment() &&
+            h.GetFragmentOffset() == 0 && Local(q.node, h.GetDestination().Get())) {
+            rx.tcp->Receive(c, h, q.iface);  // every packet here has its socket: no ICMP to send
+            return true;
+        }
+    }
+    rx.ip->Receive(dev, p, proto, from, dev->GetAddress(), NetDevice::PacketType(0));  // as Node passes them
+    return true;
 }
 
 static void SetRoute(Ptr<Node> n, Ipv4Address dest, int iface) {
@@ -1025,13 +1169,13 @@ static void DebugQdDrop(int port, Ptr<const QueueDiscItem> item) {
     if (ip) std::cerr << SimNow() << " qdrop at port " << port << " " << ip->GetHeader().GetSource() << " -> " << ip->GetHeader().GetDestination() << "\n";
 }
 
-static void DebugPhyDrop(int port, Ptr<const Packet> p) {
+static void DebugFrameDrop(const char* what, int port, Ptr<const Packet> p) {
     Ptr<Packet> c = p->Copy();
     PppHeader ppp;
     Ipv4Header h;
     c->RemoveHeader(ppp);
     c->PeekHeader(h);
-    std::cerr << SimNow() << " cut at port " << port << " " << h.GetSource() << " -> " << h.GetDestination() << "\n";
+    std::cerr << SimNow() << " " << what << " at port " << port << " " << h.GetSource() << " -> " << h.GetDestination() << "\n";
 }
 
 // Each connection's gate (tsq records), and the departures and drops at its sender's ports that
@@ -1053,8 +1197,9 @@ static void GateInstall(const std::vector<std::pair<int, uint64_t>>& tsq, uint32
     for (auto& [ab, ip] : ifaceOf) {
         if (!sender[size_t(ab.first)]) continue;
         Port& q = ports[size_t(ip.second)];
-        q.dev->TraceConnectWithoutContext("PhyTxEnd", MakeCallback(&GateOnWireEnd));
-        q.qd->TraceConnectWithoutContext("Drop", MakeCallback(&GateOnQueueDrop));
+        q.dev->TraceConnectWithoutContext("PhyTxEnd", MakeCallback(&GateOnFrameGone));
+        if (q.pq) q.pq->TraceConnectWithoutContext("Drop", MakeCallback(&GateOnFrameGone));
+        else q.qd->TraceConnectWithoutContext("Drop", MakeCallback(&GateOnQueueDrop));
     }
 }
 
@@ -1086,6 +1231,7 @@ int main(int argc, char** argv) {
     // > 0: the emulator's shaping (emulator/testbed/shaping.py): the wire runs 100x faster and a
     // token bucket at the link's rate, bursting max(2 frames, htbBurstS of traffic), paces it.
     double htbBurstS = 0;
+    int queueDisc = 0;  // 1: no PortQueues (the reference they are checked against)
     struct L { int a, b; double gbps, delay; };
     std::vector<L> links;
     int nNodes = 0;
@@ -1151,6 +1297,8 @@ int main(int argc, char** argv) {
         } else if (kind == "tlp") {
             in >> tlpFloorS >> tlpOneSegmentS >> tlpRack;
             tlpOn = true;
+        } else if (kind == "queuedisc") {
+            in >> queueDisc;
         } else if (kind == "tsq") {
             int c;
             uint64_t bytes;
@@ -1239,6 +1387,7 @@ int main(int argc, char** argv) {
         endpoint[c.path.empty() ? c.dst : c.path.back()] = 1;
     }
     histW = std::max(1.0, double(buffer) / 2000.0);
+    bool fifo = ecnMax <= 0 && !ackPrio && htbBurstS <= 0 && !queueDisc;  // plain FIFO ports: PortQueues
     Ipv4AddressHelper addr;
     addr.SetBase("10.0.0.0", "255.255.255.252");
     for (size_t i = 0; i < links.size(); i++) {
@@ -1250,6 +1399,7 @@ int main(int argc, char** argv) {
         p2p.SetDeviceAttribute("Mtu", UintegerValue(mtu));
         p2p.SetChannelAttribute("Delay", TimeValue(Seconds(l.delay)));
         p2p.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", StringValue("2p"));
+        if (fifo) p2p.DisableFlowControl();  // no queue disc to wake: the PortQueue is both
         NetDeviceContainer d = p2p.Install(nodes.Get(l.a), nodes.Get(l.b));
         std::array<Ptr<RateErrorModel>, 2> ems;
         for (int dir = 0; dir < 2; dir++) {
@@ -1275,7 +1425,7 @@ int main(int argc, char** argv) {
                 shaped.AddChildQueueDisc(h, one[0], "ns3::FifoQueueDisc", "MaxSize", qsize);
         }
         QueueDiscContainer qds;
-        for (int dir = 0; dir < 2; dir++) {
+        for (int dir = 0; dir < 2 && !fifo; dir++) {
             bool host = ecnMax > 0 && endpoint[dir ? l.b : l.a];
             qds.Add((htbBurstS > 0 ? shaped : host ? hostTch : tch).Install(d.Get(dir)));
         }
@@ -1286,20 +1436,40 @@ int main(int argc, char** argv) {
             Port q;
             q.link = int(i);
             q.dir = dir;
-            q.qd = qds.Get(dir);
             q.dev = d.Get(dir);
             int pi = int(ports.size());
+            if (fifo) {
+                q.pq = CreateObject<PortQueue>();
+                q.pq->SetMaxSize(QueueSize(QueueSizeUnit::PACKETS, 0xffffffffu));  // it drops by its own rule
+                q.pq->port = pi;
+                q.pq->limitBytes = qsize.Get().GetValue();
+                DynamicCast<PointToPointNetDevice>(q.dev)->SetQueue(q.pq);
+            } else {
+                q.qd = qds.Get(dir);
+                q.qd->TraceConnectWithoutContext("BytesInQueue", MakeBoundCallback(&OnBacklog, pi));
+            }
+            Ptr<Ipv4L3Protocol> ip = nodes.Get(a)->GetObject<Ipv4L3Protocol>();
+            uint32_t iface = uint32_t(ip->GetInterfaceForDevice(d.Get(dir)));
+            q.node = a;
+            q.iface = ip->GetInterface(iface);
             ports.push_back(q);
-            q.qd->TraceConnectWithoutContext("BytesInQueue", MakeBoundCallback(&OnBacklog, pi));
             d.Get(dir)->TraceConnectWithoutContext("PhyTxEnd", MakeBoundCallback(&OnPhyTx, pi));
-            uint32_t iface = uint32_t(nodes.Get(a)->GetObject<Ipv4>()->GetInterfaceForDevice(d.Get(dir)));
             ifaceOf[{a, b}] = {iface, pi};
         }
     }
+    for (int n = 0; n < nNodes; n++) {
+        Ptr<Ipv4L3Protocol> ip = nodes.Get(n)->GetObject<Ipv4L3Protocol>();
+        FlowTable* table = PeekPointer(DynamicCast<FlowTable>(ip->GetRoutingProtocol()));
+        IpL4Protocol* tcp = PeekPointer(nodes.Get(n)->GetObject<TcpL4Protocol>());
+        receivers.push_back({PeekPointer(ip), fifo && !endpoint[n] ? table : nullptr, fifo && endpoint[n] ? tcp : nullptr});
+    }
+    for (size_t i = 0; i < ports.size(); i++) ports[i].dev->SetReceiveCallback(MakeBoundCallback(&OnFrame, int(i)));
     for (size_t c = 0; c < conns.size(); c++) {
         Conn& cn = conns[c];
         cn.daddr = Ipv4Address(0x0B000000u + uint32_t(c) + 1);  // 11.0.0.0/8: one address a connection
         int sp = cn.path[0], dp = cn.path.back();
+        cn.sHost = sp;
+        cn.dHost = dp;
         Ptr<Ipv4> sip = nodes.Get(sp)->GetObject<Ipv4>(), dip = nodes.Get(dp)->GetObject<Ipv4>();
         cn.saddr = Ipv4Address(0x0C000000u + uint32_t(c) + 1);  // 12.0.0.0/8: its ACKs' own address
         sip->AddAddress(ifaceOf.at({sp, cn.path[1]}).first, Ipv4InterfaceAddress(cn.saddr, "255.255.255.255"));
@@ -1356,8 +1526,9 @@ int main(int argc, char** argv) {
     }
     if (getenv("DTNET_NS3_DROPS"))
         for (size_t i = 0; i < ports.size(); i++) {
-            ports[i].qd->TraceConnectWithoutContext("Drop", MakeBoundCallback(&DebugQdDrop, int(i)));
-            ports[i].dev->TraceConnectWithoutContext("PhyRxDrop", MakeBoundCallback(&DebugPhyDrop, int(i ^ 1)));
+            if (ports[i].pq) ports[i].pq->TraceConnectWithoutContext("Drop", MakeBoundCallback(&DebugFrameDrop, "qdrop", int(i)));
+            else ports[i].qd->TraceConnectWithoutContext("Drop", MakeBoundCallback(&DebugQdDrop, int(i)));
+            ports[i].dev->TraceConnectWithoutContext("PhyRxDrop", MakeBoundCallback(&DebugFrameDrop, "cut", int(i ^ 1)));
         }
     Simulator::Stop(Seconds(endS));
     Simulator::Run();
@@ -1377,6 +1548,7 @@ int main(int argc, char** argv) {
                (unsigned long long)conns[c].retxBytes, TlpProbes(conns[c].tx).c_str());
     for (size_t i = 0; i < ports.size(); i++) {
         Port& q = ports[i];
+        if (q.pq) q.pq->Due(true);
         OnBacklog(int(i), q.cur, q.cur);  // close the last interval
         double span = q.last > 0 ? q.last : 1.0, acc = 0, p99 = 0;
         for (size_t b = 0; b < q.hist.size(); b++) {
@@ -1386,10 +1558,11 @@ int main(int argc, char** argv) {
                 break;
             }
         }
-        const QueueDisc::Stats& st = q.qd->GetStats();
+        uint32_t drops = q.pq ? q.pq->GetTotalDroppedPackets() : q.qd->GetStats().nTotalDroppedPackets;
+        uint32_t marks = q.pq ? 0 : q.qd->GetStats().nTotalMarkedPackets;
         printf("{\"type\":\"queue\",\"link\":%d,\"dir\":%d,\"mean\":%.6g,\"p99\":%.6g,\"max\":%u,\"drops\":%u,"
                "\"marks\":%u,\"bins\":[",
-               q.link, q.dir, q.area / span, p99, q.max, st.nTotalDroppedPackets, st.nTotalMarkedPackets);
+               q.link, q.dir, q.area / span, p99, q.max, drops, marks);
         for (size_t b = 0; b < q.txBins.size(); b++) printf(b ? ",%llu" : "%llu", (unsigned long long)q.txBins[b]);
         printf("],\"qbins\":[");
         for (size_t b = 0; b < q.qBins.size(); b++) printf(b ? ",%.6g" : "%.6g", q.qBins[b] / binS);

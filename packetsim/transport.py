@@ -50,6 +50,9 @@ class Transport:
     # with the probe, RACK's rule for the oldest segment out (RFC 8985 6.2): a retransmission lost
     # in recovery is sent again once later segments are SACKed, not after the RTO (off: the probe alone)
     tlp_rack: bool = True
+    # False: every plain FIFO port as ns-3 builds it, a queue disc feeding the device's queue of two
+    # frames; True: the driver's PortQueue, the same results with an event fewer a frame a hop
+    port_queue: bool = True
 
     def tsq_bytes(self, nic_gbps: float) -> int:
         """A connection's TSQ limit, payload bytes below TCP, when it leaves by a NIC of nic_gbps:

@@ -37,6 +37,12 @@ def path(net, nodes):
     return np.array([ids[a, b] for a, b in zip(nodes, nodes[1:])])
 
 
+def incast(n, size):
+    """n senders of size bytes each into one 10 Gb/s port (link n, direction 0): (net, flows)."""
+    net = fake_net([f"h{i}" for i in range(n + 1)] + ["s"], [(i, n + 1, 10.0) for i in range(n)] + [(n + 1, n, 10.0)])
+    return net, [([i, n + 1, n], size) for i in range(n)]
+
+
 def simulate(net, flows, tmp_path, reroutes=(), buffer=1 << 20, cuts=(), paces=(), **transport):
     """Run transfers [(node path, bytes)] all ready at t=0; the driver's results. cuts: [(at_s,
     node a, node b)], the cable a-b down from then; paces: [(node, payload B/s, from_s, until_s)]."""
@@ -126,8 +132,7 @@ def test_ecn_marks_only_at_switch_ports_not_at_a_host_nic(tmp_path):
 def test_incast_collapses_on_a_shallow_buffer_and_runs_at_the_line_rate_on_a_deep_one(tmp_path):
     # Phanishayee et al. (FAST 2008) in miniature: 16 senders of 256 KiB each into one 10 Gb/s port.
     n, size, mtu = 16, 256 << 10, 1500
-    net = fake_net([f"h{i}" for i in range(n + 1)] + ["s"], [(i, n + 1, 10.0) for i in range(n)] + [(n + 1, n, 10.0)])
-    flows = [([i, n + 1, n], size) for i in range(n)]
+    net, flows = incast(n, size)
     ideal = n * size / (10e9 / 8 * (mtu - 52) / (mtu + 2))  # the port busy throughout, less headers
     last, port = {}, {}
     for buf in (32 << 10, 8 << 20):  # about 20 frames: whole windows lost; all 4 MiB fit
@@ -139,6 +144,20 @@ def test_incast_collapses_on_a_shallow_buffer_and_runs_at_the_line_rate_on_a_dee
     assert ideal + runner.RTO_MIN_S <= last[32 << 10] <= ideal + 4 * runner.RTO_MIN_S, (last, ideal)
     assert port[8 << 20]["drops"] == 0
     assert ideal <= last[8 << 20] <= 1.05 * ideal, (last, ideal)
+
+
+@needs_ns3
+@pytest.mark.parametrize("buffer", [1 << 20, 32 << 10])  # a shared queue; and drops, timeouts, recoveries
+def test_a_port_queue_gives_the_queue_discs_results_to_the_byte_with_fewer_events(tmp_path, buffer):
+    net, flows = incast(4, 2 << 20)
+    runs = {pq: simulate(net, flows, tmp_path / str(pq), buffer=buffer, mtu_bytes=1500, port_queue=pq)
+            for pq in (False, True)}
+    for key in ("tasks", "conns", "queues"):
+        assert runs[True][key] == runs[False][key], key
+    # the wake-ups gone: one a frame that left a full device queue (fewer where windows are small)
+    assert runs[True]["meta"]["events"] < (0.95 if buffer < 1 << 20 else 0.9) * runs[False]["meta"]["events"]
+    if buffer < 1 << 20:
+        assert sum(q["drops"] for q in runs[True]["queues"]) > 0
 
 
 @needs_ns3
