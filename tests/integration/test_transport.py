@@ -87,12 +87,14 @@ def test_mtu_and_switch_buffer_reach_the_interfaces(tmp_path):
                                            capture_output=True, text=True).stdout)
         host_q = bfifo_limits(in_host(h0, "tc", "-j", "qdisc", "show", "dev", f"{st['tag']}h0-eth{fab.port('h0', 's0')}"))
         ip1 = fab.node("h1")["ip"]
-        full = in_host(h0, "ping", "-c", "2", "-W", "2", "-M", "do", "-s", str(mtu - 28), ip1)
+        full = in_host(h0, "ping", "-c", "3", "-W", "2", "-M", "do", "-s", str(mtu - 28), ip1)
         over = subprocess.run(["nsenter", "-t", str(h0), "-n", "ping", "-c", "1", "-W", "1", "-M", "do", "-s",
                                str(mtu - 27), ip1], capture_output=True, text=True)
     finally:
         stop(p, out)
     assert have == str(mtu) and sw == str(mtu), (have, sw)
     assert sw_q == [16000, 16000] and host_q == [1000 * 1500] * 2, (sw_q, host_q)
-    assert " 0% packet loss" in full, full
+    # A full-size frame crosses with DF set. Not every echo need come back: the run's own ring
+    # traffic shares the 16 kB switch port (four frames), which may drop one.
+    assert f"{mtu - 20} bytes from {ip1}" in full, full
     assert over.returncode != 0 and "message too long" in (over.stdout + over.stderr).lower(), over
