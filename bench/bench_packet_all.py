@@ -85,7 +85,7 @@ def print_estimate(path: str) -> int:
     try:
         exp = api.load(os.path.join(ROOT, path)).set("engine", "packet")
         with contextlib.redirect_stdout(io.StringIO()):
-            total = runner.estimate_sweep_s([x.model for x in [p.experiment for p in exp.points()] or [exp]])
+            total, _ = runner.estimate_sweep_s([x.model for x in [p.experiment for p in exp.points()] or [exp]])
         print(total)
         return 0
     except Exception:  # noqa: BLE001 - the run itself reports what is wrong with the file

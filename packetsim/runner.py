@@ -84,10 +84,14 @@ def estimate_wall_s(sc, net, t) -> float:
     return packets * (2 + 4 * hops) / EVENTS_PER_S  # about 10 events a packet over 2 hops, measured
 
 
-def estimate_sweep_s(exps: list) -> float:
-    """The estimated seconds of every point together (points refused on their own count nothing)."""
+def estimate_sweep_s(exps: list, stop_over_s: float | None = None) -> tuple[float, int]:
+    """(estimated seconds, points counted): every point together (points refused on their own
+    count nothing), or, with stop_over_s, as far as the first point that takes the sum past it. A
+    large point plans for minutes in gigabytes, so a refusal need not plan the rest."""
     total = 0.0
-    for exp in exps:
+    for i, exp in enumerate(exps):
+        if stop_over_s is not None and total > stop_over_s:
+            return total, i
         if exp.fabric().host_count > MAX_RANKS:
             continue  # refused on its own, before planning
         try:
@@ -95,17 +99,20 @@ def estimate_sweep_s(exps: list) -> float:
         except ValueError:
             continue  # no path: the point's own run says so
         total += estimate_wall_s(sc, net, t)
-    return total
+        del net, sc, t  # one point's plan at a time
+    return total, len(exps)
 
 
 def refuse_long_sweep(exps: list, source=None) -> float:
     """A packet sweep estimated at more than an hour in all is refused before its first point, as
     one run is (each point alone may be under the hour). Returns the estimate in seconds."""
-    total = estimate_sweep_s(exps)
+    total, counted = estimate_sweep_s(exps, stop_over_s=MAX_WALL_S)
     if total > MAX_WALL_S:
-        raise InputError("engine", f"a packet sweep of at most an hour in all (this one: about {total / 3600:.1f} h "
-                         f"over {len(exps)} points at {EVENTS_PER_S:,} events/s; run it with engine: flow, or "
-                         "--force it)", f"engine: packet on {len(exps)} sweep points", source)
+        how = (f"about {total / 3600:.1f} h over {len(exps)} points" if counted == len(exps) else
+               f"over {total / 3600:.1f} h in its first {counted} of {len(exps)} points")
+        raise InputError("engine", f"a packet sweep of at most an hour in all (this one: {how} at "
+                         f"{EVENTS_PER_S:,} events/s; run it with engine: flow, or --force it)",
+                         f"engine: packet on {len(exps)} sweep points", source)
     return total
 
 

@@ -266,6 +266,23 @@ def test_a_sweep_over_an_hour_in_all_is_refused_before_its_first_point_unless_fo
     assert runner.refuse_long_sweep(exps[:1]) == each[0]  # one point alone passes
 
 
+def test_a_sweep_refusal_stops_planning_once_past_the_hour(tmp_path, monkeypatch):
+    data = ring(n=4)
+    data["sweep"] = {"grid": {"jobs.0.workload.size_bytes": [4 << 20, 1 << 20, 2 << 20]}}
+    exps = [p.exp for p in sweep.expand(model.load(write(tmp_path, data)))]
+    first = runner.refuse_long_sweep(exps[:1])
+    monkeypatch.setattr(runner, "MAX_WALL_S", first * 0.99)  # the first point alone is past it
+    planned = []
+    real_plan = runner.plan
+    monkeypatch.setattr(runner, "plan", lambda exp, **kw: planned.append(exp) or real_plan(exp, **kw))
+    with pytest.raises(InputError) as e:
+        runner.refuse_long_sweep(exps)
+    assert planned == exps[:1], len(planned)  # the other two points were never planned
+    assert "in its first 1 of 3 points" in str(e.value) and "\n" not in str(e.value), e.value
+    total, counted = runner.estimate_sweep_s(exps)  # without a limit: every point, as the bench wants
+    assert counted == 3 and total > first
+
+
 def test_a_run_without_ns3_says_how_to_install_it(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(ns3, "HEADER", str(tmp_path / "absent.h"))
     monkeypatch.setenv("DTNET_NS3_LIBRARY", "debian")  # nor an optimized build in the cache
