@@ -322,6 +322,33 @@ template struct Expose<RetransOf, &TcpTxBuffer::m_retrans>;
 template struct Expose<LostOf, &TcpTxItem::m_lost>;
 template struct Expose<StartOf, &TcpTxItem::m_startSeq>;
 
+// DSACK (RFC 2883): a Linux receiver that gets a segment it already has says so in its next
+// ACK, and RACK widens its reordering window on it (RFC 8985 6.2 step 4). ns-3's receivers send
+// no DSACK: with RACK the driver watches every receiver host for a duplicate segment (RackDeliver:
+// at IP's local delivery, as ns-3's TCP drops a segment below its window before any trace) and
+// tags the ACK its socket sends next; the sender reads the tag where Linux reads the DSACK block.
+class DsackTag : public Tag {
+  public:
+    static TypeId GetTypeId() {
+        static TypeId tid = TypeId("dtnet::DsackTag").SetParent<Tag>().AddConstructor<DsackTag>();
+        return tid;
+    }
+    TypeId GetInstanceTypeId() const override { return GetTypeId(); }
+    uint32_t GetSerializedSize() const override { return 0; }
+    void Serialize(TagBuffer) const override {}
+    void Deserialize(TagBuffer) override {}
+    void Print(std::ostream& os) const override { os << "dsack"; }
+};
+NS_OBJECT_ENSURE_REGISTERED(DsackTag);
+
+static std::vector<char> duplicateIn;  // per connection: its receiver got a duplicate since its last ACK
+
+static void RackTx(int c, Ptr<const Packet> p, const TcpHeader&, Ptr<const TcpSocketBase>) {
+    if (!duplicateIn[size_t(c)]) return;
+    duplicateIn[size_t(c)] = 0;
+    p->AddPacketTag(DsackTag());
+}
+
 // ns-3's rate sampler hears of every segment delivered, SACKed or cumulatively acknowledged (the
 // scoreboard's callbacks); RACK listens there too.
 class RackRate : public TcpRateLinux {
@@ -372,6 +399,7 @@ class TlpSocket : public GatedSocket {
         if (sample >= 0) {
             srttNs = srttNs < 0 ? sample : (7 * srttNs + sample) / 8;
             minRttNs = minRttNs < 0 ? sample : std::min(minRttNs, sample);
+            if (sample >= 1000) rackMinRttUs = rackMinRttUs < 0 ? sample / 1000 : std::min(rackMinRttUs, sample / 1000);
         }
         GatedSocket::EstimateRtt(h);
     }
@@ -401,6 +429,8 @@ class TlpSocket : public GatedSocket {
         headLost = tlpRack && !rackOn && h.GetAckNumber() == una && HeadLost(h);
         if (headLost) m_txBuffer->MarkHeadAsLost();  // resent by recovery, or entering it (ProcessAck)
         priorFack = fack;
+        DsackTag dsack;
+        dsackSeen = rackOn && p->PeekPacketTag(dsack);
         GatedSocket::ReceivedAck(p, h);
         if (probeSacked && !rackOn) m_txBuffer->SetDupAckThresh(m_retxThresh);
         if (probeSacked || (probeOut && h.GetAckNumber() >= probeEnd)) probeOut = false;  // episode over
@@ -412,10 +442,14 @@ class TlpSocket : public GatedSocket {
 
     void ProcessAck(const SequenceNumber32& ack, bool sacked, uint32_t delivered,
                     const SequenceNumber32& oldHead) override {
-        partialAck = rackOn && ack > oldHead && ack < m_recover && m_tcb->m_congState == TcpSocketState::CA_RECOVERY;
+        TcpSocketState::TcpCongState_t before = m_tcb->m_congState;
+        partialAck = rackOn && ack > oldHead && ack < m_recover && before == TcpSocketState::CA_RECOVERY;
         GatedSocket::ProcessAck(ack, sacked, delivered, oldHead);
         partialAck = false;
         if (rackOn) {  // Linux's tcp_rack_mark_lost, then tcp_time_to_recover: any loss marked starts recovery
+            bool recovered = (before == TcpSocketState::CA_RECOVERY || before == TcpSocketState::CA_LOSS) &&
+                             m_tcb->m_congState == TcpSocketState::CA_OPEN;
+            UpdateReoWnd(recovered);
             if (rackAdvanced) RackDetect();
             if (m_txBuffer->GetLost() > 0 && MayEnterRecovery()) RackEnterRecovery(delivered);
             return;
@@ -470,6 +504,25 @@ class TlpSocket : public GatedSocket {
     int64_t rackXmitNs = -1, rackRttNs = 0;
     SequenceNumber32 rackEnd, fack, priorFack;
     bool rackAdvanced = false, fackSet = false, reordSeen = false, partialAck = false;
+    // the minimum RTT as Linux keeps it (whole microseconds; a sample under 1 us reads 0 and is not
+    // taken), the window's multiple and its persistence, the DSACK round (RFC 8985 6.2 step 4)
+    int64_t rackMinRttUs = -1;
+    uint32_t reoMult = 1, reoPersist = 0;
+    bool dsackSeen = false, dsackRoundOn = false;
+    SequenceNumber32 dsackRound;
+
+    void UpdateReoWnd(bool recovered) {
+        if (dsackRoundOn && m_txBuffer->HeadSequence() >= dsackRound) dsackRoundOn = false;
+        if (dsackSeen && !dsackRoundOn) {  // one step a round trip, at most 255 (Linux's reo_wnd_steps)
+            dsackRoundOn = true;
+            dsackRound = m_tcb->m_highTxMark.Get();
+            reoMult = std::min<uint32_t>(reoMult + 1, 255);
+            reoPersist = 16;  // TCP_RACK_RECOVERY_THRESH
+        } else if (recovered && (reoPersist == 0 || --reoPersist == 0)) {
+            reoMult = 1;
+        }
+        dsackSeen = false;
+    }
 
     bool MayEnterRecovery() const {
         TcpSocketState::TcpCongState_t st = m_tcb->m_congState;
@@ -491,7 +544,7 @@ class TlpSocket : public GatedSocket {
         if (!fackSet || end > fack) fack = end;
         fackSet = true;
         int64_t xmit = item->GetLastSent().GetNanoSeconds(), rtt = Simulator::Now().GetNanoSeconds() - xmit;
-        if (everResent && rtt < minRttNs) return;  // maybe the first transmission's delivery: no sample
+        if (everResent && rtt < rackMinRttUs * 1000) return;  // maybe the first transmission's delivery: no sample
         rackAdvanced = true;
         rackRttNs = rtt;
         if (rackXmitNs < 0 || SentAfter(xmit, end, rackXmitNs, rackEnd)) {
@@ -507,7 +560,7 @@ class TlpSocket : public GatedSocket {
             if (st == TcpSocketState::CA_RECOVERY || st == TcpSocketState::CA_LOSS) return 0;
             if (m_txBuffer->GetSacked() >= LINUX_REORDERING * m_tcb->m_segmentSize) return 0;
         }
-        return minRttNs < 0 ? 0 : std::min(minRttNs / 4, srttNs);
+        return rackMinRttUs < 0 ? 0 : std::min(int64_t(reoMult) * (rackMinRttUs / 4) * 1000, srttNs);
     }
 
     // Linux's tcp_rack_detect_loss: every segment out sent before RACK's and unacknowledged past
@@ -1112,7 +1165,27 @@ static void OnTraceState(TcpSocketState::TcpCongState_t, TcpSocketState::TcpCong
     std::cerr << SimNow() << " state " << TcpSocketState::TcpCongStateName[now] << "\n";
 }
 
+static std::vector<Ptr<TcpSocketBase>> rxSock;  // with RACK: each connection's receiving socket
+
+// A packet IPv4 (or OnFrame, in its place) hands to a host's TCP: data to a receiver it already has?
+static void RackDeliver(const Ipv4Header& ip, Ptr<const Packet> p, uint32_t) {
+    uint32_t c = ip.GetDestination().Get() - 0x0B000001u;  // a connection's receiver address (main)
+    if (c >= rxSock.size() || ip.GetProtocol() != TcpL4Protocol::PROT_NUMBER || !rxSock[c]) return;
+    TcpHeader th;
+    uint32_t hdr = p->PeekHeader(th);
+    if (p->GetSize() <= hdr) return;
+    SequenceNumber32 seq = th.GetSequenceNumber(), end = seq + SequenceNumber32(p->GetSize() - hdr);
+    Ptr<TcpRxBuffer> rx = rxSock[c]->GetRxBuffer();
+    bool dup = end <= rx->NextRxSequence();
+    for (const auto& b : rx->GetSackList()) dup = dup || (b.first <= seq && end <= b.second);
+    if (dup) duplicateIn[c] = 1;
+}
+
 static void OnAccept(int c, Ptr<Socket> s, const Address&) {
+    if (rackOn) {
+        rxSock[size_t(c)] = DynamicCast<TcpSocketBase>(s);
+        s->TraceConnectWithoutContext("Tx", MakeBoundCallback(&RackTx, c));
+    }
     s->SetRecvCallback(MakeBoundCallback(&OnRecv, c));
     if (c == traceConn) {
         s->TraceConnectWithoutContext("Rx", MakeBoundCallback(&OnTraceRx, "rx"));
@@ -1214,6 +1287,7 @@ static bool OnFrame(int port, Ptr<NetDevice> dev, Ptr<const Packet> p, uint16_t 
         }
         if (rx.tcp && h.GetProtocol() == TcpL4Protocol::PROT_NUMBER && h.IsLastFragment() &&
             h.GetFragmentOffset() == 0 && Local(q.node, h.GetDestination().Get())) {
+            if (rackOn) RackDeliver(h, c, 0);  // as IPv4's LocalDeliver trace would
             rx.tcp->Receive(c, h, q.iface);  // every packet here has its socket: no ICMP to send
             return true;
         }
@@ -1393,6 +1467,17 @@ static void DebugFrameDrop(const char* what, int port, Ptr<const Packet> p) {
 static void GateInstall(const std::vector<std::pair<int, uint64_t>>& tsq, uint32_t mtu) {
     gateSegment = mtu - 52;
     gateOf.assign(conns.size(), Gate());
+    duplicateIn.assign(conns.size(), 0);
+    rxSock.assign(conns.size(), nullptr);
+    if (rackOn) {  // DSACK: watch each receiver host's deliveries
+        std::vector<bool> hooked(nodes.GetN(), false);
+        for (size_t c = 0; c < conns.size(); c++) {
+            if (hooked[size_t(conns[c].dHost)]) continue;
+            hooked[size_t(conns[c].dHost)] = true;
+            nodes.Get(uint32_t(conns[c].dHost))->GetObject<Ipv4L3Protocol>()->TraceConnectWithoutContext(
+                "LocalDeliver", MakeCallback(&RackDeliver));
+        }
+    }
     std::vector<bool> sender(nodes.GetN(), false);
     for (size_t c = 0; c < conns.size(); c++) {
         Gate& g = gateOf[c];

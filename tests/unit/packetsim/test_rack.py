@@ -29,7 +29,8 @@ HOST_US, SLOW_US = 50.0, 110.0  # s0-b is the one "fabric" link: 60 us later tha
 SIZE = 20_000_000
 
 
-def _sprayed(tmp_path, loss_detection=None, tlp=False, cut=None, size=SIZE, spray=True, cable=(S0, A)):
+def _sprayed(tmp_path, loss_detection=None, tlp=False, cut=None, size=SIZE, spray=True, cable=(S0, A),
+             slow_us=SLOW_US):
     """The driver's results for one flow of `size` bytes ready at t0, sprayed at s0 over a and b
     (spray False: on the fast path only).
     cut: (from_s, until_s) since t0, the cable (s0-a unless said) down then (both ends drop what
@@ -48,7 +49,7 @@ def _sprayed(tmp_path, loss_detection=None, tlp=False, cut=None, size=SIZE, spra
     sc.slice_bytes, sc.bin_s = 1, 1e-3
     os.makedirs(tmp_path, exist_ok=True)
     kw = {"loss_detection": loss_detection} if loss_detection else {}
-    t = Transport(switch_buffer_bytes=4 << 20, latency_us={"host": HOST_US, "fabric": SLOW_US, "nvlink": 0.0},
+    t = Transport(switch_buffer_bytes=4 << 20, latency_us={"host": HOST_US, "fabric": slow_us, "nvlink": 0.0},
                   spray=spray, tail_loss_probe=tlp or loss_detection == "rack", **kw)
     res = runner.execute(sc, net, t, str(tmp_path))[0]
     assert res["meta"]["tasks_done"] == 1 and res["conns"][0]["bytes"] == size, res["meta"]
@@ -102,6 +103,17 @@ def test_a_lost_tail_is_still_probed_with_rack(tmp_path):
     res = _sprayed(tmp_path / "cut", "rack", size=size, cut=(clean - 150e-6, clean + 1e-3))
     assert res["conns"][0]["probes"] >= 1, res["conns"]
     assert res["tasks"][0]["end"] < clean + 10e-3, (res["tasks"][0]["end"], clean)
+
+
+@needs_ns3
+def test_a_dsack_widens_the_reordering_window(tmp_path):
+    # The slow link 110 us later than the fast one (SLOW_US 160): a late segment overtaken by
+    # segments sent more than reo_wnd (107 us) after it is taken for lost and sent again; the copy
+    # reaches a receiver that has the segment, whose next ACK carries a DSACK, and RACK doubles its
+    # window (214 us, RFC 8985's reo_wnd_mult): a few needless retransmissions, then none. ns-3's
+    # rule resends on every overtaking by three.
+    retx = {how: _sprayed(tmp_path / how, how, slow_us=160.0)["conns"][0]["retx"] for how in ("dupack", "rack")}
+    assert 1 <= retx["rack"] <= 4 and retx["dupack"] >= 15, retx
 
 
 def _times(res, kind: str) -> dict[int, list[float]]:
