@@ -368,10 +368,11 @@ def _loss_statement(t) -> str:
                 "for loss (Linux uses RACK: transport.tcp.loss_detection rack)")
     return ("losses detected by RACK (transport.tcp.loss_detection rack; RFC 8985 section 6 as Linux's "
             "tcp_rack_detect_loss): a segment is lost once a segment sent after it is delivered and it stays "
-            "unacknowledged a reordering window (min RTT / 4, 0 before reordering is seen in recovery or with 3 "
-            "SACKed segments) past that segment's round trip, or when RACK's timer (that wait + "
+            "unacknowledged a reordering window (min RTT / 4 in whole microseconds, as Linux, times 1 plus one a "
+            "round trip with a DSACK, at most SRTT; 0 before reordering is seen, in recovery or with 3 SACKed "
+            "segments) past that segment's round trip, or when RACK's timer (that wait + "
             f"{t.tlp_floor_s * 1e3:g} ms) finds so; ns-3's three-SACKed-segment and duplicate-ACK rules are off; "
-            "no DSACK (the window does not grow) and no undo of a needless recovery")
+            "receivers' DSACKs are the driver's (ns-3 sends none); no undo of a needless recovery")
 
 
 def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wall_s, loop=None) -> dict:
