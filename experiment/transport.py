@@ -16,6 +16,9 @@ from badinput import InputError
 from experiment.settings import setting
 
 CCS = ("newreno", "cubic", "dctcp", "bbr")
+# How a sender decides a segment is lost: "dupack", three SACKed segments or duplicate ACKs above it
+# (RFC 6675's DupThresh: ns-3 3.37's only rule); "rack", by time (RFC 8985's RACK: Linux's default).
+LOSS_DETECTIONS = ("dupack", "rack")
 # 576: the smallest IPv4 datagram every host must take (RFC 791); 65535: IPv4's total length.
 MIN_MTU_BYTES, MAX_MTU_BYTES = 576, 65535
 MAX_BUFFER_BYTES = 1 << 34  # 16 GiB: far beyond any switch's whole memory
@@ -50,6 +53,11 @@ class Tcp:
     # RFC 8985's tail-loss probe: a flight whose last segments are lost is probed after about two
     # round trips instead of waiting for the minimum RTO. Linux sends it by default; ns-3 3.37 has none.
     tail_loss_probe: bool | None = setting(None, bool, None, "true or false")
+    # RFC 8985's RACK: a segment is lost once one sent more than a reordering window after it was
+    # delivered, not on three SACKed segments above it, so reordering (spraying) is not taken for
+    # loss. It comes with the probe (RACK-TLP): rack sets tail_loss_probe unless the file says false,
+    # which is refused.
+    loss_detection: str | None = setting(None, str, lambda v: v in LOSS_DETECTIONS, " or ".join(LOSS_DETECTIONS))
 
 
 @dataclass(frozen=True)
@@ -90,7 +98,7 @@ class Transport:
     def given(self) -> dict:
         """The keys the file set, by dotted name (tcp.cc, mtu_bytes, ...), with their values."""
         out = {}
-        for k in ("cc", "ack_every_segments", "tail_loss_probe"):
+        for k in ("cc", "ack_every_segments", "tail_loss_probe", "loss_detection"):
             if getattr(self.tcp, k) is not None:
                 out["tcp." + k] = getattr(self.tcp, k)
         for k in ("mtu_bytes", "switch_buffer_bytes"):
@@ -113,7 +121,8 @@ class Transport:
         return out
 
 
-KEYS = ("tcp.cc", "tcp.ack_every_segments", "tcp.tail_loss_probe", "mtu_bytes", "switch_buffer_bytes", "ecn", "latency_us")
+KEYS = ("tcp.cc", "tcp.ack_every_segments", "tcp.tail_loss_probe", "tcp.loss_detection", "mtu_bytes",
+        "switch_buffer_bytes", "ecn", "latency_us")
 
 
 def _plain(obj) -> dict:
@@ -127,6 +136,9 @@ def parse(data, file, section_cls, read_settings) -> Transport:
     tcp_sec = section_cls(sec.get("tcp", dict, {}), "transport.tcp", file)
     tcp = Tcp(**read_settings(Tcp, tcp_sec))
     tcp_sec.done()
+    if tcp.loss_detection == "rack" and tcp.tail_loss_probe is False:
+        raise InputError("transport.tcp.tail_loss_probe", "true or unset with tcp.loss_detection rack (RACK comes "
+                         "with its tail-loss probe, RFC 8985's RACK-TLP)", False, file)
     ecn = latency = None
     if "ecn" in data:
         es = section_cls(sec.get("ecn", dict), "transport.ecn", file)
@@ -157,11 +169,13 @@ MODELS, IGNORES, REFUSES = "models", "ignores", "refuses"
 SUPPORT = {
     # The machine may refuse more (a congestion control its kernel lacks, no netem): the
     # emulator passes its own `machine` check.
-    # The emulator's hosts run Linux, which always probes: it takes true and refuses false
-    # (emulator.testbed.transport).
+    # The emulator's hosts run Linux, which always probes and detects losses with RACK: it takes
+    # tail_loss_probe true and loss_detection rack, and refuses false and dupack (emulator.testbed.transport).
     "emulate": {"tcp.cc": MODELS, "tcp.ack_every_segments": REFUSES, "tcp.tail_loss_probe": MODELS,
+                "tcp.loss_detection": MODELS,
                 "mtu_bytes": MODELS, "switch_buffer_bytes": MODELS, "ecn": REFUSES, "latency_us": MODELS},
     "flow": {"tcp.cc": IGNORES, "tcp.ack_every_segments": IGNORES, "tcp.tail_loss_probe": IGNORES,
+             "tcp.loss_detection": IGNORES,
              "mtu_bytes": IGNORES, "switch_buffer_bytes": IGNORES, "ecn": IGNORES, "latency_us": MODELS},
     "packet": dict.fromkeys(KEYS, MODELS),
 }

@@ -22,6 +22,10 @@
 //                                          device's queue, not as one PortQueue: the same results)
 //   pace NODE BPS FROM_S UNTIL_S          (the node's connections send at most BPS payload bytes a
 //                                          second together, from FROM_S until UNTIL_S since t0)
+//   tlp FLOOR_S ONE_SEGMENT_S HEAD_RACK   (tail-loss probes; HEAD_RACK 1: RACK's rule for the oldest
+//                                          segment out)
+//   rack                                  (with tlp: RACK's loss detection for every segment, in place
+//                                          of ns-3's three SACKed segments / duplicate ACKs)
 //
 // Commands on stdin at a poll or gate: "route CONN K N0 .. NK-1" (the connection's new path),
 // "release TASK AT_S" (a hold task ends at AT_S since t0, or now if that has passed),
@@ -43,7 +47,9 @@
 #include <cstdio>
 #include <deque>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <list>
 #include <map>
 #include <random>
 #include <sstream>
@@ -289,6 +295,71 @@ NS_OBJECT_ENSURE_REGISTERED(GatedSocket);
 static bool tlpOn = false, tlpRack = true;
 static double tlpFloorS = 0.002, tlpOneSegmentS = 0.2;
 
+// ---- RACK (RFC 8985 section 6, Linux's tcp_recovery.c), with the probe ----------------------
+// The scenario's record "rack" (read only with "tlp") makes every TlpSocket detect losses by time
+// instead of by three SACKed segments: a segment is lost once a segment sent after it was
+// delivered and it stays unacknowledged a reordering window (min RTT / 4) past that one's round
+// trip, or when RACK's timer finds so. ns-3 keeps its scoreboard's flags private (TcpTxBuffer's
+// list of sent segments and its counts, TcpTxItem's lost flag and start): RACK reads and marks
+// them through the pointers to members below, which an explicit instantiation may name (C++
+// [temp.spec]: access is not checked there). The layout is the installed header's.
+static bool rackOn = false;
+static const uint32_t RACK_NO_DUPTHRESH = UINT32_MAX;  // ns-3's DupThresh and dupack count: never reached
+static const uint32_t LINUX_REORDERING = 3;        // net.ipv4.tcp_reordering: RACK's rule before reordering is seen
+
+template <class Tag, typename Tag::Type M>
+struct Expose {
+    friend typename Tag::Type Member(Tag) { return M; }
+};
+struct SentListOf { using Type = std::list<TcpTxItem*> TcpTxBuffer::*; friend Type Member(SentListOf); };
+struct LostOutOf { using Type = uint32_t TcpTxBuffer::*; friend Type Member(LostOutOf); };
+struct RetransOf { using Type = uint32_t TcpTxBuffer::*; friend Type Member(RetransOf); };
+struct LostOf { using Type = bool TcpTxItem::*; friend Type Member(LostOf); };
+struct StartOf { using Type = SequenceNumber32 TcpTxItem::*; friend Type Member(StartOf); };
+template struct Expose<SentListOf, &TcpTxBuffer::m_sentList>;
+template struct Expose<LostOutOf, &TcpTxBuffer::m_lostOut>;
+template struct Expose<RetransOf, &TcpTxBuffer::m_retrans>;
+template struct Expose<LostOf, &TcpTxItem::m_lost>;
+template struct Expose<StartOf, &TcpTxItem::m_startSeq>;
+
+// DSACK (RFC 2883): a Linux receiver that gets a segment it already has says so in its next
+// ACK, and RACK widens its reordering window on it (RFC 8985 6.2 step 4). ns-3's receivers send
+// no DSACK: with RACK the driver watches every receiver host for a duplicate segment (RackDeliver:
+// at IP's local delivery, as ns-3's TCP drops a segment below its window before any trace) and
+// tags the ACK its socket sends next; the sender reads the tag where Linux reads the DSACK block.
+class DsackTag : public Tag {
+  public:
+    static TypeId GetTypeId() {
+        static TypeId tid = TypeId("dtnet::DsackTag").SetParent<Tag>().AddConstructor<DsackTag>();
+        return tid;
+    }
+    TypeId GetInstanceTypeId() const override { return GetTypeId(); }
+    uint32_t GetSerializedSize() const override { return 0; }
+    void Serialize(TagBuffer) const override {}
+    void Deserialize(TagBuffer) override {}
+    void Print(std::ostream& os) const override { os << "dsack"; }
+};
+NS_OBJECT_ENSURE_REGISTERED(DsackTag);
+
+static std::vector<char> duplicateIn;  // per connection: its receiver got a duplicate since its last ACK
+
+static void RackTx(int c, Ptr<const Packet> p, const TcpHeader&, Ptr<const TcpSocketBase>) {
+    if (!duplicateIn[size_t(c)]) return;
+    duplicateIn[size_t(c)] = 0;
+    p->AddPacketTag(DsackTag());
+}
+
+// ns-3's rate sampler hears of every segment delivered, SACKed or cumulatively acknowledged (the
+// scoreboard's callbacks); RACK listens there too.
+class RackRate : public TcpRateLinux {
+  public:
+    std::function<void(TcpTxItem*)> delivered;
+    void SkbDelivered(TcpTxItem* skb) override {
+        TcpRateLinux::SkbDelivered(skb);
+        delivered(skb);
+    }
+};
+
 class TlpSocket : public GatedSocket {
   public:
     static TypeId GetTypeId() {
@@ -297,6 +368,15 @@ class TlpSocket : public GatedSocket {
     }
     TypeId GetInstanceTypeId() const override { return GetTypeId(); }
     uint64_t probes = 0;
+
+    // RACK in place of ns-3's DupThresh rule: neither three SACKed segments nor three duplicate
+    // ACKs mark a loss or start recovery; the scoreboard's delivery callbacks feed RACK.
+    void EnableRack() {
+        SetRetxThresh(RACK_NO_DUPTHRESH);
+        Ptr<RackRate> r = CreateObject<RackRate>();
+        r->delivered = [this](TcpTxItem* item) { Delivered(item); };
+        m_rateOps = r;
+    }
 
   protected:
     void SendEmptyPacket(uint8_t flags) override {
@@ -319,17 +399,23 @@ class TlpSocket : public GatedSocket {
         if (sample >= 0) {
             srttNs = srttNs < 0 ? sample : (7 * srttNs + sample) / 8;
             minRttNs = minRttNs < 0 ? sample : std::min(minRttNs, sample);
+            if (sample >= 1000) rackMinRttUs = rackMinRttUs < 0 ? sample / 1000 : std::min(rackMinRttUs, sample / 1000);
         }
         GatedSocket::EstimateRtt(h);
     }
 
     uint32_t SendDataPacket(SequenceNumber32 seq, uint32_t maxSize, bool withAck) override {
+        if (partialAck) {  // ns-3's NewReno rule resends the next segment on a partial ACK: with
+            partialAck = false;  // RACK only a segment marked lost is sent again, as Linux's
+            SequenceNumber32 lost;
+            if (!FirstLostUnsent(&lost) || lost != seq) return 0;
+        }
         bool fresh = seq >= m_tcb->m_highTxMark.Get();
         uint32_t sz = GatedSocket::SendDataPacket(seq, maxSize, withAck);
         if (fresh) {
             lastSeq = seq;
             if (!probing) Arm();
-        } else if (tlpRack) {
+        } else if (tlpRack || rackOn) {
             resent[seq] = Simulator::Now();
         }
         return sz;
@@ -338,11 +424,15 @@ class TlpSocket : public GatedSocket {
     void ReceivedAck(Ptr<Packet> p, const TcpHeader& h) override {
         SequenceNumber32 una = m_txBuffer->HeadSequence();
         probeSacked = probeOut && Sacks(h, probeSeq, probeEnd);
-        if (probeSacked) m_txBuffer->SetDupAckThresh(1);  // this ACK's SACK marks all below it lost
-        headLost = tlpRack && h.GetAckNumber() == una && HeadLost(h);
+        // this ACK's SACK marks all below it lost (with RACK, RACK's rule does: the probe left a PTO after them)
+        if (probeSacked && !rackOn) m_txBuffer->SetDupAckThresh(1);
+        headLost = tlpRack && !rackOn && h.GetAckNumber() == una && HeadLost(h);
         if (headLost) m_txBuffer->MarkHeadAsLost();  // resent by recovery, or entering it (ProcessAck)
+        priorFack = fack;
+        DsackTag dsack;
+        dsackSeen = rackOn && p->PeekPacketTag(dsack);
         GatedSocket::ReceivedAck(p, h);
-        if (probeSacked) m_txBuffer->SetDupAckThresh(m_retxThresh);
+        if (probeSacked && !rackOn) m_txBuffer->SetDupAckThresh(m_retxThresh);
         if (probeSacked || (probeOut && h.GetAckNumber() >= probeEnd)) probeOut = false;  // episode over
         probeSacked = headLost = false;
         SequenceNumber32 head = m_txBuffer->HeadSequence();
@@ -352,26 +442,211 @@ class TlpSocket : public GatedSocket {
 
     void ProcessAck(const SequenceNumber32& ack, bool sacked, uint32_t delivered,
                     const SequenceNumber32& oldHead) override {
+        TcpSocketState::TcpCongState_t before = m_tcb->m_congState;
+        partialAck = rackOn && ack > oldHead && ack < m_recover && before == TcpSocketState::CA_RECOVERY;
         GatedSocket::ProcessAck(ack, sacked, delivered, oldHead);
-        TcpSocketState::TcpCongState_t st = m_tcb->m_congState;
+        partialAck = false;
+        if (rackOn) {  // Linux's tcp_rack_mark_lost, then tcp_time_to_recover: any loss marked starts recovery
+            bool recovered = (before == TcpSocketState::CA_RECOVERY || before == TcpSocketState::CA_LOSS) &&
+                             m_tcb->m_congState == TcpSocketState::CA_OPEN;
+            UpdateReoWnd(recovered);
+            if (rackAdvanced) RackDetect();
+            if (m_txBuffer->GetLost() > 0 && MayEnterRecovery()) RackEnterRecovery(delivered);
+            return;
+        }
         // ns-3 enters recovery only on three SACKed segments; after a probe, or RACK's verdict, one is enough
-        if ((probeSacked || headLost) && m_txBuffer->GetLost() > 0 &&
-            (st == TcpSocketState::CA_OPEN || st == TcpSocketState::CA_DISORDER || st == TcpSocketState::CA_CWR))
-            EnterRecovery(delivered);
+        if ((probeSacked || headLost) && m_txBuffer->GetLost() > 0 && MayEnterRecovery()) EnterRecovery(delivered);
     }
 
     void ReTxTimeout() override {
-        armed = probeOut = false;
+        probeTimer.armed = reoTimer.armed = probeOut = false;
         GatedSocket::ReTxTimeout();
     }
 
   private:
-    Time synAt = NanoSeconds(-2), due, eventAt;  // synAt: -2 before the SYN, -1 after a second one
+    Time synAt = NanoSeconds(-2);  // -2 before the SYN, -1 after a second one
     int64_t srttNs = -1, minRttNs = -1;
     std::map<SequenceNumber32, Time> resent;  // when each unacknowledged segment was last sent again
     SequenceNumber32 lastSeq, probeSeq, probeEnd;  // the last new segment's start; the probe's bytes
-    bool armed = false, probing = false, probeOut = false, probeSacked = false, headLost = false;
-    EventId event;
+    bool probing = false, probeOut = false, probeSacked = false, headLost = false;
+
+    // A deadline that moves, served by one pending event: the event fires, finds the deadline
+    // later and sleeps again, so a connection pays an event per expiry, not per re-arm.
+    struct Deadline {
+        bool armed = false;
+        Time due, eventAt;
+        EventId event;
+        void Set(Time at, TlpSocket* s, void (TlpSocket::*fire)()) {
+            armed = true;
+            due = at;
+            if (!event.IsRunning() || eventAt > due) {
+                event.Cancel();
+                event = Simulator::Schedule(due - Simulator::Now(), fire, s);
+                eventAt = due;
+            }
+        }
+        // At its event: true once the deadline has come (it is then disarmed), else it sleeps again.
+        bool Come(TlpSocket* s, void (TlpSocket::*fire)()) {
+            if (!armed) return false;
+            if (Simulator::Now() < due) {
+                event = Simulator::Schedule(due - Simulator::Now(), fire, s);
+                eventAt = due;
+                return false;
+            }
+            armed = false;
+            return true;
+        }
+    };
+    Deadline probeTimer, reoTimer;  // the PTO; RACK's reordering timer
+    // RACK: the most recently sent segment delivered (its last send, its end, its round trip), the
+    // highest byte delivered (before this ACK, and now), whether a never-resent segment was
+    // delivered below it (reordering seen), and its reordering timer
+    int64_t rackXmitNs = -1, rackRttNs = 0;
+    SequenceNumber32 rackEnd, fack, priorFack;
+    bool rackAdvanced = false, fackSet = false, reordSeen = false, partialAck = false;
+    // the minimum RTT as Linux keeps it (whole microseconds; a sample under 1 us reads 0 and is not
+    // taken), the window's multiple and its persistence, the DSACK round (RFC 8985 6.2 step 4)
+    int64_t rackMinRttUs = -1;
+    uint32_t reoMult = 1, reoPersist = 0;
+    bool dsackSeen = false, dsackRoundOn = false;
+    SequenceNumber32 dsackRound;
+
+    void UpdateReoWnd(bool recovered) {
+        if (dsackRoundOn && m_txBuffer->HeadSequence() >= dsackRound) dsackRoundOn = false;
+        if (dsackSeen && !dsackRoundOn) {  // one step a round trip, at most 255 (Linux's reo_wnd_steps)
+            dsackRoundOn = true;
+            dsackRound = m_tcb->m_highTxMark.Get();
+            reoMult = std::min<uint32_t>(reoMult + 1, 255);
+            reoPersist = 16;  // TCP_RACK_RECOVERY_THRESH
+        } else if (recovered && (reoPersist == 0 || --reoPersist == 0)) {
+            reoMult = 1;
+        }
+        dsackSeen = false;
+    }
+
+    bool MayEnterRecovery() const {
+        TcpSocketState::TcpCongState_t st = m_tcb->m_congState;
+        return st == TcpSocketState::CA_OPEN || st == TcpSocketState::CA_DISORDER || st == TcpSocketState::CA_CWR;
+    }
+
+    // RFC 8985's order of sending: later, or at the same instant with a higher end (a burst)
+    static bool SentAfter(int64_t t1, SequenceNumber32 end1, int64_t t2, SequenceNumber32 end2) {
+        return t1 > t2 || (t1 == t2 && end1 > end2);
+    }
+
+    // A segment SACKed or cumulatively acknowledged (Linux's tcp_rack_advance, and the reordering
+    // test of tcp_sacktag_one / tcp_clean_rtx_queue).
+    void Delivered(TcpTxItem* item) {
+        SequenceNumber32 start = item->*Member(StartOf()), end = start + SequenceNumber32(item->GetSeqSize());
+        if (end <= m_txBuffer->HeadSequence() && item->IsSacked()) return;  // acked now, delivered when SACKed
+        bool everResent = item->IsRetrans() || resent.count(start);
+        if (fackSet && !everResent && start < priorFack) reordSeen = true;
+        if (!fackSet || end > fack) fack = end;
+        fackSet = true;
+        int64_t xmit = item->GetLastSent().GetNanoSeconds(), rtt = Simulator::Now().GetNanoSeconds() - xmit;
+        if (everResent && rtt < rackMinRttUs * 1000) return;  // maybe the first transmission's delivery: no sample
+        rackAdvanced = true;
+        rackRttNs = rtt;
+        if (rackXmitNs < 0 || SentAfter(xmit, end, rackXmitNs, rackEnd)) {
+            rackXmitNs = xmit;
+            rackEnd = end;
+        }
+    }
+
+    // Linux's tcp_rack_reo_wnd (reo_wnd_steps stays 1: ns-3's receivers send no DSACK)
+    int64_t ReoWndNs() const {
+        if (!reordSeen) {
+            TcpSocketState::TcpCongState_t st = m_tcb->m_congState;
+            if (st == TcpSocketState::CA_RECOVERY || st == TcpSocketState::CA_LOSS) return 0;
+            if (m_txBuffer->GetSacked() >= LINUX_REORDERING * m_tcb->m_segmentSize) return 0;
+        }
+        return rackMinRttUs < 0 ? 0 : std::min(int64_t(reoMult) * (rackMinRttUs / 4) * 1000, srttNs);
+    }
+
+    // Linux's tcp_rack_detect_loss: every segment out sent before RACK's and unacknowledged past
+    // RACK's round trip + reo_wnd is lost (a retransmission too: it is sent again); *waitNs: how
+    // long until the next one would be. The walk is in sequence order, not Linux's send order: the
+    // first segment sent once and after RACK's ends it, as every later one was sent later still.
+    uint32_t DetectLoss(int64_t* waitNs) {
+        int64_t reo = ReoWndNs(), now = Simulator::Now().GetNanoSeconds();
+        uint32_t marked = 0;
+        TcpTxBuffer* b = PeekPointer(m_txBuffer);
+        for (TcpTxItem* item : b->*Member(SentListOf())) {
+            bool& lost = item->*Member(LostOf());
+            if (item->IsSacked() || (lost && !item->m_retrans)) continue;  // delivered, or marked and not resent
+            int64_t xmit = item->GetLastSent().GetNanoSeconds();
+            SequenceNumber32 end = item->*Member(StartOf()) + SequenceNumber32(item->GetSeqSize());
+            if (!SentAfter(rackXmitNs, rackEnd, xmit, end)) {
+                if (!item->m_retrans) break;
+                continue;
+            }
+            int64_t left = xmit + rackRttNs + reo - now;
+            if (left > 0) {
+                *waitNs = std::max(*waitNs, left);
+                continue;
+            }
+            uint32_t sz = item->GetSeqSize();
+            if (!lost) {
+                lost = true;
+                b->*Member(LostOutOf()) += sz;
+            }
+            if (item->m_retrans) {  // a lost retransmission: NextSeg sends it again
+                item->m_retrans = false;
+                b->*Member(RetransOf()) -= sz;
+            }
+            marked += sz;
+        }
+        return marked;
+    }
+
+    void RackDetect() {
+        rackAdvanced = false;
+        int64_t waitNs = 0;
+        DetectLoss(&waitNs);
+        ArmReo(waitNs);
+    }
+
+    // The reordering timer, as Linux arms it: the longest wait + TCP_TIMEOUT_MIN (2 jiffies, the
+    // probe's floor here).
+    void ArmReo(int64_t waitNs) {
+        if (waitNs > 0) reoTimer.Set(Simulator::Now() + NanoSeconds(waitNs) + Seconds(tlpFloorS), this, &TlpSocket::OnReo);
+        else reoTimer.armed = false;
+    }
+
+    void OnReo() {  // Linux's tcp_rack_reo_timeout
+        if (!reoTimer.Come(this, &TlpSocket::OnReo)) return;
+        int64_t waitNs = 0;
+        uint32_t marked = DetectLoss(&waitNs);
+        ArmReo(waitNs);
+        if (marked == 0) return;
+        if (MayEnterRecovery()) RackEnterRecovery(0);
+        SendPendingData(m_connected);
+    }
+
+    // ns-3's EnterRecovery less its marking of the head as lost (Linux's tcp_enter_recovery marks
+    // nothing): RACK has marked what is lost; the first of them is resent at once, as ns-3 does.
+    void RackEnterRecovery(uint32_t delivered) {
+        m_recover = m_tcb->m_highTxMark.Get();
+        m_recoverActive = true;
+        m_congestionControl->CongestionStateSet(m_tcb, TcpSocketState::CA_RECOVERY);
+        m_tcb->m_congState = TcpSocketState::CA_RECOVERY;
+        m_tcb->m_ssThresh = m_congestionControl->GetSsThresh(m_tcb, BytesInFlight());
+        if (!m_congestionControl->HasCongControl())
+            m_recoveryOps->EnterRecovery(m_tcb, m_dupAckCount, UnAckDataCount(), delivered);
+        SequenceNumber32 s;
+        if (FirstLostUnsent(&s)) DoRetransmit();
+    }
+
+    // The first segment marked lost and not sent again since (NextSeg's rule 1), if any.
+    bool FirstLostUnsent(SequenceNumber32* seq) {
+        if (m_txBuffer->GetLost() == 0) return false;
+        for (TcpTxItem* item : PeekPointer(m_txBuffer)->*Member(SentListOf()))
+            if (!item->IsSacked() && item->*Member(LostOf()) && !item->m_retrans) {
+                *seq = item->*Member(StartOf());
+                return true;
+            }
+        return false;
+    }
 
     bool Open() const {
         TcpSocketState::TcpCongState_t st = m_tcb->m_congState;
@@ -411,32 +686,19 @@ class TlpSocket : public GatedSocket {
         return r != resent.end() ? r->second : it->time;
     }
 
-    // (Re)start the PTO, or stop it. One pending event serves many re-arms: it fires, finds its
-    // deadline moved later and sleeps again, so a connection pays an event a PTO, not a segment.
+    // (Re)start the PTO, or stop it.
     void Arm() {
-        armed = false;
+        probeTimer.armed = false;
         uint32_t out = m_tcb->m_highTxMark.Get() - m_txBuffer->HeadSequence();
         if (!Open() || out == 0 || srttNs < 0 || probeOut) return;
         Time pto = NanoSeconds(2 * srttNs) + Seconds(out <= m_tcb->m_segmentSize ? tlpOneSegmentS : tlpFloorS);
         Time rtoLeft = m_retxEvent.IsRunning() ? Simulator::GetDelayLeft(m_retxEvent) : m_rto.Get();
         if (pto >= rtoLeft) return;  // the RTO comes first (Linux would probe then: the same instant)
-        armed = true;
-        due = Simulator::Now() + pto;
-        if (!event.IsRunning() || eventAt > due) {
-            event.Cancel();
-            event = Simulator::Schedule(pto, &TlpSocket::OnPto, this);
-            eventAt = due;
-        }
+        probeTimer.Set(Simulator::Now() + pto, this, &TlpSocket::OnPto);
     }
 
     void OnPto() {
-        if (!armed) return;
-        if (Simulator::Now() < due) {
-            event = Simulator::Schedule(due - Simulator::Now(), &TlpSocket::OnPto, this);
-            eventAt = due;
-            return;
-        }
-        armed = false;
+        if (!probeTimer.Come(this, &TlpSocket::OnPto)) return;
         SequenceNumber32 head = m_txBuffer->HeadSequence(), high = m_tcb->m_highTxMark;
         if (!Open() || high == head) return;
         SequenceNumber32 edge = m_highRxAckMark.Get() + SequenceNumber32(m_rWnd.Get());
@@ -479,6 +741,7 @@ static Ptr<Socket> GatedTcpSocket(Ptr<Node> node, int c) {
     ccF.SetTypeId(ccType.Get());
     recF.SetTypeId(recType.Get());
     Ptr<GatedSocket> s = tlpOn ? Ptr<GatedSocket>(CreateObject<TlpSocket>()) : CreateObject<GatedSocket>();
+    if (tlpOn && rackOn) DynamicCast<TlpSocket>(s)->EnableRack();
     s->conn = c;
     s->SetNode(node);
     s->SetTcp(tcp);
@@ -902,7 +1165,27 @@ static void OnTraceState(TcpSocketState::TcpCongState_t, TcpSocketState::TcpCong
     std::cerr << SimNow() << " state " << TcpSocketState::TcpCongStateName[now] << "\n";
 }
 
+static std::vector<Ptr<TcpSocketBase>> rxSock;  // with RACK: each connection's receiving socket
+
+// A packet IPv4 (or OnFrame, in its place) hands to a host's TCP: data to a receiver it already has?
+static void RackDeliver(const Ipv4Header& ip, Ptr<const Packet> p, uint32_t) {
+    uint32_t c = ip.GetDestination().Get() - 0x0B000001u;  // a connection's receiver address (main)
+    if (c >= rxSock.size() || ip.GetProtocol() != TcpL4Protocol::PROT_NUMBER || !rxSock[c]) return;
+    TcpHeader th;
+    uint32_t hdr = p->PeekHeader(th);
+    if (p->GetSize() <= hdr) return;
+    SequenceNumber32 seq = th.GetSequenceNumber(), end = seq + SequenceNumber32(p->GetSize() - hdr);
+    Ptr<TcpRxBuffer> rx = rxSock[c]->GetRxBuffer();
+    bool dup = end <= rx->NextRxSequence();
+    for (const auto& b : rx->GetSackList()) dup = dup || (b.first <= seq && end <= b.second);
+    if (dup) duplicateIn[c] = 1;
+}
+
 static void OnAccept(int c, Ptr<Socket> s, const Address&) {
+    if (rackOn) {
+        rxSock[size_t(c)] = DynamicCast<TcpSocketBase>(s);
+        s->TraceConnectWithoutContext("Tx", MakeBoundCallback(&RackTx, c));
+    }
     s->SetRecvCallback(MakeBoundCallback(&OnRecv, c));
     if (c == traceConn) {
         s->TraceConnectWithoutContext("Rx", MakeBoundCallback(&OnTraceRx, "rx"));
@@ -1004,6 +1287,7 @@ static bool OnFrame(int port, Ptr<NetDevice> dev, Ptr<const Packet> p, uint16_t 
         }
         if (rx.tcp && h.GetProtocol() == TcpL4Protocol::PROT_NUMBER && h.IsLastFragment() &&
             h.GetFragmentOffset() == 0 && Local(q.node, h.GetDestination().Get())) {
+            if (rackOn) RackDeliver(h, c, 0);  // as IPv4's LocalDeliver trace would
             rx.tcp->Receive(c, h, q.iface);  // every packet here has its socket: no ICMP to send
             return true;
         }
@@ -1183,6 +1467,17 @@ static void DebugFrameDrop(const char* what, int port, Ptr<const Packet> p) {
 static void GateInstall(const std::vector<std::pair<int, uint64_t>>& tsq, uint32_t mtu) {
     gateSegment = mtu - 52;
     gateOf.assign(conns.size(), Gate());
+    duplicateIn.assign(conns.size(), 0);
+    rxSock.assign(conns.size(), nullptr);
+    if (rackOn) {  // DSACK: watch each receiver host's deliveries
+        std::vector<bool> hooked(nodes.GetN(), false);
+        for (size_t c = 0; c < conns.size(); c++) {
+            if (hooked[size_t(conns[c].dHost)]) continue;
+            hooked[size_t(conns[c].dHost)] = true;
+            nodes.Get(uint32_t(conns[c].dHost))->GetObject<Ipv4L3Protocol>()->TraceConnectWithoutContext(
+                "LocalDeliver", MakeCallback(&RackDeliver));
+        }
+    }
     std::vector<bool> sender(nodes.GetN(), false);
     for (size_t c = 0; c < conns.size(); c++) {
         Gate& g = gateOf[c];
@@ -1297,6 +1592,8 @@ int main(int argc, char** argv) {
         } else if (kind == "tlp") {
             in >> tlpFloorS >> tlpOneSegmentS >> tlpRack;
             tlpOn = true;
+        } else if (kind == "rack") {
+            rackOn = true;
         } else if (kind == "queuedisc") {
             in >> queueDisc;
         } else if (kind == "tsq") {

@@ -16,7 +16,7 @@ from badinput import InputError
 from experiment.model import Scale
 from experiment.transport import AFXDP_MTU_BYTES, EMULATOR_MTU_BYTES, HTB_BURST_S, QUEUE_PACKET_BYTES
 from packetsim.scenario import TRANSFER
-from packetsim.transport import Transport
+from packetsim.transport import Transport, loss_settings
 
 # One-way delay a link to or from an OVS userspace switch adds, emulated microseconds: ping RTT
 # through 1, 3 and 5 switches grows 203 us a link (docs/packet-engine.md, "Against the emulator").
@@ -61,7 +61,7 @@ def transport(exp) -> Transport:
     # bridges, not OVS, so only host and fabric links cross an OpenFlow switch.
     lat = {k: v * d + (hop if k != "nvlink" else 0.0) for k, v in base.items()}
     return Transport(cc=t.tcp.cc, mtu_bytes=mtu, switch_buffer_bytes=buf, ecn=None, latency_us=lat, spray=False,
-                     ack_priority=True, htb_burst_s=HTB_BURST_S, tail_loss_probe=bool(t.tcp.tail_loss_probe))
+                     ack_priority=True, htb_burst_s=HTB_BURST_S, **loss_settings(t))
 
 
 def to_emulated(sc, net, u: Scale) -> None:

@@ -67,6 +67,7 @@ def check(exp, force: bool = False) -> str:
                f"{t.latency_us['fabric']:g} us a hop), " if u else "") + f"TCP {t.cc}, MTU {t.mtu_bytes} B, buffer "
             f"{t.switch_buffer_bytes} B a port, " + (f"ECN {t.ecn.min_bytes}-{t.ecn.max_bytes} B, " if t.ecn else "")
             + ("tail-loss probes, " if t.tail_loss_probe else "")
+            + ("RACK loss detection, " if t.loss_detection == "rack" else "")
             + f"routing {exp.routing}" + (f" ({how})" if how else ""))
 
 
@@ -367,6 +368,20 @@ def _tlp_statement(t) -> str:
             "below it lost and fast recovery resends them, as Linux's RACK would")
 
 
+def _loss_statement(t) -> str:
+    if t.loss_detection != "rack":
+        return ("losses detected by ns-3's DupThresh rule (transport.tcp.loss_detection dupack): a segment with three "
+                "SACKed segments above it, or three duplicate ACKs, is lost; reordering of three segments is taken "
+                "for loss (Linux uses RACK: transport.tcp.loss_detection rack)")
+    return ("losses detected by RACK (transport.tcp.loss_detection rack; RFC 8985 section 6 as Linux's "
+            "tcp_rack_detect_loss): a segment is lost once a segment sent after it is delivered and it stays "
+            "unacknowledged a reordering window (min RTT / 4 in whole microseconds, as Linux, times 1 plus one a "
+            "round trip with a DSACK, at most SRTT; 0 before reordering is seen, in recovery or with 3 SACKed "
+            "segments) past that segment's round trip, or when RACK's timer (that wait + "
+            f"{t.tlp_floor_s * 1e3:g} ms) finds so; ns-3's three-SACKed-segment and duplicate-ACK rules are off; "
+            "receivers' DSACKs are the driver's (ns-3 sends none); no undo of a needless recovery")
+
+
 def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wall_s, loop=None) -> dict:
     cache: dict = {}
     per_job = [job_results(jp.name, events, 1.0, job_predictions(exp, fabric, jp, cache)) for jp in jobs]
@@ -388,7 +403,7 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
                       "rto_min_s": RTO_MIN_S, "delayed_ack_s": t.delack_s,
                       "ack_every_segments": 1 if t.ecn else t.ack_every_segments, "routing": exp.routing,
                       "tsq_bytes": _tsq_summary(res.get("tsq_bytes") or []),
-                      "tail_loss_probe": t.tail_loss_probe,
+                      "tail_loss_probe": t.tail_loss_probe, "loss_detection": t.loss_detection,
                       **({"tlp_floor_s": t.tlp_floor_s} if t.tail_loss_probe else {})},
         "statements": [
             "every packet over point-to-point links at their configured rates; each output port a FIFO "
@@ -402,7 +417,7 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
             "its host's queue or on its wire) are under tsq_bytes: about 1 ms at its first link's rate (the "
             "stand-in for Linux's pacing rate), at least two segments, at most 4 MiB (tcp_limit_output_bytes)"
             if t.tsq else "no TCP Small Queues: a sender's window may wait whole in its NIC queue",
-            _tlp_statement(t)]
+            _tlp_statement(t), _loss_statement(t)]
         + ([f"receivers ACK once per {t.ack_every_segments} full segments (transport.tcp.ack_every_segments; "
             "RFC 1122's 2 unless set), as Linux with GRO ACKs a coalesced burst: fewer ACKs simulated"]
            if t.ack_every_segments != 2 and not t.ecn else [])

@@ -304,6 +304,8 @@ def write(sc: Scenario, net, transport, path: str, *, seed: int, bin_s: float, e
             f.write(f"htb {transport.htb_burst_s!r}\n")
         if transport.tail_loss_probe:  # the probe's floor, its allowance with one segment out, RACK's rule
             f.write(f"tlp {transport.tlp_floor_s!r} {rto_min_s!r} {int(transport.tlp_rack)}\n")
+            if transport.loss_detection == "rack":  # RACK for every segment, ns-3's DupThresh rule off
+                f.write("rack\n")
         if not transport.port_queue:
             f.write("queuedisc 1\n")
         tsq = [transport.tsq_bytes(float(net.link_gbps[int(p[0])])) for p in sc.paths]  # by its first link

@@ -50,9 +50,16 @@ class Transport:
     # with the probe, RACK's rule for the oldest segment out (RFC 8985 6.2): a retransmission lost
     # in recovery is sent again once later segments are SACKed, not after the RTO (off: the probe alone)
     tlp_rack: bool = True
+    # "rack": RFC 8985's RACK marks losses for every segment, in place of ns-3's DupThresh rule (with
+    # the probe: settings() turns it on); "dupack": ns-3's three SACKed segments. docs/packet-engine.md
+    loss_detection: str = "dupack"
     # False: every plain FIFO port as ns-3 builds it, a queue disc feeding the device's queue of two
     # frames; True: the driver's PortQueue, the same results with an event fewer a frame a hop
     port_queue: bool = True
+
+    def __post_init__(self):
+        if self.loss_detection == "rack" and not self.tail_loss_probe:
+            raise ValueError("loss_detection rack runs in the probe's socket: tail_loss_probe must be on")
 
     def tsq_bytes(self, nic_gbps: float) -> int:
         """A connection's TSQ limit, payload bytes below TCP, when it leaves by a NIC of nic_gbps:
@@ -75,7 +82,14 @@ def settings(exp) -> Transport:
         lat = {k: t.latency_us.of(k) for k in lat}
     d = Transport()
     return Transport(cc=t.tcp.cc or d.cc, ack_every_segments=t.tcp.ack_every_segments or d.ack_every_segments,
-                     tail_loss_probe=bool(t.tcp.tail_loss_probe), mtu_bytes=t.mtu_bytes or d.mtu_bytes,
+                     **loss_settings(t), mtu_bytes=t.mtu_bytes or d.mtu_bytes,
                      switch_buffer_bytes=t.switch_buffer_bytes or d.switch_buffer_bytes,
                      ecn=t.ecn,
                      latency_us=lat, spray=trait(exp.routing, "sprays"))
+
+
+def loss_settings(t) -> dict:
+    """Transport keywords for the file's tcp.tail_loss_probe and tcp.loss_detection (t:
+    experiment.transport's section): rack brings the probe unless the file said false (refused)."""
+    rack = t.tcp.loss_detection == "rack"
+    return {"tail_loss_probe": bool(t.tcp.tail_loss_probe) or rack, "loss_detection": "rack" if rack else "dupack"}

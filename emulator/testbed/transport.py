@@ -5,6 +5,8 @@ how each key becomes testbed settings.
   kernel has it (newreno is Linux's reno);
 - tcp.tail_loss_probe: true is what the hosts' Linux does anyway (net.ipv4.tcp_early_retrans
   is 3, tail-loss probes on, in every new namespace); false is refused;
+- tcp.loss_detection: rack is what the hosts' Linux does anyway (net.ipv4.tcp_recovery is 1, RACK
+  on, in every new namespace); dupack is refused;
 - mtu_bytes: every host and switch interface (default 9000; AF_XDP ports carry 3000 at most);
 - switch_buffer_bytes: the bfifo under each switch output port's HTB class, scaled as the
   emulator scales bytes (real bytes x scale.bytes), refused below two frames;
@@ -25,6 +27,8 @@ AVAILABLE_CC_PATH = "/proc/sys/net/ipv4/tcp_available_congestion_control"
 ALLOWED_CC_PATH = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
 # Linux's switch for tail-loss probes, per network namespace: 3 (its default) or 4 probe.
 TLP_SYSCTL = "net.ipv4.tcp_early_retrans"
+# Linux's switch for RACK loss detection, per network namespace: 1 (its default, since 4.18) is RACK.
+RACK_SYSCTL = "net.ipv4.tcp_recovery"
 # The largest MTU measured to cross OVS's userspace datapath between two Mininet hosts
 # (bench/probe_mtu.py: 65520 passes, 65528 does not; docs/transport.md).
 MAX_MTU_MEASURED = 65520
@@ -114,6 +118,9 @@ def check(exp, available: set[str] | None = None, netem=None) -> str:
         if key == "tcp.tail_loss_probe" and not value:
             return (f"true with engine: emulate (the hosts' Linux sends tail-loss probes: {TLP_SYSCTL} is 3 in every "
                     "namespace; use engine: packet to run without them)")
+        if key == "tcp.loss_detection" and value != "rack":
+            return (f"rack with engine: emulate (the hosts' Linux detects losses with RACK: {RACK_SYSCTL} is 1 in every "
+                    "namespace; use engine: packet for the three-duplicate-ACK rule)")
         if key == "mtu_bytes" and exp.testbed.datapath == "afxdp" and value > AFXDP_MTU:
             return f"at most {AFXDP_MTU} bytes with testbed.datapath afxdp (OVS's AF_XDP frames are 4 KiB)"
         if key == "mtu_bytes" and value > MAX_MTU_MEASURED:

@@ -76,6 +76,9 @@ def test_no_section_sets_nothing_and_round_trips():
     ({"tcp": {"ack_every_segments": 65}}, "transport.tcp.ack_every_segments"),
     ({"tcp": {"tail_loss_probe": 1}}, "transport.tcp.tail_loss_probe"),
     ({"tcp": {"tail_loss_probe": "yes"}}, "transport.tcp.tail_loss_probe"),
+    ({"tcp": {"loss_detection": "fack"}}, "transport.tcp.loss_detection"),
+    ({"tcp": {"loss_detection": True}}, "transport.tcp.loss_detection"),
+    ({"tcp": {"loss_detection": "rack", "tail_loss_probe": False}}, "transport.tcp.tail_loss_probe"),  # RACK-TLP
 ])
 def test_bad_sections_are_one_line_errors(section, key):
     msg = refused(key, exp, section)
@@ -113,6 +116,29 @@ def test_the_emulator_takes_a_tail_loss_probe_and_refuses_to_run_without_one():
     msg = refused("transport.tcp.tail_loss_probe", emu.check, exp({"tcp": {"tail_loss_probe": False}}),
                   available=HERE_CC)
     assert "tcp_early_retrans" in msg and "engine: packet" in msg and "found False" in msg
+
+
+def test_loss_detection_is_a_tcp_key_the_packet_engine_models_the_flow_engine_ignores():
+    from packetsim.transport import settings
+    rack, dupack = exp({"tcp": {"loss_detection": "rack"}}), exp({"tcp": {"loss_detection": "dupack"}})
+    assert rack.transport.given() == {"tcp.loss_detection": "rack"}
+    assert model.parse(model.to_dict(dupack), "t.yaml") == dupack
+    assert check_transport(rack, "packet") == check_transport(dupack, "packet") == []
+    assert check_transport(rack, "flow") == ["tcp.loss_detection"]
+    # rack brings its probe (RACK-TLP); dupack and the default leave the probe as the file says
+    assert (settings(rack).loss_detection, settings(rack).tail_loss_probe) == ("rack", True)
+    assert (settings(dupack).loss_detection, settings(dupack).tail_loss_probe) == ("dupack", False)
+    assert settings(exp()).loss_detection == "dupack"
+    msg = refused("transport.tcp.tail_loss_probe", exp, {"tcp": {"loss_detection": "rack", "tail_loss_probe": False}})
+    assert "RACK-TLP" in msg and "found False" in msg
+
+
+def test_the_emulator_takes_rack_and_refuses_dupack():
+    # Linux detects losses with RACK in every namespace (net.ipv4.tcp_recovery 1)
+    emu.check(exp({"tcp": {"loss_detection": "rack"}}), available=HERE_CC)
+    msg = refused("transport.tcp.loss_detection", emu.check, exp({"tcp": {"loss_detection": "dupack"}}),
+                  available=HERE_CC)
+    assert "tcp_recovery" in msg and "engine: packet" in msg and "found dupack" in msg
 
 
 # -- the table ----------------------------------------------------------------------------
@@ -203,8 +229,8 @@ def test_flow_engine_says_what_it_ignores(tmp_path):
     s = flow_run(e, str(tmp_path), log=lambda *_: None)
     t = s["model"]["transport"]
     assert t["models"] == {"latency_us": {"host": 0.0, "fabric": 2.0, "nvlink": 0.0}}
-    assert t["ignores"] == {"tcp.cc": "bbr", "tcp.ack_every_segments": None, "tcp.tail_loss_probe": None, "mtu_bytes": None,
-                            "switch_buffer_bytes": None, "ecn": None}
+    assert t["ignores"] == {"tcp.cc": "bbr", "tcp.ack_every_segments": None, "tcp.tail_loss_probe": None,
+                            "tcp.loss_detection": None, "mtu_bytes": None, "switch_buffer_bytes": None, "ecn": None}
     assert "transport.tcp.cc" in s["model"]["ignored"]
 
 

@@ -72,18 +72,21 @@ def test_one_segment_out_waits_for_a_delayed_ack_so_the_rto_comes_first(tmp_path
     assert runner.RTO_MIN_S <= end <= runner.RTO_MIN_S + 1e-4, end
 
 
-def test_the_scenario_asks_for_probes_only_when_the_transport_does(tmp_path):
+def scenario_lines(tmp_path, name: str, t: Transport) -> list[str]:
+    """The scenario file of one flow of one segment over one 10 Gb/s cable, with transport t."""
     net = fake_net(["h0", "h1"], [(0, 1, 10.0)])
     sc = scenario.Scenario()
     c = sc.conn(0, 0, 1, ["h0", "h1"])
     sc.add(scenario.TRANSFER, SEGMENT, conn=c)
     sc.paths.append(path(net, [0, 1]))
-    lines = {}
-    for tlp in (False, True):
-        f = tmp_path / f"s{tlp}.txt"
-        scenario.write(sc, net, Transport(tail_loss_probe=tlp), str(f), seed=1, bin_s=1e-3, end_s=1.0,
-                       rto_min_s=0.2)
-        lines[tlp] = [ln for ln in f.read_text().splitlines() if ln.startswith("tlp")]
+    f = tmp_path / f"{name}.txt"
+    scenario.write(sc, net, t, str(f), seed=1, bin_s=1e-3, end_s=1.0, rto_min_s=0.2)
+    return f.read_text().splitlines()
+
+
+def test_the_scenario_asks_for_probes_only_when_the_transport_does(tmp_path):
+    lines = {tlp: [ln for ln in scenario_lines(tmp_path, f"s{tlp}", Transport(tail_loss_probe=tlp))
+                   if ln.startswith("tlp")] for tlp in (False, True)}
     assert lines == {False: [], True: [f"tlp {TLP_FLOOR_S!r} 0.2 1"]}
 
 
