@@ -58,6 +58,11 @@ def check(exp, force: bool = False) -> str:
         raise InputError("faults", "no faults with spraying on engine: packet (the sprayed next hops do not "
                          "change when links fail; run it with engine: flow)", f"{len(exp.faults)} faults",
                          exp.source)
+    least = 0.0 if force else least_wall_s(exp)
+    if least > MAX_WALL_S:  # known from the traces alone, before a plan that can take minutes
+        raise InputError("engine", f"a run of at most an hour (this one: at least {least / 3600:,.1f} h at "
+                         f"{EVENTS_PER_S:,} events/s, from its traces' bytes alone; run it with engine: flow, or "
+                         "--force it)", "engine: packet", exp.source)
     table = table_router(exp.routing, 0)
     how = ("per-packet spraying over the equal-cost paths" if t.spray
            else f"ECMP seed {exp.flow.ecmp_seed}" if isinstance(table, EcmpRouter)
@@ -85,6 +90,34 @@ def estimate_wall_s(sc, net, t) -> float:
     return packets * (2 + 4 * hops) / EVENTS_PER_S  # about 10 events a packet over 2 hops, measured
 
 
+def least_payload_bytes(jobs) -> float:
+    """The fewest payload bytes the jobs' traces can put on the wire, from their ops alone and
+    without planning: a send its size, a collective over n ranks at least its bandwidth-optimal
+    share per rank ((n-1)/n of its size, twice for all-reduce). One rank of each class is read."""
+    total = 0.0
+    for jp in jobs:
+        t = jp.trace
+        for cls in (t.classes if t is not None else ()):
+            rank, per = cls.ranks[0], 0.0
+            for o in t.ops_of(rank):
+                if o.kind == "send":
+                    per += o.size_bytes
+                elif o.kind == "collective":
+                    n = len(t.members(t.group_of(rank, o.group)))
+                    per += o.size_bytes * (2 if o.op == "all_reduce" else 1) * (n - 1) / n if n > 1 else 0
+            total += per * len(cls)
+    return total
+
+
+def least_wall_s(exp) -> float:
+    """A lower bound of estimate_wall_s from the traces (every packet over one hop), in a second
+    where the plan of a 1,024-GPU model can take minutes and tens of GB; 0 in emulated units."""
+    if emulated.units(exp) is not None:
+        return 0.0
+    seg = settings(exp).mtu_bytes - 52
+    return least_payload_bytes(job_traces(exp, exp.fabric())) / seg * (2 + 4 * 1) / EVENTS_PER_S
+
+
 def estimate_sweep_s(exps: list, stop_over_s: float | None = None) -> tuple[float, int]:
     """(estimated seconds, points counted): every point together (points refused on their own
     count nothing), or, with stop_over_s, as far as the first point that takes the sum past it. A
@@ -95,6 +128,9 @@ def estimate_sweep_s(exps: list, stop_over_s: float | None = None) -> tuple[floa
             return total, i
         if exp.fabric().host_count > MAX_RANKS:
             continue  # refused on its own, before planning
+        least = least_wall_s(exp) if stop_over_s is not None else 0.0
+        if stop_over_s is not None and total + least > stop_over_s:
+            return total + least, i + 1  # past it whatever the plan says: not planned
         try:
             _, _, net, sc, t, _ = plan(exp, log=lambda *a, **k: None)
         except ValueError:

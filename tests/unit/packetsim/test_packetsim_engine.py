@@ -283,6 +283,29 @@ def test_a_sweep_refusal_stops_planning_once_past_the_hour(tmp_path, monkeypatch
     assert counted == 3 and total > first
 
 
+@pytest.mark.parametrize("sets", [{}, {"jobs.0.workload.collective": "all_to_all", "jobs.0.workload.algorithm": "direct"},
+                                  {"jobs.0.workload.algorithm": "tree"}, {"topology.hosts": 8}])
+def test_the_traces_bound_is_below_the_plans_estimate(tmp_path, sets):
+    data = ring(n=4)
+    for k, v in sets.items():
+        model.set_path(data, k, v, None)
+    exp = model.parse(data, None)
+    _, _, net, sc, t, _ = runner.plan(exp, log=lambda *a, **k: None)
+    least, est = runner.least_wall_s(exp), runner.estimate_wall_s(sc, net, t)
+    assert 0.3 * est < least <= est, (least, est)
+
+
+def test_a_run_past_the_hour_by_its_traces_is_refused_without_planning(tmp_path, monkeypatch):
+    exp = model.load(write(tmp_path, ring(n=4)))
+    least = runner.least_wall_s(exp)
+    monkeypatch.setattr(runner, "MAX_WALL_S", least * 0.99)
+    monkeypatch.setattr(runner, "plan", lambda *a, **k: pytest.fail("planned"))
+    with pytest.raises(InputError) as e:
+        runner.check(exp)
+    assert "from its traces' bytes alone" in str(e.value) and "engine: flow" in str(e.value), e.value
+    assert runner.check(exp, force=True).startswith("engine packet")
+
+
 def test_a_run_without_ns3_says_how_to_install_it(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(ns3, "HEADER", str(tmp_path / "absent.h"))
     monkeypatch.setenv("DTNET_NS3_LIBRARY", "debian")  # nor an optimized build in the cache
