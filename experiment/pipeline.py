@@ -3,8 +3,9 @@
 The pipeline owns the folder: its lock (one live run per folder: FolderBusy), the refusal to
 overwrite a finished run, config.yaml, events.jsonl (appended as the run goes, so a run that dies
 keeps what it did), RunFailure and Interrupted, and summary.json with the outputs made from the
-events (trace.json, plots/), written in `finally` whatever happened. Every file goes through
-badinput.paths (inside the folder, never through a link).
+events (trace.json, plots/), written in `finally` whatever happened (the plots by a forked child
+while the parent writes the rest, where the engine allows it and two CPUs are there:
+outputs.parallel). Every file goes through badinput.paths (inside the folder, never through a link).
 
 An engine is a subclass of Engine that says only what differs: which plans it runs
 (``plan``), how it executes them (``execute``, writing events through ``run.events``), its part
@@ -28,7 +29,8 @@ from badinput import InputError
 from badinput.paths import inside, links_in, open_out
 from experiment.engine import ENGINES, FolderBusy, Interrupted, RunFailure, load
 from experiment.model import Experiment, to_dict, write_resolved
-from experiment.outputs.write import write_after_run, write_json
+from experiment.outputs.parallel import WriterFailed, beside
+from experiment.outputs.write import run_events, write_json, write_plots, write_trace
 
 CONFIG, EVENTS, SUMMARY = "config.yaml", "events.jsonl", "summary.json"
 # What a run writes at the top of its folder: refused when planted as links, removed (when left
@@ -96,7 +98,7 @@ class Run:
     status: str = "incomplete"
     error: str | None = None
     t_start: float | None = None  # the replay's start on the events' clock (trace.json's zero)
-    links: object = None  # links.csv as outputs.links.LinkGrid, when the engine wrote it from memory
+    links: object = None  # links.csv as outputs.links.LinkGrid, when the engine holds it (Engine.link_grid)
     wall_t0: float = field(default_factory=time.monotonic)
 
     def path(self, *parts: str) -> str:
@@ -110,6 +112,7 @@ class Engine:
     keep_events = False  # the engine's summary reads run.events.events, not the file
     calibrates = False  # accepts --auto-scale's prepare step
     force = False  # --force: the user asked to go on (a finished run overwritten, a long run started)
+    fork_outputs = False  # the plots may be drawn by a forked child (outputs.parallel) after the run
 
     def check(self, exp: Experiment) -> str | None:
         """Refuse what the engine cannot model (InputError); one line on what it will run."""
@@ -134,6 +137,11 @@ class Engine:
 
     def write_files(self, run: Run) -> None:
         """The engine's own files at the end (links.csv, controller-state.json...), whatever happened."""
+
+    def link_grid(self, run: Run):
+        """links.csv's utilization as outputs.links.LinkGrid when the engine holds it in memory (the
+        heatmap then draws it while write_files writes the file), else None (the heatmap reads the file)."""
+        return None
 
     def outputs_exp(self, exp: Experiment) -> Experiment:
         """The experiment as trace.json and plots should read it (a model in real units drops scale)."""
@@ -239,8 +247,10 @@ def _run(engine: Engine, exp: Experiment, out_dir: str, log, fabric, jobs, verdi
     notes = ([f"run by the {engine.label}: {verdict}"] if verdict else []) + engine.notes(exp, r)
     with open_out(out_dir, CONFIG) as f:
         write_resolved(exp, f, notes=notes)
+    ran = False
     try:
         engine.execute(r)  # it sets r.status = "complete" when every op finished
+        ran = True
     except (RunFailure, Interrupted) as e:
         r.error = r.error or (str(e) if isinstance(e, RunFailure) else f"interrupted by {e}")
         raise
@@ -250,10 +260,35 @@ def _run(engine: Engine, exp: Experiment, out_dir: str, log, fabric, jobs, verdi
             summary = engine.summary(r)
             if summary is not None:  # None: the engine refused the run before it began
                 write_json(inside(out_dir, SUMMARY), summary)
-                engine.write_files(r)
-                write_after_run(out_dir, engine.outputs_exp(exp), jobs, summary, r.t_start, log,
-                                engine=engine.label, links=r.links, events=events.kept())
+                try:
+                    write_outputs(engine, r, summary)
+                except WriterFailed as e:  # the run failed; summary.json says so, and a rerun resumes it
+                    summary.update(status="incomplete", error=str(e))
+                    write_json(inside(out_dir, SUMMARY), summary)
+                    if ran:
+                        raise
+                    log(f"[run] warning: {e}")  # the run's own failure passes on
     return summary
+
+
+def write_outputs(engine: Engine, r: Run, summary: dict) -> None:
+    """The engine's files, trace.json and plots/, the plots drawn by a forked child meanwhile where
+    two CPUs are there (outputs.parallel; WriterFailed when it fails). The plots need links.csv's
+    numbers: from memory (engine.link_grid), else from the file, written before the child starts."""
+    exp, out_dir, log = engine.outputs_exp(r.exp), r.out_dir, r.log
+    r.links = engine.link_grid(r)
+    if r.links is None:
+        engine.write_files(r)
+    try:
+        events = run_events(out_dir, r.events.kept())
+    except Exception as e:  # noqa: BLE001: as a failed trace.json always was, a warning
+        log(f"[run] warning: trace.json not written: {type(e).__name__}: {e}")
+        events = []
+    with beside(lambda log: write_plots(out_dir, exp, summary, r.t_start, log, engine.label, r.links, events),
+                "plots/", log, fork=None if engine.fork_outputs else False):
+        if r.links is not None:
+            engine.write_files(r)
+        write_trace(out_dir, exp, r.jobs, r.t_start, log, events)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,185 @@
+"""The plots drawn by a forked child while the parent writes the rest (experiment.outputs.parallel):
+the same files as one process writes, the child's failure the run's, no process left behind."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from experiment import model, pipeline
+from experiment.engine import Interrupted, RunFailure
+from experiment.outputs import parallel
+from experiment.outputs.parallel import WriterFailed, beside
+from tests.unit.runfiles import contents
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+two_cpus = pytest.mark.skipif(not parallel.can_fork(), reason="needs fork and two allowed CPUs")
+# Two jobs on a fat-tree: every output, the heatmap with its collectives' strip included.
+EXP = {"name": "two-jobs", "engine": "flow", "topology": {"kind": "fat-tree", "k": 4, "link_gbps": 100},
+       "jobs": [{"name": "a", "hosts": {"count": 8},
+                 "workload": {"collective": "all_reduce", "size_bytes": 1 << 24, "iterations": 3,
+                              "compute_ms": 1}},
+                {"name": "b", "hosts": {"count": 8},
+                 "workload": {"collective": "all_to_all", "size_bytes": 1 << 22, "iterations": 2}}]}
+
+
+def _gone(pid: int) -> bool:
+    """pid is no process of ours: reaped, not a zombie."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+@two_cpus
+def test_the_childs_exception_is_the_callers_failure_in_one_line_and_its_log_comes_back():
+    lines, pids = [], []
+
+    def part(log):
+        log("first")
+        log("second")
+        pids.append(os.getpid())
+        raise ValueError("bad\nvalue")
+
+    with pytest.raises(WriterFailed) as e:
+        with beside(part, "the plots", lines.append):
+            lines.append("parent")
+    msg = str(e.value)
+    assert "\n" not in msg and "ValueError: bad\\nvalue" in msg and "the plots" in msg
+    assert isinstance(e.value, RunFailure)
+    assert lines == ["parent", "first", "second"]
+    assert pids == []  # part ran in another process
+    pid = int(msg.split("(pid ")[1].split(")")[0])
+    assert pid != os.getpid() and _gone(pid)
+
+
+@two_cpus
+def test_a_child_killed_by_a_signal_fails_the_caller():
+    with pytest.raises(WriterFailed) as e:
+        with beside(lambda log: os.kill(os.getpid(), signal.SIGKILL), "plots/", print):
+            pass
+    assert "killed by SIGKILL" in str(e.value)
+
+
+@two_cpus
+def test_an_exception_in_the_parent_ends_and_reaps_the_child(tmp_path):
+    r, w = os.pipe()  # the child blocks on r until it is ended; it tells its pid through tmp_path
+
+    def part(log):
+        (tmp_path / "pid").write_text(str(os.getpid()))
+        os.read(r, 1)
+
+    with pytest.raises(Interrupted):
+        with beside(part, "plots/", print):
+            while not (tmp_path / "pid").exists() or not (tmp_path / "pid").read_text():
+                os.sched_yield()
+            raise Interrupted("SIGTERM")
+    os.close(r)
+    os.close(w)
+    assert _gone(int((tmp_path / "pid").read_text()))
+
+
+def test_without_fork_the_part_runs_here_after_the_block():
+    order = []
+    with beside(lambda log: order.append(("part", os.getpid())), "plots/", print, fork=False):
+        order.append(("block", os.getpid()))
+    assert order == [("block", os.getpid()), ("part", os.getpid())]
+
+
+def test_one_allowed_cpu_or_another_thread_means_no_fork(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert not parallel.can_fork()
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert not parallel.can_fork()
+    finally:
+        stop.set()
+        t.join()
+    assert parallel.can_fork() == hasattr(os, "fork")
+
+
+@two_cpus
+def test_forked_plots_give_the_files_one_process_writes(tmp_path, monkeypatch):
+    exp = model.parse(EXP, "two-jobs.yaml")
+    drawn = tmp_path / "drawn-by"
+    real = pipeline.write_plots
+
+    def write_plots(*a, **kw):
+        drawn.write_text(str(os.getpid()))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(pipeline, "write_plots", write_plots)
+    pipeline.runner("flow")(exp, str(tmp_path / "forked"), log=lambda *_: None)
+    assert int(drawn.read_text()) != os.getpid()
+    monkeypatch.setattr(parallel, "can_fork", lambda: False)
+    pipeline.runner("flow")(exp, str(tmp_path / "serial"), log=lambda *_: None)
+    assert int(drawn.read_text()) == os.getpid()
+    forked, serial = contents(tmp_path / "forked"), contents(tmp_path / "serial")
+    assert {"links.csv", "trace.json", "plots/link_heatmap.png", "plots/cct_by_collective.png",
+            "plots/iteration_time.png"} <= set(forked)
+    assert forked == serial
+
+
+@two_cpus
+def test_a_failed_plot_child_fails_the_run_and_summary_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(pipeline, "write_plots", lambda *a, **kw: os.kill(os.getpid(), signal.SIGKILL))
+    with pytest.raises(RunFailure) as e:
+        pipeline.runner("flow")(model.parse(EXP, "two-jobs.yaml"), str(tmp_path), log=lambda *_: None)
+    assert "killed by SIGKILL" in str(e.value)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "incomplete" and summary["error"] == str(e.value)
+    assert (tmp_path / "trace.json").exists() and (tmp_path / "links.csv").exists()  # the parent's part
+    assert _gone(int(str(e.value).split("(pid ")[1].split(")")[0]))
+    # A run left incomplete so runs again in place.
+    monkeypatch.undo()
+    assert pipeline.runner("flow")(model.parse(EXP, "two-jobs.yaml"), str(tmp_path),
+                                   log=lambda *_: None)["status"] == "complete"
+
+
+SIGTERMED = textwrap.dedent("""
+    import os, signal, sys
+    from experiment.engine import Interrupted
+    from experiment.outputs.parallel import beside
+
+    def on_signal(signum, _frame):
+        raise Interrupted(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    r, w = os.pipe()
+
+    def part(log):
+        print("child", os.getpid(), flush=True)
+        os.read(r, 1)
+
+    try:
+        with beside(part, "plots/", print):
+            print("parent", os.getpid(), flush=True)
+            os.read(r, 1)
+    except Interrupted as e:
+        print("interrupted by", e, flush=True)
+        sys.exit(130)
+""")
+
+
+@two_cpus
+def test_sigterm_to_the_parent_ends_the_child_and_leaves_no_process(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", SIGTERMED], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=ROOT))
+    pids = {}
+    while len(pids) < 2:
+        who, pid = proc.stdout.readline().split()
+        pids[who] = int(pid)
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=60) == 130
+    assert rest == "interrupted by SIGTERM\n"
+    with pytest.raises(ProcessLookupError):  # reaped by its parent before it left
+        os.kill(pids["child"], 0)
