@@ -156,12 +156,12 @@ SIGTERMED = textwrap.dedent("""
     r, w = os.pipe()
 
     def part(log):
-        print("child", os.getpid(), flush=True)
+        os.write(1, f"child {os.getpid()}\\n".encode())  # one write: the parent's line never cuts into it
         os.read(r, 1)
 
     try:
         with beside(part, "plots/", print):
-            print("parent", os.getpid(), flush=True)
+            os.write(1, f"parent {os.getpid()}\\n".encode())
             os.read(r, 1)
     except Interrupted as e:
         print("interrupted by", e, flush=True)
