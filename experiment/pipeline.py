@@ -30,7 +30,7 @@ from badinput.paths import inside, links_in, open_out
 from experiment.engine import ENGINES, FolderBusy, Interrupted, RunFailure, load
 from experiment.model import Experiment, to_dict, write_resolved
 from experiment.outputs.parallel import WriterFailed, beside
-from experiment.outputs.write import run_events, write_json, write_plots, write_trace
+from experiment.outputs.write import plots_of, run_events, write_json, write_trace
 
 CONFIG, EVENTS, SUMMARY = "config.yaml", "events.jsonl", "summary.json"
 # What a run writes at the top of its folder: refused when planted as links, removed (when left
@@ -225,22 +225,23 @@ def run(engine: Engine, exp: Experiment, out_dir: str, log=print, prepare=None, 
     os.makedirs(out_dir, exist_ok=True)
     lock = lock_folder(out_dir)
     try:
-        # Bad input first (it names the file and key), then the folder, then calibration.
-        verdict = engine.check(exp)
-        fabric = exp.fabric()
-        jobs = engine.plan(exp, fabric)  # bad workloads fail here, before anything is written
-        refuse_overwrite(out_dir, exp, force)
-        calibration = None
-        if prepare is not None:
-            exp, calibration = prepare(exp)
-            verdict, fabric = engine.check(exp), exp.fabric()
-            jobs = engine.plan(exp, fabric)
-        return _run(engine, exp, out_dir, log, fabric, jobs, verdict, calibration)
+        with settled() as settle:  # what is alive now (the modules) is left out of the collector's passes
+            # Bad input first (it names the file and key), then the folder, then calibration.
+            verdict = engine.check(exp)
+            fabric = exp.fabric()
+            jobs = engine.plan(exp, fabric)  # bad workloads fail here, before anything is written
+            refuse_overwrite(out_dir, exp, force)
+            calibration = None
+            if prepare is not None:
+                exp, calibration = prepare(exp)
+                verdict, fabric = engine.check(exp), exp.fabric()
+                jobs = engine.plan(exp, fabric)
+            return _run(engine, exp, out_dir, log, fabric, jobs, verdict, calibration, settle)
     finally:
         os.close(lock)
 
 
-def _run(engine: Engine, exp: Experiment, out_dir: str, log, fabric, jobs, verdict, calibration) -> dict:
+def _run(engine: Engine, exp: Experiment, out_dir: str, log, fabric, jobs, verdict, calibration, settle) -> dict:
     clear_previous(out_dir)
     events = EventLog(out_dir, keep=engine.keep_events)
     r = Run(exp, out_dir, fabric, jobs, events, log, calibration)
@@ -248,6 +249,7 @@ def _run(engine: Engine, exp: Experiment, out_dir: str, log, fabric, jobs, verdi
     with open_out(out_dir, CONFIG) as f:
         write_resolved(exp, f, notes=notes)
     ran = False
+    settle()  # the plans and the fabric, left out of the collector's passes from now on
     try:
         engine.execute(r)  # it sets r.status = "complete" when every op finished
         ran = True
@@ -256,18 +258,18 @@ def _run(engine: Engine, exp: Experiment, out_dir: str, log, fabric, jobs, verdi
         raise
     finally:
         events.close()
-        with settled():
-            summary = engine.summary(r)
-            if summary is not None:  # None: the engine refused the run before it began
+        settle()  # and the run's events and state
+        summary = engine.summary(r)
+        if summary is not None:  # None: the engine refused the run before it began
+            write_json(inside(out_dir, SUMMARY), summary)
+            try:
+                write_outputs(engine, r, summary)
+            except WriterFailed as e:  # the run failed; summary.json says so, and a rerun resumes it
+                summary.update(status="incomplete", error=str(e))
                 write_json(inside(out_dir, SUMMARY), summary)
-                try:
-                    write_outputs(engine, r, summary)
-                except WriterFailed as e:  # the run failed; summary.json says so, and a rerun resumes it
-                    summary.update(status="incomplete", error=str(e))
-                    write_json(inside(out_dir, SUMMARY), summary)
-                    if ran:
-                        raise
-                    log(f"[run] warning: {e}")  # the run's own failure passes on
+                if ran:
+                    raise
+                log(f"[run] warning: {e}")  # the run's own failure passes on
     return summary
 
 
@@ -284,8 +286,8 @@ def write_outputs(engine: Engine, r: Run, summary: dict) -> None:
     except Exception as e:  # noqa: BLE001: as a failed trace.json always was, a warning
         log(f"[run] warning: trace.json not written: {type(e).__name__}: {e}")
         events = []
-    with beside(lambda log: write_plots(out_dir, exp, summary, r.t_start, log, engine.label, r.links, events),
-                "plots/", log, fork=None if engine.fork_outputs else False):
+    with beside(plots_of(out_dir, exp, summary, r.t_start, engine.label, r.links, events), "plots/", log,
+                fork=None if engine.fork_outputs else False):
         if r.links is not None:
             engine.write_files(r)
         write_trace(out_dir, exp, r.jobs, r.t_start, log, events)
@@ -293,15 +295,17 @@ def write_outputs(engine: Engine, r: Run, summary: dict) -> None:
 
 @contextlib.contextmanager
 def settled():
-    """The outputs allocate a dict or more per event; the objects alive before them (the events, the
-    plans, the engine's state) are left out of the garbage collector's passes meanwhile (gc.freeze),
-    which would otherwise walk them all again at each full pass. Collectable as before afterwards."""
+    """The objects alive now left out of the garbage collector's passes (gc.freeze), which would
+    otherwise walk them all again at each full pass while a run allocates an object or more per op
+    and per event, and finds few cycles; the function it yields leaves out those made since as
+    well (the pipeline calls it after the plans, and after the run, before the outputs). Collectable
+    as before afterwards."""
     if gc.get_freeze_count():  # someone embedding dtnet froze objects: leave theirs frozen, freeze nothing
-        yield
+        yield lambda: None
         return
     gc.freeze()
     try:
-        yield
+        yield gc.freeze
     finally:
         gc.unfreeze()
 

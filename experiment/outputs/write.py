@@ -47,6 +47,13 @@ def write_plots(out_dir: str, exp, summary: dict, t0: float | None, log, engine:
     """plots/ (each failure a warning). engine names the engine that ran it, in the plots' titles;
     links is links.csv as a links.LinkGrid when the engine holds it (else the heatmap reads the
     file, which must be written by then)."""
+    plots_of(out_dir, exp, summary, t0, engine, links, events)(log)
+
+
+def plots_of(out_dir: str, exp, summary: dict, t0: float | None, engine: str, links, events: list[dict]):
+    """write_plots(..., log) as a function of log alone, with what it reads from the events and the
+    fabric made now: called in a forked child, it reads none of the run's objects but summary and links."""
     phases = plots.collective_phases(events, t0, exp.scale.dilation) if t0 is not None else None
-    plots.write_all(out_dir, summary, log, point=exp.point, engine=engine, fabric=exp.fabric(), phases=phases,
-                    links=links)
+    fabric = exp.fabric()
+    return lambda log: plots.write_all(out_dir, summary, log, point=exp.point, engine=engine, fabric=fabric,
+                                       phases=phases, links=links)

@@ -110,13 +110,17 @@ def test_one_allowed_cpu_or_another_thread_means_no_fork(monkeypatch):
 def test_forked_plots_give_the_files_one_process_writes(tmp_path, monkeypatch):
     exp = model.parse(EXP, "two-jobs.yaml")
     drawn = tmp_path / "drawn-by"
-    real = pipeline.write_plots
+    real = pipeline.plots_of
 
-    def write_plots(*a, **kw):
-        drawn.write_text(str(os.getpid()))
-        return real(*a, **kw)
+    def plots_of(*a, **kw):
+        part = real(*a, **kw)
 
-    monkeypatch.setattr(pipeline, "write_plots", write_plots)
+        def draw(log):
+            drawn.write_text(str(os.getpid()))
+            part(log)
+        return draw
+
+    monkeypatch.setattr(pipeline, "plots_of", plots_of)
     pipeline.runner("flow")(exp, str(tmp_path / "forked"), log=lambda *_: None)
     assert int(drawn.read_text()) != os.getpid()
     monkeypatch.setattr(parallel, "can_fork", lambda: False)
@@ -130,7 +134,7 @@ def test_forked_plots_give_the_files_one_process_writes(tmp_path, monkeypatch):
 
 @two_cpus
 def test_a_failed_plot_child_fails_the_run_and_summary_says_so(tmp_path, monkeypatch):
-    monkeypatch.setattr(pipeline, "write_plots", lambda *a, **kw: os.kill(os.getpid(), signal.SIGKILL))
+    monkeypatch.setattr(pipeline, "plots_of", lambda *a, **kw: lambda log: os.kill(os.getpid(), signal.SIGKILL))
     with pytest.raises(RunFailure) as e:
         pipeline.runner("flow")(model.parse(EXP, "two-jobs.yaml"), str(tmp_path), log=lambda *_: None)
     assert "killed by SIGKILL" in str(e.value)
