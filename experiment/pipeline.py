@@ -38,6 +38,10 @@ CONFIG, EVENTS, SUMMARY = "config.yaml", "events.jsonl", "summary.json"
 RUN_FILES = (CONFIG, EVENTS, SUMMARY, "links.csv", "trace.json", "controller-state.json", "state.json",
              "controller.log", "controller.json", "fabric.json")
 RUN_DIRS = ("plots", "plans", "programs", "pcap", "calibration")
+# A run with fewer events draws its plots itself: its trace.json and links.csv take less than the
+# forked child's own import of matplotlib (about 0.4 CPU s, paid again by each run of a process
+# that runs many, where the parent never imports it), so the fork would gain nothing.
+FORK_MIN_EVENTS = 20_000
 
 
 # One encoder for every line (json.dumps with separators builds a new one per call).
@@ -275,7 +279,8 @@ def _run(engine: Engine, exp: Experiment, out_dir: str, log, fabric, jobs, verdi
 
 def write_outputs(engine: Engine, r: Run, summary: dict) -> None:
     """The engine's files, trace.json and plots/, the plots drawn by a forked child meanwhile where
-    two CPUs are there (outputs.parallel; WriterFailed when it fails). The plots need links.csv's
+    two CPUs are there and the run has FORK_MIN_EVENTS events or more (outputs.parallel;
+    WriterFailed when it fails). The plots need links.csv's
     numbers: from memory (engine.link_grid), else from the file, written before the child starts."""
     exp, out_dir, log = engine.outputs_exp(r.exp), r.out_dir, r.log
     r.links = engine.link_grid(r)
@@ -286,8 +291,8 @@ def write_outputs(engine: Engine, r: Run, summary: dict) -> None:
     except Exception as e:  # noqa: BLE001: as a failed trace.json always was, a warning
         log(f"[run] warning: trace.json not written: {type(e).__name__}: {e}")
         events = []
-    with beside(plots_of(out_dir, exp, summary, r.t_start, engine.label, r.links, events), "plots/", log,
-                fork=None if engine.fork_outputs else False):
+    fork = None if engine.fork_outputs and len(events) >= FORK_MIN_EVENTS else False
+    with beside(plots_of(out_dir, exp, summary, r.t_start, engine.label, r.links, events), "plots/", log, fork=fork):
         if r.links is not None:
             engine.write_files(r)
         write_trace(out_dir, exp, r.jobs, r.t_start, log, events)

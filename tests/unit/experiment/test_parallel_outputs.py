@@ -109,6 +109,7 @@ def test_one_allowed_cpu_or_another_thread_means_no_fork(monkeypatch):
 @two_cpus
 def test_forked_plots_give_the_files_one_process_writes(tmp_path, monkeypatch):
     exp = model.parse(EXP, "two-jobs.yaml")
+    monkeypatch.setattr(pipeline, "FORK_MIN_EVENTS", 0)  # a small run, forked all the same
     drawn = tmp_path / "drawn-by"
     real = pipeline.plots_of
 
@@ -123,10 +124,14 @@ def test_forked_plots_give_the_files_one_process_writes(tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline, "plots_of", plots_of)
     pipeline.runner("flow")(exp, str(tmp_path / "forked"), log=lambda *_: None)
     assert int(drawn.read_text()) != os.getpid()
+    monkeypatch.setattr(pipeline, "FORK_MIN_EVENTS", 10 ** 9)  # a small run draws its plots itself
+    pipeline.runner("flow")(exp, str(tmp_path / "small"), log=lambda *_: None)
+    assert int(drawn.read_text()) == os.getpid()
     monkeypatch.setattr(parallel, "can_fork", lambda: False)
     pipeline.runner("flow")(exp, str(tmp_path / "serial"), log=lambda *_: None)
     assert int(drawn.read_text()) == os.getpid()
     forked, serial = contents(tmp_path / "forked"), contents(tmp_path / "serial")
+    assert contents(tmp_path / "small") == serial
     assert {"links.csv", "trace.json", "plots/link_heatmap.png", "plots/cct_by_collective.png",
             "plots/iteration_time.png"} <= set(forked)
     assert forked == serial
@@ -134,6 +139,7 @@ def test_forked_plots_give_the_files_one_process_writes(tmp_path, monkeypatch):
 
 @two_cpus
 def test_a_failed_plot_child_fails_the_run_and_summary_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(pipeline, "FORK_MIN_EVENTS", 0)
     monkeypatch.setattr(pipeline, "plots_of", lambda *a, **kw: lambda log: os.kill(os.getpid(), signal.SIGKILL))
     with pytest.raises(RunFailure) as e:
         pipeline.runner("flow")(model.parse(EXP, "two-jobs.yaml"), str(tmp_path), log=lambda *_: None)
