@@ -5,8 +5,8 @@
 
 TREE is a checkout of the code to compare with (for example `git worktree add /tmp/old <commit>`);
 without --old only the current tree runs. Each point runs in its own process, once per tree, the
-two in turn, timed in CPU seconds of the engine's part (fabric, trace, simulation); peak RSS is
-the process's. Tables:
+two in turn, timed in CPU seconds of the engine's part (fabric, trace, simulation; a whole run's
+includes the children it reaped, such as its forked plot writer); peak RSS is the process's. Tables:
 
 1. gpt: one GPT-3 175B iteration (tp 8, pp 8, dp = GPUs / 64, rank classes, bundle model) on a
    three-tier fat-tree with one GPU per host, so that tensor parallelism crosses the network;
