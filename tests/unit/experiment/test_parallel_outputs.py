@@ -17,7 +17,23 @@ from experiment.outputs.parallel import WriterFailed, beside
 from tests.unit.runfiles import contents
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-two_cpus = pytest.mark.skipif(not parallel.can_fork(), reason="needs fork and two allowed CPUs")
+PARENT = os.getpid()
+
+
+@pytest.fixture
+def forks(monkeypatch):
+    """The pipeline forks here whatever the CPUs and threads (an earlier test may leave a thread
+    running, which makes can_fork() say no); skipped where there is no fork."""
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork here")
+    monkeypatch.setattr(parallel, "can_fork", lambda: True)
+
+
+def _die(*_):
+    """The child's death; never the test process's (a part run in place raises instead)."""
+    if os.getpid() == PARENT:
+        raise AssertionError("the part ran in the test's own process")
+    os.kill(os.getpid(), signal.SIGKILL)
 # Two jobs on a fat-tree: every output, the heatmap with its collectives' strip included.
 EXP = {"name": "two-jobs", "engine": "flow", "topology": {"kind": "fat-tree", "k": 4, "link_gbps": 100},
        "jobs": [{"name": "a", "hosts": {"count": 8},
@@ -36,7 +52,7 @@ def _gone(pid: int) -> bool:
     return False
 
 
-@two_cpus
+@pytest.mark.usefixtures("forks")
 def test_the_childs_exception_is_the_callers_failure_in_one_line_and_its_log_comes_back():
     lines, pids = [], []
 
@@ -58,15 +74,15 @@ def test_the_childs_exception_is_the_callers_failure_in_one_line_and_its_log_com
     assert pid != os.getpid() and _gone(pid)
 
 
-@two_cpus
+@pytest.mark.usefixtures("forks")
 def test_a_child_killed_by_a_signal_fails_the_caller():
     with pytest.raises(WriterFailed) as e:
-        with beside(lambda log: os.kill(os.getpid(), signal.SIGKILL), "plots/", print):
+        with beside(_die, "plots/", print):
             pass
     assert "killed by SIGKILL" in str(e.value)
 
 
-@two_cpus
+@pytest.mark.usefixtures("forks")
 def test_an_exception_in_the_parent_ends_and_reaps_the_child(tmp_path):
     r, w = os.pipe()  # the child blocks on r until it is ended; it tells its pid through tmp_path
 
@@ -95,6 +111,7 @@ def test_one_allowed_cpu_or_another_thread_means_no_fork(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert not parallel.can_fork()
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert parallel.can_fork() == (hasattr(os, "fork") and threading.active_count() == 1)
     stop = threading.Event()
     t = threading.Thread(target=stop.wait)
     t.start()
@@ -103,10 +120,9 @@ def test_one_allowed_cpu_or_another_thread_means_no_fork(monkeypatch):
     finally:
         stop.set()
         t.join()
-    assert parallel.can_fork() == hasattr(os, "fork")
 
 
-@two_cpus
+@pytest.mark.usefixtures("forks")
 def test_forked_plots_give_the_files_one_process_writes(tmp_path, monkeypatch):
     exp = model.parse(EXP, "two-jobs.yaml")
     monkeypatch.setattr(pipeline, "FORK_MIN_EVENTS", 0)  # a small run, forked all the same
@@ -137,10 +153,10 @@ def test_forked_plots_give_the_files_one_process_writes(tmp_path, monkeypatch):
     assert forked == serial
 
 
-@two_cpus
+@pytest.mark.usefixtures("forks")
 def test_a_failed_plot_child_fails_the_run_and_summary_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline, "FORK_MIN_EVENTS", 0)
-    monkeypatch.setattr(pipeline, "plots_of", lambda *a, **kw: lambda log: os.kill(os.getpid(), signal.SIGKILL))
+    monkeypatch.setattr(pipeline, "plots_of", lambda *a, **kw: _die)
     with pytest.raises(RunFailure) as e:
         pipeline.runner("flow")(model.parse(EXP, "two-jobs.yaml"), str(tmp_path), log=lambda *_: None)
     assert "killed by SIGKILL" in str(e.value)
@@ -170,7 +186,7 @@ SIGTERMED = textwrap.dedent("""
         os.read(r, 1)
 
     try:
-        with beside(part, "plots/", print):
+        with beside(part, "plots/", print, fork=True):
             os.write(1, f"parent {os.getpid()}\\n".encode())
             os.read(r, 1)
     except Interrupted as e:
@@ -179,7 +195,7 @@ SIGTERMED = textwrap.dedent("""
 """)
 
 
-@two_cpus
+@pytest.mark.usefixtures("forks")
 def test_sigterm_to_the_parent_ends_the_child_and_leaves_no_process(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", SIGTERMED], cwd=ROOT, stdout=subprocess.PIPE, text=True,
                             env=dict(os.environ, PYTHONPATH=ROOT))
