@@ -53,11 +53,14 @@ def beside(part, what: str, log=print, fork: bool | None = None):
     """Run part(log) in a forked child while the with-block runs here; on leaving the block, wait
     for the child (WriterFailed when it failed). what names the part in errors ("the plots").
     fork: None decides by can_fork(); False runs part(log) here after the block."""
-    if not (can_fork() if fork is None else fork):
+    child = None
+    if can_fork() if fork is None else fork:
+        with contextlib.suppress(OSError):  # no process to be had (EAGAIN, ENOMEM): as one process
+            child = _Child(part, what)
+    if child is None:
         yield
         part(log)
         return
-    child = _Child(part, what)
     try:
         yield
     except BaseException:
@@ -111,7 +114,7 @@ class _Child:
             self.reader.close()
         if os.WIFSIGNALED(status):
             raise WriterFailed(f"the child writing {self.what} (pid {self.pid}) was killed by "
-                               f"{signal.Signals(os.WTERMSIG(status)).name}; {self.what} may be missing")
+                               f"{_signal_name(os.WTERMSIG(status))}; {self.what} may be missing")
         code = os.WEXITSTATUS(status)
         if code:
             raise WriterFailed(f"the child writing {self.what} (pid {self.pid}) failed"
@@ -132,6 +135,13 @@ class _Child:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
         _reap(self.pid)
+
+
+def _signal_name(n: int) -> str:
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return f"signal {n}"
 
 
 def _reap(pid: int) -> int:

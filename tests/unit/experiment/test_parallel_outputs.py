@@ -107,6 +107,17 @@ def test_without_fork_the_part_runs_here_after_the_block():
     assert order == [("block", os.getpid()), ("part", os.getpid())]
 
 
+def test_a_fork_that_fails_leaves_the_part_to_this_process(monkeypatch):
+    def no_fork():
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    order = []
+    with beside(lambda log: order.append(("part", os.getpid())), "plots/", print, fork=True):
+        order.append(("block", os.getpid()))
+    assert order == [("block", os.getpid()), ("part", os.getpid())]
+
+
 def test_one_allowed_cpu_or_another_thread_means_no_fork(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert not parallel.can_fork()
