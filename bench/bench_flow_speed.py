@@ -5,8 +5,8 @@
 
 TREE is a checkout of the code to compare with (for example `git worktree add /tmp/old <commit>`);
 without --old only the current tree runs. Each point runs in its own process, once per tree, the
-two in turn, timed in CPU seconds of the engine's part (fabric, trace, simulation); peak RSS is
-the process's. Tables:
+two in turn, timed in CPU seconds of the engine's part (fabric, trace, simulation; a whole run's
+includes the children it reaped, such as its forked plot writer); peak RSS is the process's. Tables:
 
 1. gpt: one GPT-3 175B iteration (tp 8, pp 8, dp = GPUs / 64, rank classes, bundle model) on a
    three-tier fat-tree with one GPU per host, so that tensor parallelism crosses the network;
@@ -65,6 +65,12 @@ def _rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process and of the children it reaped (a run's forked plot writer)."""
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + kids.ru_utime + kids.ru_stime
+
+
 def _k_for(gpus: int) -> int:
     k = 2
     while k ** 3 // 4 < gpus:
@@ -76,18 +82,18 @@ def point_gpt(gpus: int, fabric: str = "fat-tree") -> dict:
     from flowsim import EcmpRouter, JobSpec, Net, Params, Simulation
     from topologies import build
     from traffic.workload import build_workload
-    c0, t0 = time.process_time(), time.perf_counter()
+    c0, t0 = _cpu_s(), time.perf_counter()
     if fabric == "superpod":
         fab, gps = build("superpod", {"sus": gpus // 256, "link_gbps": 400, "nvlink_gbps": 3600}), 8
     else:
         fab, gps = build("fat-tree", {"k": _k_for(gpus), "link_gbps": 400}), 1
     tr = build_workload({"model": "gpt3-175b", "tp": 8, "pp": 8, "dp": gpus // 64, "iterations": 1, "gpu": "h100"},
                         gpus, gpus_per_server=gps)
-    c1 = time.process_time()
+    c1 = _cpu_s()
     sim = Simulation(Net.from_fabric(fab), [JobSpec("gpt", fab.hosts[:gpus], tr)], EcmpRouter(0),
                      Params(collective_model="bundle"))
     res = sim.run()
-    return {"gpus": gpus, "cpu_s": time.process_time() - c0, "run_cpu_s": time.process_time() - c1,
+    return {"gpus": gpus, "cpu_s": _cpu_s() - c0, "run_cpu_s": _cpu_s() - c1,
             "wall_s": time.perf_counter() - t0, "events": res.counters["events"],
             "answer": res.iteration_times_s("gpt")[0], "rss_gb": _rss_gb()}
 
@@ -96,7 +102,7 @@ def point_ring(gpus: int, model: str = "detailed", size_bytes: int = 1 << 28) ->
     from flowsim import EcmpRouter, JobSpec, Net, Params, Simulation
     from topologies import build
     from traffic.workload import build_workload
-    c0, t0 = time.process_time(), time.perf_counter()
+    c0, t0 = _cpu_s(), time.perf_counter()
     if model == "detailed":
         fab = build("single-switch", {"hosts": gpus, "link_gbps": 400})
     else:
@@ -106,7 +112,7 @@ def point_ring(gpus: int, model: str = "detailed", size_bytes: int = 1 << 28) ->
                      Params(collective_model=model))
     res = sim.run()
     (c,) = res.collectives()
-    return {"gpus": gpus, "cpu_s": time.process_time() - c0, "wall_s": time.perf_counter() - t0,
+    return {"gpus": gpus, "cpu_s": _cpu_s() - c0, "wall_s": time.perf_counter() - t0,
             "events": res.counters["events"], "answer": c["cct_s"], "rss_gb": _rss_gb()}
 
 
@@ -114,7 +120,7 @@ def point_answers(_: int) -> dict:
     """Every iteration and collective time of ANSWER_FILES, detailed and bundle."""
     from experiment import model
     from flowsim.runner import run_experiment
-    out, c0 = {}, time.process_time()
+    out, c0 = {}, _cpu_s()
     for name, sets in ANSWER_FILES:
         for cm in ("detailed", "bundle"):
             exp = model.load(os.path.join(ROOT, "experiments", name),
@@ -126,7 +132,7 @@ def point_answers(_: int) -> dict:
                 figs += list(j["iteration_time_s"]["all"])
                 figs += [x for c in j.get("collectives", []) for x in c["cct_s_all"]]
             out[f"{name} {' '.join(sets)} {cm}".replace("  ", " ")] = figs
-    return {"gpus": 0, "cpu_s": time.process_time() - c0, "answers": out, "rss_gb": _rss_gb()}
+    return {"gpus": 0, "cpu_s": _cpu_s() - c0, "answers": out, "rss_gb": _rss_gb()}
 
 
 def point_hd(gpus: int) -> dict:
@@ -134,14 +140,14 @@ def point_hd(gpus: int) -> dict:
     from flowsim import JobSpec, Net, Params, ShortestRouter, Simulation
     from topologies import build
     from traffic.workload import build_workload
-    c0, t0 = time.process_time(), time.perf_counter()
+    c0, t0 = _cpu_s(), time.perf_counter()
     fab = build("fat-tree", {"k": 16, "link_gbps": 400})
     tr = build_workload({"collective": "all_reduce", "algorithm": "halving-doubling", "size_bytes": 1 << 20}, gpus)
     sim = Simulation(Net.from_fabric(fab), [JobSpec("hd", fab.hosts[:gpus], tr)], ShortestRouter(),
                      Params(collective_model="detailed"))
     res = sim.run()
     (c,) = res.collectives()
-    return {"gpus": gpus, "cpu_s": time.process_time() - c0, "wall_s": time.perf_counter() - t0,
+    return {"gpus": gpus, "cpu_s": _cpu_s() - c0, "wall_s": time.perf_counter() - t0,
             "events": res.counters["events"], "answer": c["cct_s"], "rss_gb": _rss_gb()}
 
 

@@ -1,5 +1,5 @@
 import sys
 
-from dtnet.cli import main
+from dtnet.cli import entry
 
-sys.exit(main())
+sys.exit(entry())

@@ -3,8 +3,9 @@
 The pipeline owns the folder: its lock (one live run per folder: FolderBusy), the refusal to
 overwrite a finished run, config.yaml, events.jsonl (appended as the run goes, so a run that dies
 keeps what it did), RunFailure and Interrupted, and summary.json with the outputs made from the
-events (trace.json, plots/), written in `finally` whatever happened. Every file goes through
-badinput.paths (inside the folder, never through a link).
+events (trace.json, plots/), written in `finally` whatever happened (the plots by a forked child
+while the parent writes the rest, where the engine allows it and two CPUs are there:
+outputs.parallel). Every file goes through badinput.paths (inside the folder, never through a link).
 
 An engine is a subclass of Engine that says only what differs: which plans it runs
 (``plan``), how it executes them (``execute``, writing events through ``run.events``), its part
@@ -28,7 +29,8 @@ from badinput import InputError
 from badinput.paths import inside, links_in, open_out
 from experiment.engine import ENGINES, FolderBusy, Interrupted, RunFailure, load
 from experiment.model import Experiment, to_dict, write_resolved
-from experiment.outputs.write import write_after_run, write_json
+from experiment.outputs.parallel import WriterFailed, beside
+from experiment.outputs.write import plots_of, run_events, write_json, write_trace
 
 CONFIG, EVENTS, SUMMARY = "config.yaml", "events.jsonl", "summary.json"
 # What a run writes at the top of its folder: refused when planted as links, removed (when left
@@ -36,6 +38,10 @@ CONFIG, EVENTS, SUMMARY = "config.yaml", "events.jsonl", "summary.json"
 RUN_FILES = (CONFIG, EVENTS, SUMMARY, "links.csv", "trace.json", "controller-state.json", "state.json",
              "controller.log", "controller.json", "fabric.json")
 RUN_DIRS = ("plots", "plans", "programs", "pcap", "calibration")
+# A run with fewer events draws its plots itself: its trace.json and links.csv take less than the
+# forked child's own import of matplotlib (about 0.4 CPU s, paid again by each run of a process
+# that runs many, where the parent never imports it), so the fork would gain nothing.
+FORK_MIN_EVENTS = 20_000
 
 
 # One encoder for every line (json.dumps with separators builds a new one per call).
@@ -96,7 +102,7 @@ class Run:
     status: str = "incomplete"
     error: str | None = None
     t_start: float | None = None  # the replay's start on the events' clock (trace.json's zero)
-    links: object = None  # links.csv as outputs.links.LinkGrid, when the engine wrote it from memory
+    links: object = None  # links.csv as outputs.links.LinkGrid, when the engine holds it (Engine.link_grid)
     wall_t0: float = field(default_factory=time.monotonic)
 
     def path(self, *parts: str) -> str:
@@ -110,6 +116,7 @@ class Engine:
     keep_events = False  # the engine's summary reads run.events.events, not the file
     calibrates = False  # accepts --auto-scale's prepare step
     force = False  # --force: the user asked to go on (a finished run overwritten, a long run started)
+    fork_outputs = False  # the plots may be drawn by a forked child (outputs.parallel) after the run
 
     def check(self, exp: Experiment) -> str | None:
         """Refuse what the engine cannot model (InputError); one line on what it will run."""
@@ -134,6 +141,11 @@ class Engine:
 
     def write_files(self, run: Run) -> None:
         """The engine's own files at the end (links.csv, controller-state.json...), whatever happened."""
+
+    def link_grid(self, run: Run):
+        """links.csv's utilization as outputs.links.LinkGrid when the engine holds it in memory (the
+        heatmap then draws it while write_files writes the file), else None (the heatmap reads the file)."""
+        return None
 
     def outputs_exp(self, exp: Experiment) -> Experiment:
         """The experiment as trace.json and plots should read it (a model in real units drops scale)."""
@@ -217,56 +229,88 @@ def run(engine: Engine, exp: Experiment, out_dir: str, log=print, prepare=None, 
     os.makedirs(out_dir, exist_ok=True)
     lock = lock_folder(out_dir)
     try:
-        # Bad input first (it names the file and key), then the folder, then calibration.
-        verdict = engine.check(exp)
-        fabric = exp.fabric()
-        jobs = engine.plan(exp, fabric)  # bad workloads fail here, before anything is written
-        refuse_overwrite(out_dir, exp, force)
-        calibration = None
-        if prepare is not None:
-            exp, calibration = prepare(exp)
-            verdict, fabric = engine.check(exp), exp.fabric()
-            jobs = engine.plan(exp, fabric)
-        return _run(engine, exp, out_dir, log, fabric, jobs, verdict, calibration)
+        with settled() as settle:  # what is alive now (the modules) is left out of the collector's passes
+            # Bad input first (it names the file and key), then the folder, then calibration.
+            verdict = engine.check(exp)
+            fabric = exp.fabric()
+            jobs = engine.plan(exp, fabric)  # bad workloads fail here, before anything is written
+            refuse_overwrite(out_dir, exp, force)
+            calibration = None
+            if prepare is not None:
+                exp, calibration = prepare(exp)
+                verdict, fabric = engine.check(exp), exp.fabric()
+                jobs = engine.plan(exp, fabric)
+            return _run(engine, exp, out_dir, log, fabric, jobs, verdict, calibration, settle)
     finally:
         os.close(lock)
 
 
-def _run(engine: Engine, exp: Experiment, out_dir: str, log, fabric, jobs, verdict, calibration) -> dict:
+def _run(engine: Engine, exp: Experiment, out_dir: str, log, fabric, jobs, verdict, calibration, settle) -> dict:
     clear_previous(out_dir)
     events = EventLog(out_dir, keep=engine.keep_events)
     r = Run(exp, out_dir, fabric, jobs, events, log, calibration)
     notes = ([f"run by the {engine.label}: {verdict}"] if verdict else []) + engine.notes(exp, r)
     with open_out(out_dir, CONFIG) as f:
         write_resolved(exp, f, notes=notes)
+    ran = False
+    settle()  # the plans and the fabric, left out of the collector's passes from now on
     try:
         engine.execute(r)  # it sets r.status = "complete" when every op finished
+        ran = True
     except (RunFailure, Interrupted) as e:
         r.error = r.error or (str(e) if isinstance(e, RunFailure) else f"interrupted by {e}")
         raise
     finally:
         events.close()
-        with settled():
-            summary = engine.summary(r)
-            if summary is not None:  # None: the engine refused the run before it began
+        settle()  # and the run's events and state
+        summary = engine.summary(r)
+        if summary is not None:  # None: the engine refused the run before it began
+            write_json(inside(out_dir, SUMMARY), summary)
+            try:
+                write_outputs(engine, r, summary)
+            except WriterFailed as e:  # the run failed; summary.json says so, and a rerun resumes it
+                summary.update(status="incomplete", error=str(e))
                 write_json(inside(out_dir, SUMMARY), summary)
-                engine.write_files(r)
-                write_after_run(out_dir, engine.outputs_exp(exp), jobs, summary, r.t_start, log,
-                                engine=engine.label, links=r.links, events=events.kept())
+                if ran:
+                    raise
+                log(f"[run] warning: {e}")  # the run's own failure passes on
     return summary
+
+
+def write_outputs(engine: Engine, r: Run, summary: dict) -> None:
+    """The engine's files, trace.json and plots/, the plots drawn by a forked child meanwhile where
+    two CPUs are there and the run has FORK_MIN_EVENTS events or more (outputs.parallel;
+    WriterFailed when it fails). The plots need links.csv's
+    numbers: from memory (engine.link_grid), else from the file, written before the child starts."""
+    exp, out_dir, log = engine.outputs_exp(r.exp), r.out_dir, r.log
+    r.links = engine.link_grid(r)
+    if r.links is None:
+        engine.write_files(r)
+    try:
+        events = run_events(out_dir, r.events.kept())
+    except Exception as e:  # noqa: BLE001: as a failed trace.json always was, a warning
+        log(f"[run] warning: trace.json not written: {type(e).__name__}: {e}")
+        events = []
+    fork = None if engine.fork_outputs and len(events) >= FORK_MIN_EVENTS else False
+    with beside(plots_of(out_dir, exp, summary, r.t_start, engine.label, r.links, events), "plots/", log, fork=fork):
+        if r.links is not None:
+            engine.write_files(r)
+        write_trace(out_dir, exp, r.jobs, r.t_start, log, events)
 
 
 @contextlib.contextmanager
 def settled():
-    """The outputs allocate a dict or more per event; the objects alive before them (the events, the
-    plans, the engine's state) are left out of the garbage collector's passes meanwhile (gc.freeze),
-    which would otherwise walk them all again at each full pass. Collectable as before afterwards."""
+    """The objects alive now left out of the garbage collector's passes (gc.freeze), which would
+    otherwise walk them all again at each full pass while a run allocates an object or more per op
+    and per event, and finds few cycles; the function it yields leaves out those made since as
+    well (the pipeline calls it after the plans, and after the run, before the outputs). Collectable
+    as before afterwards."""
     if gc.get_freeze_count():  # someone embedding dtnet froze objects: leave theirs frozen, freeze nothing
-        yield
+        yield lambda: None
         return
     gc.freeze()
     try:
-        yield
+        yield gc.freeze
     finally:
         gc.unfreeze()
 

@@ -211,7 +211,7 @@ def run_experiment(exp: Experiment, out_dir: str, log=print, prepare=None, force
 
 class FlowEngine(Engine):
     """The flow engine's part of a run (experiment.pipeline owns the folder)."""
-    name, label, keep_events = ENGINE, "flow engine", True
+    name, label, keep_events, fork_outputs = ENGINE, "flow engine", True, True
 
     def check(self, exp: Experiment) -> str:
         return check(exp)
@@ -226,7 +226,7 @@ class FlowEngine(Engine):
 
     def execute(self, run: Run) -> None:
         exp, fabric, jobs, events = run.exp, run.fabric, run.jobs, run.events
-        self.sim = self.res = None
+        self.sim = self.res = self.series = None
         self.run_events = events
         run.t_start = 0.0
         faults, stragglers, outages = split_faults(exp, jobs)
@@ -290,9 +290,26 @@ class FlowEngine(Engine):
         if getattr(self, "sim", None) is None:
             return
         if self.res is not None:
-            _write_links(run, self.res)
+            with open_out(run.out_dir, "links.csv") as f:
+                self._series(run).write_csv(f)
         if isinstance(self.router, ControllerRouter):
             write_json(run.path("controller-state.json"), self.router.state(self.sim.now))
+
+    def link_grid(self, run: Run):
+        if getattr(self, "sim", None) is None or self.res is None:
+            return None
+        return self._series(run).grid()  # the heatmap draws from these numbers, not from the file read back
+
+    def _series(self, run: Run):
+        """links.csv's rows (outputs.links.LinkSeries), cut at LINKS_CSV_MAX_ROWS; made once."""
+        if getattr(self, "series", None) is None:
+            series = self.res.link_series()
+            if len(series) >= LINKS_CSV_MAX_ROWS:
+                series = series.head(LINKS_CSV_MAX_ROWS)
+                run.log(f"[flow] links.csv stopped at {len(series)} rows (set flow.link_bin_ms coarser for all of "
+                        "them)")
+            self.series = series
+        return self.series
 
 
 def _op_events(sim, start: int, groups: dict | None = None):
@@ -392,16 +409,6 @@ def host_fault_fields(exp: Experiment, f) -> dict:
 def exp_for_outputs(exp: Experiment) -> Experiment:
     """The experiment as the outputs code should read it: real units, no dilation."""
     return replace(exp, scale=Scale(1.0, 1.0))
-
-
-def _write_links(run: Run, res) -> None:
-    series = res.link_series()
-    if len(series) >= LINKS_CSV_MAX_ROWS:
-        series = series.head(LINKS_CSV_MAX_ROWS)
-        run.log(f"[flow] links.csv stopped at {len(series)} rows (set flow.link_bin_ms coarser for all of them)")
-    with open_out(run.out_dir, "links.csv") as f:
-        series.write_csv(f)
-    run.links = series.grid()  # the heatmap draws from these numbers, not from the file read back
 
 
 def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model, wall_s) -> dict:

@@ -16,20 +16,44 @@ def write_json(path: str, data) -> None:
     write_atomic(os.path.dirname(path) or ".", os.path.basename(path), text=json.dumps(data, indent=1))
 
 
+def run_events(out_dir: str, events: list[dict] | None) -> list[dict]:
+    """events.jsonl's events: those the run kept in memory (events), else the file read back."""
+    return events if events is not None else read_events(inside(out_dir, "events.jsonl"))
+
+
 def write_after_run(out_dir: str, exp, jobs, summary: dict, t0: float | None, log=print,
                     engine: str = "emulator", links=None, events: list[dict] | None = None) -> None:
-    """trace.json and plots/ from what the run wrote; a failure is a warning, never a failed run.
-    engine names the engine that ran it, in the plots' titles; links is links.csv as a
-    links.LinkGrid when the engine holds it (else the heatmap reads the file); events are
-    events.jsonl's events when the run kept them all in memory (else the file is read back)."""
-    phases, kept, events = None, events, []
+    """trace.json and plots/ from what the run wrote, one after the other (write_trace, write_plots)."""
     try:
-        events = kept if kept is not None else read_events(inside(out_dir, "events.jsonl"))
+        events = run_events(out_dir, events)
+    except Exception as e:  # noqa: BLE001
+        log(f"[run] warning: trace.json not written: {type(e).__name__}: {e}")
+        events = []
+    write_trace(out_dir, exp, jobs, t0, log, events)
+    write_plots(out_dir, exp, summary, t0, log, engine, links, events)
+
+
+def write_trace(out_dir: str, exp, jobs, t0: float | None, log, events: list[dict]) -> None:
+    """trace.json from the run's events; a failure is a warning, never a failed run."""
+    try:
         chrometrace.write(inside(out_dir, "trace.json"), events, [(j.name, j.hosts) for j in jobs],
                           exp.scale.dilation, exp.scale.bytes, t0=t0, name=exp.name)
     except Exception as e:  # noqa: BLE001
         log(f"[run] warning: trace.json not written: {type(e).__name__}: {e}")
-    if t0 is not None:
-        phases = plots.collective_phases(events, t0, exp.scale.dilation)
-    plots.write_all(out_dir, summary, log, point=exp.point, engine=engine, fabric=exp.fabric(), phases=phases,
-                   links=links)
+
+
+def write_plots(out_dir: str, exp, summary: dict, t0: float | None, log, engine: str, links,
+                events: list[dict]) -> None:
+    """plots/ (each failure a warning). engine names the engine that ran it, in the plots' titles;
+    links is links.csv as a links.LinkGrid when the engine holds it (else the heatmap reads the
+    file, which must be written by then)."""
+    plots_of(out_dir, exp, summary, t0, engine, links, events)(log)
+
+
+def plots_of(out_dir: str, exp, summary: dict, t0: float | None, engine: str, links, events: list[dict]):
+    """write_plots(..., log) as a function of log alone, with what it reads from the events and the
+    fabric made now: called in a forked child, it reads none of the run's objects but summary and links."""
+    phases = plots.collective_phases(events, t0, exp.scale.dilation) if t0 is not None else None
+    fabric = exp.fabric()
+    return lambda log: plots.write_all(out_dir, summary, log, point=exp.point, engine=engine, fabric=fabric,
+                                       phases=phases, links=links)

@@ -24,9 +24,9 @@ from dtnet.cli import main  # noqa: E402
 from dtnet.cluster import task  # noqa: E402
 from dtnet.cluster.client import Executor  # noqa: E402
 from experiment import model, sweep  # noqa: E402
+from tests.unit.runfiles import contents  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-TIMING = {"run_s", "wall_s", "duration_s_wall"}  # wall-clock seconds of the run itself: never equal twice
 
 EIGHT = {  # 8 flow points of about a second each
     "name": "eight", "engine": "flow", "topology": {"kind": "fat-tree", "k": 4, "link_gbps": 400},
@@ -43,25 +43,6 @@ def write(tmp_path, data, name="sweep.yaml") -> str:
     path = tmp_path / name
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return str(path)
-
-
-def _strip(d):
-    if isinstance(d, dict):
-        return {k: _strip(v) for k, v in d.items() if k not in TIMING}
-    if isinstance(d, list):
-        return [_strip(v) for v in d]
-    return d
-
-
-def contents(out) -> dict:
-    """Every file of the sweep folder by path: bytes, summary.json without its wall-clock times."""
-    files = {}
-    for d, _, names in os.walk(out):
-        for n in names:
-            p = os.path.join(d, n)
-            rel = os.path.relpath(p, out)
-            files[rel] = _strip(json.load(open(p))) if n == "summary.json" else open(p, "rb").read()
-    return files
 
 
 @pytest.fixture(scope="module")
