@@ -593,6 +593,7 @@ class TlpSocket : public GatedSocket {
             TcpSocketState::TcpCongState_t now = out ? TcpSocketState::CA_DISORDER : TcpSocketState::CA_OPEN;
             m_congestionControl->CongestionStateSet(m_tcb, now);
             m_tcb->m_congState = now;
+            m_isFirstPartialAck = true;  // as ns-3's own exit from recovery: the next one's first partial ACK restarts the RTO
         }
         rackAdvanced = true;  // Linux: RACK looks for losses again
         return true;
