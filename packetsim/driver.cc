@@ -25,7 +25,8 @@
 //   tlp FLOOR_S ONE_SEGMENT_S HEAD_RACK   (tail-loss probes; HEAD_RACK 1: RACK's rule for the oldest
 //                                          segment out)
 //   rack                                  (with tlp: RACK's loss detection for every segment, in place
-//                                          of ns-3's three SACKed segments / duplicate ACKs)
+//                                          of ns-3's three SACKed segments / duplicate ACKs; Linux's
+//                                          DSACK undo and window growth in Disorder)
 //
 // Commands on stdin at a poll or gate: "route CONN K N0 .. NK-1" (the connection's new path),
 // "release TASK AT_S" (a hold task ends at AT_S since t0, or now if that has passed),
@@ -299,7 +300,8 @@ static double tlpFloorS = 0.002, tlpOneSegmentS = 0.2;
 // The scenario's record "rack" (read only with "tlp") makes every TlpSocket detect losses by time
 // instead of by three SACKed segments: a segment is lost once a segment sent after it was
 // delivered and it stays unacknowledged a reordering window (min RTT / 4) past that one's round
-// trip, or when RACK's timer finds so. ns-3 keeps its scoreboard's flags private (TcpTxBuffer's
+// trip, or when RACK's timer finds so. With it, as Linux, a recovery DSACKs show needless is undone
+// and the window grows in Disorder (TlpSocket::TryUndoDsack, ProcessAck). ns-3 keeps its scoreboard's flags private (TcpTxBuffer's
 // list of sent segments and its counts, TcpTxItem's lost flag and start): RACK reads and marks
 // them through the pointers to members below, which an explicit instantiation may name (C++
 // [temp.spec]: access is not checked there). The layout is the installed header's.
