@@ -25,7 +25,8 @@
 //   tlp FLOOR_S ONE_SEGMENT_S HEAD_RACK   (tail-loss probes; HEAD_RACK 1: RACK's rule for the oldest
 //                                          segment out)
 //   rack                                  (with tlp: RACK's loss detection for every segment, in place
-//                                          of ns-3's three SACKed segments / duplicate ACKs)
+//                                          of ns-3's three SACKed segments / duplicate ACKs; Linux's
+//                                          DSACK undo and window growth in Disorder)
 //
 // Commands on stdin at a poll or gate: "route CONN K N0 .. NK-1" (the connection's new path),
 // "release TASK AT_S" (a hold task ends at AT_S since t0, or now if that has passed),
@@ -299,7 +300,8 @@ static double tlpFloorS = 0.002, tlpOneSegmentS = 0.2;
 // The scenario's record "rack" (read only with "tlp") makes every TlpSocket detect losses by time
 // instead of by three SACKed segments: a segment is lost once a segment sent after it was
 // delivered and it stays unacknowledged a reordering window (min RTT / 4) past that one's round
-// trip, or when RACK's timer finds so. ns-3 keeps its scoreboard's flags private (TcpTxBuffer's
+// trip, or when RACK's timer finds so. With it, as Linux, a recovery DSACKs show needless is undone
+// and the window grows in Disorder (TlpSocket::TryUndoDsack, ProcessAck). ns-3 keeps its scoreboard's flags private (TcpTxBuffer's
 // list of sent segments and its counts, TcpTxItem's lost flag and start): RACK reads and marks
 // them through the pointers to members below, which an explicit instantiation may name (C++
 // [temp.spec]: access is not checked there). The layout is the installed header's.
@@ -327,26 +329,47 @@ template struct Expose<StartOf, &TcpTxItem::m_startSeq>;
 // no DSACK: with RACK the driver watches every receiver host for a duplicate segment (RackDeliver:
 // at IP's local delivery, as ns-3's TCP drops a segment below its window before any trace) and
 // tags the ACK its socket sends next; the sender reads the tag where Linux reads the DSACK block.
+// The tag says how many duplicates came since the receiver's last ACK and the lowest end among them
+// (the undo below counts only duplicates above the start of its episode).
+struct Duplicates {
+    uint32_t count = 0;
+    SequenceNumber32 lowestEnd;
+    void Add(SequenceNumber32 end) {
+        lowestEnd = count == 0 || end < lowestEnd ? end : lowestEnd;
+        count++;
+    }
+};
+
 class DsackTag : public Tag {
   public:
+    Duplicates dup;
     static TypeId GetTypeId() {
         static TypeId tid = TypeId("dtnet::DsackTag").SetParent<Tag>().AddConstructor<DsackTag>();
         return tid;
     }
     TypeId GetInstanceTypeId() const override { return GetTypeId(); }
-    uint32_t GetSerializedSize() const override { return 0; }
-    void Serialize(TagBuffer) const override {}
-    void Deserialize(TagBuffer) override {}
-    void Print(std::ostream& os) const override { os << "dsack"; }
+    uint32_t GetSerializedSize() const override { return 8; }
+    void Serialize(TagBuffer b) const override {
+        b.WriteU32(dup.count);
+        b.WriteU32(dup.lowestEnd.GetValue());
+    }
+    void Deserialize(TagBuffer b) override {
+        dup.count = b.ReadU32();
+        dup.lowestEnd = SequenceNumber32(b.ReadU32());
+    }
+    void Print(std::ostream& os) const override { os << "dsack " << dup.count; }
 };
 NS_OBJECT_ENSURE_REGISTERED(DsackTag);
 
-static std::vector<char> duplicateIn;  // per connection: its receiver got a duplicate since its last ACK
+static std::vector<Duplicates> duplicateIn;  // per connection: what its receiver got twice since its last ACK
 
 static void RackTx(int c, Ptr<const Packet> p, const TcpHeader&, Ptr<const TcpSocketBase>) {
-    if (!duplicateIn[size_t(c)]) return;
-    duplicateIn[size_t(c)] = 0;
-    p->AddPacketTag(DsackTag());
+    Duplicates& d = duplicateIn[size_t(c)];
+    if (d.count == 0) return;
+    DsackTag tag;
+    tag.dup = d;
+    d = Duplicates();
+    p->AddPacketTag(tag);
 }
 
 // ns-3's rate sampler hears of every segment delivered, SACKed or cumulatively acknowledged (the
@@ -417,6 +440,7 @@ class TlpSocket : public GatedSocket {
             if (!probing) Arm();
         } else if (tlpRack || rackOn) {
             resent[seq] = Simulator::Now();
+            if (undoOn && sz > 0 && !probing) undoRetrans = std::max<int64_t>(undoRetrans, 0) + 1;  // Linux's tcp_retransmit_skb
         }
         return sz;
     }
@@ -431,6 +455,7 @@ class TlpSocket : public GatedSocket {
         priorFack = fack;
         DsackTag dsack;
         dsackSeen = rackOn && p->PeekPacketTag(dsack);
+        dsackDup = dsack.dup;
         GatedSocket::ReceivedAck(p, h);
         if (probeSacked && !rackOn) m_txBuffer->SetDupAckThresh(m_retxThresh);
         if (probeSacked || (probeOut && h.GetAckNumber() >= probeEnd)) probeOut = false;  // episode over
@@ -444,14 +469,25 @@ class TlpSocket : public GatedSocket {
                     const SequenceNumber32& oldHead) override {
         TcpSocketState::TcpCongState_t before = m_tcb->m_congState;
         partialAck = rackOn && ack > oldHead && ack < m_recover && before == TcpSocketState::CA_RECOVERY;
+        uint32_t segsAcked = ack > oldHead ? AckedSegments(ack - oldHead) : 0;  // as ns-3 counts them, before it does
         GatedSocket::ProcessAck(ack, sacked, delivered, oldHead);
         partialAck = false;
         if (rackOn) {  // Linux's tcp_rack_mark_lost, then tcp_time_to_recover: any loss marked starts recovery
             bool recovered = (before == TcpSocketState::CA_RECOVERY || before == TcpSocketState::CA_LOSS) &&
                              m_tcb->m_congState == TcpSocketState::CA_OPEN;
-            UpdateReoWnd(recovered);
+            bool grown = segsAcked > 0 && m_tcb->m_congState == TcpSocketState::CA_OPEN;  // ns-3 grew the window
+            bool undone = TryUndoDsack();
+            UpdateReoWnd(recovered && !undone);
             if (rackAdvanced) RackDetect();
             if (m_txBuffer->GetLost() > 0 && MayEnterRecovery()) RackEnterRecovery(delivered);
+            // Linux's tcp_cong_control: the window grows on an ACK of data unless in a window reduction
+            // (Recovery, CWR); ns-3 grows it in Open only, and not on an ACK that leaves Disorder
+            TcpSocketState::TcpCongState_t st = m_tcb->m_congState;
+            if (!grown && segsAcked > 0 && (st == TcpSocketState::CA_DISORDER || st == TcpSocketState::CA_OPEN) &&
+                !m_congestionControl->HasCongControl()) {
+                m_congestionControl->IncreaseWindow(m_tcb, segsAcked);
+                m_tcb->m_cWndInfl = m_tcb->m_cWnd;
+            }
             return;
         }
         // ns-3 enters recovery only on three SACKed segments; after a probe, or RACK's verdict, one is enough
@@ -460,6 +496,7 @@ class TlpSocket : public GatedSocket {
 
     void ReTxTimeout() override {
         probeTimer.armed = reoTimer.armed = probeOut = false;
+        undoOn = false;  // an RTO's episode is not undone (Linux's F-RTO and its undo are not modelled)
         GatedSocket::ReTxTimeout();
     }
 
@@ -510,6 +547,59 @@ class TlpSocket : public GatedSocket {
     uint32_t reoMult = 1, reoPersist = 0;
     bool dsackSeen = false, dsackRoundOn = false;
     SequenceNumber32 dsackRound;
+    Duplicates dsackDup;  // the DSACK's duplicates, when dsackSeen
+    // Undo (RFC 2883 section 4 and RFC 3708, as Linux's undo_marker, undo_retrans, prior_cwnd,
+    // prior_ssthresh): a recovery episode's start (SND.UNA then), its retransmissions not yet
+    // DSACKed (-1: none sent), and the window and ssthresh it cut
+    bool undoOn = false;
+    SequenceNumber32 undoMarker;
+    int64_t undoRetrans = -1;
+    uint32_t priorCwnd = 0, priorSsthresh = 0;
+
+  public:
+    uint64_t undos = 0;
+
+  private:
+    // The segments an ACK of `bytes` new bytes counts for, as ns-3's ProcessAck counts them (its
+    // remainder of bytes carried from ACK to ACK included).
+    uint32_t AckedSegments(uint32_t bytes) const {
+        uint32_t seg = m_tcb->m_segmentSize;
+        return bytes / seg + (m_bytesAckedNotProcessed + bytes % seg >= seg ? 1 : 0);
+    }
+
+    // Linux's tcp_try_undo_dsack and tcp_try_undo_recovery (less its timestamp test, tcp_packet_delayed:
+    // ns-3's timestamps count whole milliseconds): once DSACKs have covered every retransmission of
+    // the episode, its window cut was needless: cwnd back to max(cwnd, prior cwnd) (Cubic's and
+    // Reno's undo_cwnd), ssthresh to max(ssthresh, prior ssthresh), and recovery left (Linux's
+    // tcp_try_keep_open: Disorder while segments are SACKed, lost or resent). In Recovery or after
+    // it, as Linux keeps its marker past the episode's end.
+    bool TryUndoDsack() {
+        if (!undoOn) return false;
+        if (dsackSeen && undoRetrans > 0 && dsackDup.lowestEnd > undoMarker)
+            undoRetrans = std::max<int64_t>(0, undoRetrans - dsackDup.count);
+        TcpSocketState::TcpCongState_t st = m_tcb->m_congState;
+        if (undoRetrans != 0 || !(st == TcpSocketState::CA_RECOVERY || st == TcpSocketState::CA_DISORDER ||
+                                  st == TcpSocketState::CA_OPEN))
+            return false;
+        undoOn = false;
+        undos++;
+        if (priorSsthresh > 0) {
+            m_tcb->m_cWnd = std::max(m_tcb->m_cWnd.Get(), priorCwnd);
+            if (priorSsthresh > m_tcb->m_ssThresh) m_tcb->m_ssThresh = priorSsthresh;
+        }
+        m_tcb->m_cWndInfl = m_tcb->m_cWnd;
+        if (st == TcpSocketState::CA_RECOVERY) {
+            if (!m_congestionControl->HasCongControl()) m_recoveryOps->ExitRecovery(m_tcb);
+            m_tcb->m_cWndInfl = m_tcb->m_cWnd;
+            bool out = m_txBuffer->GetSacked() > 0 || m_txBuffer->GetLost() > 0 || m_txBuffer->GetRetransmitsCount() > 0;
+            TcpSocketState::TcpCongState_t now = out ? TcpSocketState::CA_DISORDER : TcpSocketState::CA_OPEN;
+            m_congestionControl->CongestionStateSet(m_tcb, now);
+            m_tcb->m_congState = now;
+            m_isFirstPartialAck = true;  // as ns-3's own exit from recovery: the next one's first partial ACK restarts the RTO
+        }
+        rackAdvanced = true;  // Linux: RACK looks for losses again
+        return true;
+    }
 
     void UpdateReoWnd(bool recovered) {
         if (dsackRoundOn && m_txBuffer->HeadSequence() >= dsackRound) dsackRoundOn = false;
@@ -626,6 +716,15 @@ class TlpSocket : public GatedSocket {
     // ns-3's EnterRecovery less its marking of the head as lost (Linux's tcp_enter_recovery marks
     // nothing): RACK has marked what is lost; the first of them is resent at once, as ns-3 does.
     void RackEnterRecovery(uint32_t delivered) {
+        // Linux's tcp_init_undo, and prior_ssthresh (tcp_current_ssthresh: none from CWR) and prior_cwnd
+        bool fromCwr = m_tcb->m_congState == TcpSocketState::CA_CWR;
+        uint32_t cwnd = m_tcb->m_cWnd;
+        undoOn = true;
+        undoMarker = m_txBuffer->HeadSequence();
+        uint32_t retransBytes = m_txBuffer->GetRetransmitsCount();
+        undoRetrans = retransBytes > 0 ? int64_t((retransBytes + m_tcb->m_segmentSize - 1) / m_tcb->m_segmentSize) : -1;
+        priorSsthresh = fromCwr ? 0 : std::max(m_tcb->m_ssThresh.Get(), cwnd / 2 + cwnd / 4);
+        priorCwnd = cwnd;
         m_recover = m_tcb->m_highTxMark.Get();
         m_recoverActive = true;
         m_congestionControl->CongestionStateSet(m_tcb, TcpSocketState::CA_RECOVERY);
@@ -722,10 +821,12 @@ class TlpSocket : public GatedSocket {
 };
 NS_OBJECT_ENSURE_REGISTERED(TlpSocket);
 
-// The probes a connection's sender sent, for its "conn" line ("" when the probe is off).
+// The probes a connection's sender sent, and with RACK its undone recoveries, for its "conn" line
+// ("" when the probe is off).
 static std::string TlpProbes(Ptr<Socket> s) {
     Ptr<TlpSocket> t = DynamicCast<TlpSocket>(s);
-    return t ? ",\"probes\":" + std::to_string(t->probes) : "";
+    if (!t) return "";
+    return ",\"probes\":" + std::to_string(t->probes) + (rackOn ? ",\"undos\":" + std::to_string(t->undos) : "");
 }
 // ---- end of the tail-loss probe ---------------------------------------------------------------
 
@@ -1178,7 +1279,7 @@ static void RackDeliver(const Ipv4Header& ip, Ptr<const Packet> p, uint32_t) {
     Ptr<TcpRxBuffer> rx = rxSock[c]->GetRxBuffer();
     bool dup = end <= rx->NextRxSequence();
     for (const auto& b : rx->GetSackList()) dup = dup || (b.first <= seq && end <= b.second);
-    if (dup) duplicateIn[c] = 1;
+    if (dup) duplicateIn[c].Add(end);
 }
 
 static void OnAccept(int c, Ptr<Socket> s, const Address&) {
@@ -1467,7 +1568,7 @@ static void DebugFrameDrop(const char* what, int port, Ptr<const Packet> p) {
 static void GateInstall(const std::vector<std::pair<int, uint64_t>>& tsq, uint32_t mtu) {
     gateSegment = mtu - 52;
     gateOf.assign(conns.size(), Gate());
-    duplicateIn.assign(conns.size(), 0);
+    duplicateIn.assign(conns.size(), Duplicates());
     rxSock.assign(conns.size(), nullptr);
     if (rackOn) {  // DSACK: watch each receiver host's deliveries
         std::vector<bool> hooked(nodes.GetN(), false);

@@ -415,7 +415,9 @@ def _loss_statement(t) -> str:
             "round trip with a DSACK, at most SRTT; 0 before reordering is seen, in recovery or with 3 SACKed "
             "segments) past that segment's round trip, or when RACK's timer (that wait + "
             f"{t.tlp_floor_s * 1e3:g} ms) finds so; ns-3's three-SACKed-segment and duplicate-ACK rules are off; "
-            "receivers' DSACKs are the driver's (ns-3 sends none); no undo of a needless recovery")
+            "receivers' DSACKs are the driver's (ns-3 sends none); a recovery whose every retransmission is "
+            "DSACKed is undone (cwnd and ssthresh back, as Linux's tcp_try_undo_dsack; flows[].undone_recoveries); "
+            "the window grows on ACKs of data in Disorder too, as Linux's")
 
 
 def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wall_s, loop=None) -> dict:
@@ -426,7 +428,8 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
     meta = res["meta"]
     flows = [{"job": jobs[c[0]].name, "src_rank": c[1], "dst_rank": c[2], "src": c[3], "dst": c[4],
               "bytes": r["bytes"], "retransmissions": r["retx"], "retransmitted_bytes": r["retx_bytes"],
-              **({"loss_probes": r["probes"]} if "probes" in r else {})}
+              **({"loss_probes": r["probes"]} if "probes" in r else {}),
+              **({"undone_recoveries": r["undos"]} if "undos" in r else {})}
              for c, r in zip(sc.conns, res["conns"])]
     received = sum(r["bytes"] for r in res["conns"])
     checks = [{"name": "complete", "ok": status == "complete",

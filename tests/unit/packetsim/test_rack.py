@@ -82,14 +82,23 @@ def test_a_real_loss_is_repaired_within_a_round_trip_and_the_reordering_window_n
     # (the driver's trace of the connection), and the flow ends long before the 200 ms RTO (the
     # rest of the delay is Cubic regrowing its window after recovery, as after ns-3's own rule
     # without spraying).
+    # The retransmission draws no DSACK (the receiver never had the segment): the recovery is not
+    # undone and its cut ssthresh stays.
     monkeypatch.setenv("DTNET_NS3_TRACE", "0")
     clean = _sprayed(tmp_path / "clean", "rack")
-    cut = _sprayed(tmp_path / "cut", "rack", cut=(8e-3, 8.01e-3))
+    cut = _sprayed(tmp_path / "cut", "rack", cut=(7.98e-3, 7.99e-3))
     assert cut["conns"][0]["retx"] == 1 and cut["conns"][0]["probes"] == 0, cut["conns"]
     again = [t for t in _times(cut, "tx").values() if len(t) > 1]
     assert len(again) == 1, again
     assert 430e-6 < again[0][1] - again[0][0] < 430e-6 + 107e-6 + 100e-6, again
     assert cut["tasks"][0]["end"] - clean["tasks"][0]["end"] < 0.05, (cut["tasks"][0]["end"], clean["tasks"][0]["end"])
+    assert cut["conns"][0]["undos"] == 0, cut["conns"]
+    trace = _trace(cut)
+    entered = [i for i, (_, what, v) in enumerate(trace) if what == "state" and v == "CA_RECOVERY"]
+    assert len(entered) == 1, entered
+    cwnd0 = _last(trace[:entered[0]], "cwnd")
+    cut_to = [int(v) for _, what, v in trace[entered[0]:] if what == "ssthresh"]
+    assert cut_to[0] < cwnd0 and cut_to == cut_to[:1], (cwnd0, cut_to)  # cut once, never put back
 
 
 @needs_ns3
@@ -114,6 +123,39 @@ def test_a_dsack_widens_the_reordering_window(tmp_path):
     # rule resends on every overtaking by three.
     retx = {how: _sprayed(tmp_path / how, how, slow_us=160.0)["conns"][0]["retx"] for how in ("dupack", "rack")}
     assert 1 <= retx["rack"] <= 4 and retx["dupack"] >= 15, retx
+
+
+@needs_ns3
+def test_a_recovery_whose_retransmissions_are_all_dsacked_is_undone(tmp_path, monkeypatch):
+    # The late link at 160 us (as above): RACK's one recovery, at 1.4 ms, resends segments that were
+    # only late; each copy draws a DSACK. Once every retransmission of the episode is DSACKed, the
+    # cut is undone as Linux's tcp_try_undo_dsack: cwnd back to the window before the recovery
+    # (max(cwnd, prior cwnd)) and ssthresh to max(ssthresh, 3/4 of that window, or the ssthresh
+    # before: Linux's tcp_current_ssthresh).
+    monkeypatch.setenv("DTNET_NS3_TRACE", "0")
+    res = _sprayed(tmp_path / "late", "rack", slow_us=160.0)
+    trace = _trace(res)
+    entered = [i for i, (_, what, v) in enumerate(trace) if what == "state" and v == "CA_RECOVERY"]
+    assert len(entered) == 1 and res["conns"][0]["undos"] == 1 and res["conns"][0]["retx"] >= 1, (entered, res["conns"])
+    cwnd0, ss0 = _last(trace[:entered[0]], "cwnd"), _last(trace[:entered[0]], "ssthresh")
+    after = trace[entered[0]:]
+    cut = min(int(v) for _, what, v in after if what == "ssthresh")
+    assert cut < ss0, (cut, ss0)
+    restored = max(ss0, cwnd0 // 2 + cwnd0 // 4)
+    back = [t for t, what, v in after if what == "ssthresh" and int(v) == restored]
+    assert back, (restored, after[:20])
+    assert _last([x for x in after if x[0] <= back[0]], "cwnd") >= cwnd0, after[:20]
+    assert _last(trace, "ssthresh") == restored  # nothing cut it again
+
+
+def _trace(res) -> list[tuple[float, str, str]]:
+    """The driver's trace of connection 0's cwnd, ssthresh and TCP state, in order."""
+    return [(float(f[0]), f[1], f[2]) for f in (line.split() for line in res["stderr"])
+            if len(f) == 3 and f[1] in ("cwnd", "ssthresh", "state")]
+
+
+def _last(trace, what: str) -> int:
+    return [int(v) for _, w, v in trace if w == what][-1]
 
 
 def _times(res, kind: str) -> dict[int, list[float]]:
