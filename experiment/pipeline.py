@@ -286,11 +286,7 @@ def write_outputs(engine: Engine, r: Run, summary: dict) -> None:
     r.links = engine.link_grid(r)
     if r.links is None:
         engine.write_files(r)
-    try:
-        events = run_events(out_dir, r.events.kept())
-    except Exception as e:  # noqa: BLE001: as a failed trace.json always was, a warning
-        log(f"[run] warning: trace.json not written: {type(e).__name__}: {e}")
-        events = []
+    events = run_events(out_dir, r.events.kept(), log)
     fork = None if engine.fork_outputs and len(events) >= FORK_MIN_EVENTS else False
     with beside(plots_of(out_dir, exp, summary, r.t_start, engine.label, r.links, events), "plots/", log, fork=fork):
         if r.links is not None:

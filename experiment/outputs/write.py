@@ -16,21 +16,24 @@ def write_json(path: str, data) -> None:
     write_atomic(os.path.dirname(path) or ".", os.path.basename(path), text=json.dumps(data, indent=1))
 
 
-def run_events(out_dir: str, events: list[dict] | None) -> list[dict]:
-    """events.jsonl's events: those the run kept in memory (events), else the file read back."""
-    return events if events is not None else read_events(inside(out_dir, "events.jsonl"))
+def run_events(out_dir: str, events: list[dict] | None, log=print) -> list[dict]:
+    """events.jsonl's events: those the run kept in memory (events), else the file read back; a file
+    that cannot be read is a warning (no trace.json), never a failed run, and gives none."""
+    if events is not None:
+        return events
+    try:
+        return read_events(inside(out_dir, "events.jsonl"))
+    except Exception as e:  # noqa: BLE001
+        log(f"[run] warning: trace.json not written: {type(e).__name__}: {e}")
+        return []
 
 
 def write_after_run(out_dir: str, exp, jobs, summary: dict, t0: float | None, log=print,
                     engine: str = "emulator", links=None, events: list[dict] | None = None) -> None:
-    """trace.json and plots/ from what the run wrote, one after the other (write_trace, write_plots)."""
-    try:
-        events = run_events(out_dir, events)
-    except Exception as e:  # noqa: BLE001
-        log(f"[run] warning: trace.json not written: {type(e).__name__}: {e}")
-        events = []
+    """trace.json and plots/ from what the run wrote, one after the other, in this process."""
+    events = run_events(out_dir, events, log)
     write_trace(out_dir, exp, jobs, t0, log, events)
-    write_plots(out_dir, exp, summary, t0, log, engine, links, events)
+    plots_of(out_dir, exp, summary, t0, engine, links, events)(log)
 
 
 def write_trace(out_dir: str, exp, jobs, t0: float | None, log, events: list[dict]) -> None:
@@ -42,17 +45,11 @@ def write_trace(out_dir: str, exp, jobs, t0: float | None, log, events: list[dic
         log(f"[run] warning: trace.json not written: {type(e).__name__}: {e}")
 
 
-def write_plots(out_dir: str, exp, summary: dict, t0: float | None, log, engine: str, links,
-                events: list[dict]) -> None:
-    """plots/ (each failure a warning). engine names the engine that ran it, in the plots' titles;
-    links is links.csv as a links.LinkGrid when the engine holds it (else the heatmap reads the
-    file, which must be written by then)."""
-    plots_of(out_dir, exp, summary, t0, engine, links, events)(log)
-
-
 def plots_of(out_dir: str, exp, summary: dict, t0: float | None, engine: str, links, events: list[dict]):
-    """write_plots(..., log) as a function of log alone, with what it reads from the events and the
-    fabric made now: called in a forked child, it reads none of the run's objects but summary and links."""
+    """plots/ as a function of log alone (each plot's failure a warning; engine names the engine in
+    the titles; links is links.csv as a LinkGrid, else the heatmap reads the file), with what it
+    reads from the events and the fabric made now: called in a forked child, it reads none of the
+    run's objects but summary and links."""
     phases = plots.collective_phases(events, t0, exp.scale.dilation) if t0 is not None else None
     fabric = exp.fabric()
     return lambda log: plots.write_all(out_dir, summary, log, point=exp.point, engine=engine, fabric=fabric,
