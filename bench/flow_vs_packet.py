@@ -109,6 +109,35 @@ def points() -> list[dict]:
         _pt("halving-doubling 1024 1MiB fat-tree", LATENCY, ss,
             _ar("halving-doubling", MIB, sp, "topology={kind: fat-tree, k: 16, link_gbps: 400}")),
     ]
+    return pts + near_results()
+
+
+def near_results() -> list[dict]:
+    """The three studies of docs/flow-results.md at 64 to 128 GPUs, so that each table's error bar
+    comes from a point near its size: four jobs on a 4:1 leaf-spine, MoE all-to-all on 4-GPU servers,
+    a 3D-parallel iteration (gpt-small has 12 heads: tp 4) over 16 servers."""
+    pts = []
+    # jobs-1024-policies shrunk 8x: 16 leaves of 8 GPUs, 2 spines (4:1 up, as there); each job has 2
+    # GPUs under every leaf, its ring crossing leaves at every hop; rank i of job j is
+    # h[(i mod 16) x 8 + (i div 16) x 4 + j]. Compute and all-reduce in the 1,024 file's ratio.
+    sets = ["topology={kind: leaf-spine, leaves: 16, spines: 2, hosts_per_leaf: 8, link_gbps: 400}"]
+    for j in range(4):
+        hosts = ", ".join(f"h{(i % 16) * 8 + (i // 16) * 4 + j}" for i in range(32))
+        sets += [f"jobs.{j}.hosts=[{hosts}]", f"jobs.{j}.workload.size_bytes={16 * MIB}",
+                 f"jobs.{j}.workload.iterations=5", f"jobs.{j}.workload.compute_ms=2.5"]
+    for routing in ("ecmp", "congestion-aware", "coschedule"):
+        pts.append(_pt(f"four jobs 128 leaf-spine {routing}", BANDWIDTH, X("jobs-1024-policies"),
+                       [f"controller.routing={routing}", *sets], figure="iteration", name="iteration time",
+                       contend="four jobs leaf-spine 128", policy=routing))
+    ft = "topology={kind: fat-tree, k: 8, gpus_per_server: 4, link_gbps: 400, nvlink_gbps: 3600}"
+    for alg in ("direct", "hierarchical"):  # moe-a2a-1024's fat-tree rows, 128 GPUs
+        pts.append(_pt(f"all_to_all {alg} 128 16MiB fat-tree 4-GPU servers", A2A, X("moe-a2a-1024"),
+                       [ft, f"jobs.0.workload.algorithm={alg}", f"jobs.0.workload.size_bytes={16 * MIB}",
+                        "jobs.0.workload.iterations=1", "controller.routing=ecmp"]))
+    pts.append(_pt("gpt-small 3d tp4 pp2 dp8 64 rail", BANDWIDTH, X("gpt-3d-breakdown"),
+                   ["topology={kind: rail-optimized, servers: 16, gpus_per_server: 4, spines: 4, link_gbps: 400, "
+                    "nvlink_gbps: 3600}", "jobs.0.workload.dp=8",
+                    "jobs.0.workload.iterations=1"], figure="iteration", name="iteration time", breakdown=True))
     return pts
 
 

@@ -41,7 +41,17 @@ def test_the_points_cover_algorithms_transports_and_policies(loaded):
     for p, _ in loaded:
         if p.get("contend"):
             groups.setdefault(p["contend"], set()).add(p["policy"])
-    assert all(len(v) >= 2 for v in groups.values()) and len(groups) == 3
+    assert all(len(v) >= 2 for v in groups.values()) and len(groups) == 4
+
+
+def test_each_study_of_the_results_page_has_a_point_near_its_size(loaded):
+    # docs/flow-results.md: several jobs, MoE all-to-all and a 3D iteration, checked at 64 GPUs or more
+    near = [(p, exp) for p, exp in loaded if p in fvp.near_results()]
+    assert len(near) >= 6 and all(exp.fabric().host_count >= 64 for _, exp in near)
+    assert sum(len(exp.jobs) == 4 for _, exp in near) == 3
+    assert {exp.jobs[0].workload.get("algorithm") for _, exp in near if isinstance(exp.jobs[0].workload, dict)
+            and exp.jobs[0].workload.get("collective") == "all_to_all"} == {"direct", "hierarchical"}
+    assert any(p.get("breakdown") for p, _ in near)
 
 
 def _row(label, cls, ratio, contend=None, policy=None, flow=1.0):
