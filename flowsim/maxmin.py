@@ -118,13 +118,17 @@ def check_max_min(a: sp.spmatrix, capacity: np.ndarray, rate: np.ndarray, mult: 
 
 
 def fluid_completion_times(indptr: np.ndarray, links: np.ndarray, capacity: np.ndarray, sizes: np.ndarray,
-                           starts: np.ndarray | None = None, cap: np.ndarray | None = None) -> np.ndarray:
+                           starts: np.ndarray | None = None, cap: np.ndarray | None = None,
+                           weights: np.ndarray | None = None) -> np.ndarray:
     """Fixed-path flows of `sizes` bytes starting at `starts`, max-min shared and recomputed at
-    every start and end: when each one ends. The sharing model alone, for the SimGrid oracle."""
+    every start and end: when each one ends. The sharing model alone, for the SimGrid oracle.
+    weights: weighted max-min (a flow of weight w gets w times the fair level of its bottleneck;
+    its cap bounds that product)."""
     sizes = np.asarray(sizes, dtype=float)
     n = len(sizes)
     starts = np.zeros(n) if starts is None else np.asarray(starts, dtype=float)
     cap = np.full(n, np.inf) if cap is None else np.asarray(cap, dtype=float)
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
     a = incidence_matrix(indptr, links, len(capacity))
     left = sizes.copy()
     end = np.full(n, np.nan)
@@ -134,7 +138,7 @@ def fluid_completion_times(indptr: np.ndarray, links: np.ndarray, capacity: np.n
         live = np.isnan(end) & (starts <= t)
         rate = np.zeros(n)
         if live.any():
-            rate[live] = max_min_rates(a[:, live], capacity, cap=cap[live])
+            rate[live] = w[live] * max_min_rates(a[:, live], capacity, mult=w[live], cap=cap[live] / w[live])
         with np.errstate(divide="ignore", invalid="ignore"):
             fin = np.where(live & (rate > 0), left / rate, np.inf)
         pending = np.isnan(end) & (starts > t)

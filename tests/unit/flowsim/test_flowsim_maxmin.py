@@ -75,6 +75,16 @@ def test_fluid_completion_two_flows_one_link():
     assert end.tolist() == pytest.approx([2.0, 3.0])
 
 
+def test_weighted_fluid_completion():
+    # weights 1 and 3 on a 1 GB/s link, 1 GB each: 0.25 and 0.75 GB/s; the second ends at 4/3 s, the
+    # first then has 2/3 GB left alone: 2 s. A cap of 0.5 GB/s on the second: both at 0.5, both at 2 s.
+    one = (np.array([0, 1, 2]), np.array([0, 0]), np.array([1e9]), np.array([1e9, 1e9]))
+    assert fluid_completion_times(*one, weights=np.array([1.0, 3.0])).tolist() == pytest.approx([2.0, 4 / 3])
+    capped = fluid_completion_times(*one, cap=np.array([np.inf, 0.5e9]), weights=np.array([1.0, 3.0]))
+    assert capped.tolist() == pytest.approx([2.0, 2.0])
+    assert fluid_completion_times(*one, weights=np.array([2.0, 2.0])).tolist() == pytest.approx([2.0, 2.0])
+
+
 def _random_case(rng, n_links, n_flows):
     capacity = rng.uniform(1e8, 1e10, n_links)
     flows = []
