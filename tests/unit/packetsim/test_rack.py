@@ -19,7 +19,7 @@ import pytest
 from packetsim import ns3, runner, scenario
 from packetsim.transport import Transport
 from tests.unit.packetsim.test_packetsim_engine import fake_net, path
-from tests.unit.packetsim.test_tail_loss_probe import scenario_lines
+from tests.unit.packetsim.test_tail_loss_probe import _cut_tail, scenario_lines
 
 needs_ns3 = pytest.mark.skipif(not ns3.available(), reason="ns-3 (libns3-dev) is not installed")
 SEGMENT = 8948  # MTU 9000 less headers
@@ -194,6 +194,18 @@ def test_a_loss_with_too_few_segments_after_it_is_found_by_racks_timer(tmp_path,
     assert 430e-6 + 2e-3 < resent - first < 430e-6 + 107e-6 + 2e-3 + 100e-6, resent - first
     assert runs["rack"]["tasks"][0]["end"] < clean["tasks"][0]["end"] + 3e-3, runs["rack"]["tasks"][0]["end"]
     assert runs["dupack"]["tasks"][0]["end"] > runner.RTO_MIN_S, runs["dupack"]["tasks"][0]["end"]
+
+
+@needs_ns3
+def test_the_drivers_trace_is_kept_in_the_run_folder_when_asked_for(tmp_path, monkeypatch):
+    # how a run with a controller in the loop (which only `dtnet run` drives) is traced
+    kept = tmp_path / "on" / "packet-scenario.txt.err"
+    _cut_tail(tmp_path / "off", 3, 1.0, 2.0, True)
+    monkeypatch.setenv("DTNET_NS3_TRACE", "0")
+    _cut_tail(tmp_path / "on", 3, 1.0, 2.0, True)
+    assert not (tmp_path / "off" / kept.name).exists()
+    sent = [ln.split() for ln in kept.read_text().splitlines() if ln.split()[1:2] == ["tx"]]
+    assert sum(int(f[4]) for f in sent) == 3 * SEGMENT, sent
 
 
 def test_the_scenario_asks_for_rack_only_when_the_transport_does(tmp_path):
