@@ -9,6 +9,10 @@ packet engine").
 window as it changes (simulated seconds, bytes). --first-transfers runs the scenario and prints,
 per source rank, when the first transfer of each of its connections ends (for a direct
 collective: the first phase's sends, which a fluid model ends together).
+
+A scenario with a controller in the loop (congestion-aware routing, for one) runs only under
+`dtnet run` (here the driver stops with exit 3): set DTNET_NS3_TRACE=CONN in its environment, and
+the run folder keeps the driver's trace as packet-scenario.txt.err.
 """
 from __future__ import annotations
 

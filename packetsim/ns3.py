@@ -109,7 +109,9 @@ def execute(scenario_path: str, on_progress=None, log=print, on_poll=None) -> di
     try:
         return _run(exe, scenario_path, err_path, on_progress, on_poll)
     finally:
-        if os.path.exists(err_path):  # a run interrupted or failed keeps no half-read output
+        # a run interrupted or failed keeps no half-read output; one asked for the driver's trace
+        # (DTNET_NS3_TRACE, DTNET_NS3_DROPS) keeps it: a run with a controller in the loop is traced so
+        if os.path.exists(err_path) and not (os.environ.get("DTNET_NS3_TRACE") or os.environ.get("DTNET_NS3_DROPS")):
             os.unlink(err_path)
 
 

@@ -17,9 +17,9 @@ import os
 import pytest
 
 from packetsim import ns3, runner, scenario
-from packetsim.transport import Transport
+from packetsim.transport import TLP_FLOOR_S, Transport
 from tests.unit.packetsim.test_packetsim_engine import fake_net, path
-from tests.unit.packetsim.test_tail_loss_probe import scenario_lines
+from tests.unit.packetsim.test_tail_loss_probe import _cut_tail, scenario_lines
 
 needs_ns3 = pytest.mark.skipif(not ns3.available(), reason="ns-3 (libns3-dev) is not installed")
 SEGMENT = 8948  # MTU 9000 less headers
@@ -194,6 +194,44 @@ def test_a_loss_with_too_few_segments_after_it_is_found_by_racks_timer(tmp_path,
     assert 430e-6 + 2e-3 < resent - first < 430e-6 + 107e-6 + 2e-3 + 100e-6, resent - first
     assert runs["rack"]["tasks"][0]["end"] < clean["tasks"][0]["end"] + 3e-3, runs["rack"]["tasks"][0]["end"]
     assert runs["dupack"]["tasks"][0]["end"] > runner.RTO_MIN_S, runs["dupack"]["tasks"][0]["end"]
+
+
+@needs_ns3
+def test_a_probe_back_sooner_than_the_min_rtt_is_not_taken_and_the_rto_resends_the_tail(tmp_path):
+    # RFC 8985 section 6.2 step 2 and Linux's tcp_rack_advance ignore the delivery of a segment sent
+    # again that comes back sooner than the minimum RTT (it may be the first copy's); the probe is
+    # one (Linux's __tcp_retransmit_skb sets TCPCB_EVER_RETRANS). With no link latency a round trip
+    # is serialization: 7.2 us for a full frame at 10 Gb/s (the minimum RTT reads 7 us), 0.84 us
+    # for a last segment of 1,000 bytes. The tail is lost (the cable down from 0.15 to 1 ms) and the
+    # probe resends the last segment. Full, its SACK comes 7.25 us after and is taken: RACK marks
+    # the rest lost, on its timer 2 ms later (the same ACK acknowledges a segment sent at 40 us,
+    # whose round trip Linux's tcp_clean_rtx_queue gives tcp_rack_advance last). Short, back after
+    # 0.9 us, it is not, nothing else marks them, and the 200 ms RTO resends them, as Linux's rule
+    # would (its microsecond clock reads 0 or 1 us, under 7). The older mode's rule marks every
+    # segment below the probe's SACK lost whatever its round trip.
+    down, up = 150e-6, 1e-3
+    ends = {}
+    for tail in (0, 1000):
+        for how in ("rack", "dupack"):
+            res = _cut_tail(tmp_path / f"{how}{tail}", 30 if tail == 0 else 29, down, up, True, tail_bytes=tail,
+                            latency_us=0.0, loss_detection=how)
+            assert res["conns"][0]["probes"] == 1 and res["conns"][0]["retx"] > 1, (how, tail, res["conns"])
+            ends[how, tail] = res["tasks"][0]["end"]
+    assert ends["rack", 1000] > down + runner.RTO_MIN_S, ends
+    assert ends["rack", 0] < down + 2 * TLP_FLOOR_S + 1e-3, ends
+    assert max(ends["dupack", 0], ends["dupack", 1000]) < down + TLP_FLOOR_S + 1e-3, ends
+
+
+@needs_ns3
+def test_the_drivers_trace_is_kept_in_the_run_folder_when_asked_for(tmp_path, monkeypatch):
+    # how a run with a controller in the loop (which only `dtnet run` drives) is traced
+    kept = tmp_path / "on" / "packet-scenario.txt.err"
+    _cut_tail(tmp_path / "off", 3, 1.0, 2.0, True)
+    monkeypatch.setenv("DTNET_NS3_TRACE", "0")
+    _cut_tail(tmp_path / "on", 3, 1.0, 2.0, True)
+    assert not (tmp_path / "off" / kept.name).exists()
+    sent = [ln.split() for ln in kept.read_text().splitlines() if ln.split()[1:2] == ["tx"]]
+    assert sum(int(f[4]) for f in sent) == 3 * SEGMENT, sent
 
 
 def test_the_scenario_asks_for_rack_only_when_the_transport_does(tmp_path):

@@ -19,20 +19,23 @@ needs_ns3 = pytest.mark.skipif(not ns3.available(), reason="ns-3 (libns3-dev) is
 SEGMENT = 8948  # MTU 9000 less headers
 
 
-def _cut_tail(tmp_path, segments: int, down_s: float, up_s: float, tlp: bool, rack=True, more=()):
-    """One flow h0 -> h1 (10 Gb/s, 1 us) of `segments` full segments, ready at t0; the cable is cut
-    from down_s until up_s (both ends drop what arrives, ACKs too), and goes down or up at the
-    (at_s, up) of `more`. rack: RACK's rule with the probe. The driver's results."""
+def _cut_tail(tmp_path, segments: int, down_s: float, up_s: float, tlp: bool, rack=True, more=(), tail_bytes=0,
+              latency_us=1.0, loss_detection="dupack"):
+    """One flow h0 -> h1 (10 Gb/s, latency_us) of `segments` full segments and tail_bytes more, ready
+    at t0; the cable is cut from down_s until up_s (both ends drop what arrives, ACKs too), and goes
+    down or up at the (at_s, up) of `more`. rack: RACK's rule for the oldest segment with the probe;
+    loss_detection: the transport's. The driver's results."""
     net = fake_net(["h0", "h1"], [(0, 1, 10.0)])
     sc = scenario.Scenario()
     c = sc.conn(0, 0, 1, ["h0", "h1"])
-    sc.add(scenario.TRANSFER, segments * SEGMENT, conn=c)
+    sc.add(scenario.TRANSFER, segments * SEGMENT + tail_bytes, conn=c)
     sc.paths.append(path(net, [0, 1]))
     both = path(net, [0, 1]).tolist() + path(net, [1, 0]).tolist()
     sc.linkstates = [(down_s, both, False), (up_s, both, True)] + [(at, both, up) for at, up in more]
     sc.slice_bytes, sc.bin_s = 1, 1e-3
     os.makedirs(tmp_path, exist_ok=True)
-    t = Transport(switch_buffer_bytes=4 << 20, latency_us={"host": 1.0}, tail_loss_probe=tlp, tlp_rack=rack)
+    t = Transport(switch_buffer_bytes=4 << 20, latency_us={"host": latency_us}, tail_loss_probe=tlp, tlp_rack=rack,
+                  loss_detection=loss_detection)
     return runner.execute(sc, net, t, str(tmp_path))[0]
 
 
