@@ -864,7 +864,8 @@ static Ptr<Socket> GatedTcpSocket(Ptr<Node> node, int c) {
 
 // A connection's listening socket, which keeps the socket it forks for the connection (the
 // demux's shortcut, ExactEndPoint, delivers to it from the SYN on). Otherwise TcpSocketBase.
-static std::vector<TcpSocketBase*> listenSock, forkSock, txSock;  // per connection (main)
+// per connection (main); held, so that a socket TCP lets go of (its endpoint then null) stays readable
+static std::vector<Ptr<TcpSocketBase>> listenSock, forkSock, txSock;
 class ListenSocket : public TcpSocketBase {
   public:
     static TypeId GetTypeId() {
@@ -879,7 +880,7 @@ class ListenSocket : public TcpSocketBase {
   protected:
     Ptr<TcpSocketBase> Fork() override {
         Ptr<ListenSocket> s = CopyObject<ListenSocket>(this);
-        forkSock[size_t(conn)] = PeekPointer(s);  // TCP keeps it (m_sockets) for the whole run
+        forkSock[size_t(conn)] = s;
         return s;
     }
 };
@@ -1425,18 +1426,18 @@ static Ipv4EndPoint* ExactEndPoint(const Ipv4Header& h, Ptr<const Packet> p, uin
     uint16_t dport = uint16_t(b[2] << 8 | b[3]);
     uint32_t a = h.GetDestination().Get(), c = a - 0x0C000001u;
     if (c < conns.size()) {
-        Ipv4EndPoint* ep = txSock[c]->*Member(EndPointOf());
+        Ipv4EndPoint* ep = PeekPointer(txSock[c])->*Member(EndPointOf());
         return Exact(ep, h, sport, dport) ? ep : nullptr;
     }
     c = a - 0x0B000001u;
     if (c >= conns.size()) return nullptr;
-    Ipv4EndPoint* ep = forkSock[c] ? forkSock[c]->*Member(EndPointOf()) : nullptr;
+    Ipv4EndPoint* ep = forkSock[c] ? PeekPointer(forkSock[c])->*Member(EndPointOf()) : nullptr;
     if (Exact(ep, h, sport, dport)) return ep;
-    ep = listenSock[c]->*Member(EndPointOf());
+    ep = PeekPointer(listenSock[c])->*Member(EndPointOf());
     bool listening = ep && ep->IsRxEnabled() && !ep->GetBoundNetDevice() && ep->GetLocalPort() == dport &&
                      ep->GetLocalAddress() == h.GetDestination() && ep->GetPeerPort() == 0 &&
                      ep->GetPeerAddress() == Ipv4Address::GetAny();
-    return listening && !(forkSock[c] && forkSock[c]->*Member(EndPointOf())) ? ep : nullptr;
+    return listening && !(forkSock[c] && PeekPointer(forkSock[c])->*Member(EndPointOf())) ? ep : nullptr;
 }
 
 static bool OnFrame(int port, Ptr<NetDevice> dev, Ptr<const Packet> p, uint16_t proto, const Address& from) {
@@ -1971,13 +1972,13 @@ int main(int argc, char** argv) {
         const uint16_t port = 5000;
         Ptr<ListenSocket> ls = NewTcpSocket(nodes.Get(cn.dst), CreateObject<ListenSocket>());
         ls->conn = int(c);
-        listenSock[c] = PeekPointer(ls);
+        listenSock[c] = ls;
         ls->Bind(InetSocketAddress(cn.daddr, port));
         ls->Listen();
         ls->SetAcceptCallback(MakeNullCallback<bool, Ptr<Socket>, const Address&>(),
                               MakeBoundCallback(&OnAccept, int(c)));
         cn.tx = GatedTcpSocket(nodes.Get(cn.src), int(c));
-        txSock[c] = PeekPointer(DynamicCast<TcpSocketBase>(cn.tx));
+        txSock[c] = DynamicCast<TcpSocketBase>(cn.tx);
         cn.tx->Bind();
         cn.tx->SetConnectCallback(MakeBoundCallback(&OnConnected, int(c)), MakeBoundCallback(&OnConnectFail, int(c)));
         cn.tx->SetSendCallback(MakeBoundCallback(&OnSendRoom, int(c)));
