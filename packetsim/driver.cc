@@ -1406,7 +1406,7 @@ static bool Local(int node, uint32_t addr) {  // one of the node's connection ad
 // ns-3's demux (Ipv4EndPointDemux::Lookup) scans every endpoint of a packet's port and, for each
 // bound to another address, every address of the interface, walking its list from the head for
 // each: with two addresses a connection, a host with n connections paid about n^3 steps a packet
-// (all-to-all over 128 GPUs: over 500 CPU s for 5.8 M events, 92% in Ipv4Interface::GetAddress).
+// (all-to-all over 128 GPUs: 1.2 M of 5.8 M events in 1,011 s, 92% in Ipv4Interface::GetAddress).
 // Each connection address belongs to one socket here, so the driver finds what the scan would:
 // the endpoint matching all four of the packet's addresses and ports (the sender's, or the socket
 // its listener forked), else the listener's (bound to that address, any peer). Anything else (a
