@@ -465,6 +465,7 @@ class TlpSocket : public GatedSocket {
         SequenceNumber32 head = m_txBuffer->HeadSequence();
         while (!resent.empty() && resent.begin()->first < head) resent.erase(resent.begin());
         if (h.GetAckNumber() > una) Arm();
+        if (tlpRack && !rackOn) ArmHeadWait(h);
     }
 
     void ProcessAck(const SequenceNumber32& ack, bool sacked, uint32_t delivered,
@@ -497,7 +498,7 @@ class TlpSocket : public GatedSocket {
     }
 
     void ReTxTimeout() override {
-        probeTimer.armed = reoTimer.armed = probeOut = false;
+        probeTimer.armed = reoTimer.armed = headTimer.armed = probeOut = false;
         undoOn = false;  // an RTO's episode is not undone (Linux's F-RTO and its undo are not modelled)
         GatedSocket::ReTxTimeout();
     }
@@ -536,7 +537,9 @@ class TlpSocket : public GatedSocket {
             return true;
         }
     };
-    Deadline probeTimer, reoTimer;  // the PTO; RACK's reordering timer
+    Deadline probeTimer, reoTimer, headTimer;  // the PTO; RACK's reordering timer; its rule's for the head
+    SequenceNumber32 headWaitSeq;  // headTimer's segment, and when it was last sent
+    Time headWaitSent;
     // RACK: the most recently sent segment delivered (its last send, its end, its round trip), the
     // highest byte delivered (before this ACK, and now), whether a never-resent segment was
     // delivered below it (reordering seen), and its reordering timer
@@ -770,10 +773,53 @@ class TlpSocket : public GatedSocket {
     // than a quarter of the minimum RTT after its last transmission is SACKed. ns-3 3.37 has no RACK
     // and no rescue retransmission, so a retransmission lost in recovery waited for the RTO.
     bool HeadLost(const TcpHeader& h) const {
-        Time sent = SentAt(m_txBuffer->HeadSequence()), newest = NanoSeconds(-1);
+        Time gap;
+        return HeadGap(h, &gap) && gap > NanoSeconds(minRttNs / 4);
+    }
+
+    // How long after the oldest segment out's last transmission the newest segment this ACK SACKs
+    // left; false if none left at or after it (same instant: higher sequence, RFC 8985's tie-break).
+    bool HeadGap(const TcpHeader& h, Time* gap) const {
+        SequenceNumber32 head = m_txBuffer->HeadSequence();
+        Time sent = SentAt(head), newest = NanoSeconds(-1);
         if (sent.IsNegative() || minRttNs < 0) return false;
-        for (const auto& b : SackBlocks(h)) newest = std::max(newest, SentAt(SequenceNumber32(b.second.GetValue() - 1)));
-        return newest - sent > NanoSeconds(minRttNs / 4);
+        for (const auto& b : SackBlocks(h))
+            if (b.first > head) newest = std::max(newest, SentAt(SequenceNumber32(b.second.GetValue() - 1)));
+        *gap = newest - sent;
+        return !newest.IsNegative() && !gap->IsStrictlyNegative();  // IsNegative: <= 0
+    }
+
+    // The rest of RACK's rule: a segment SACKed that left less than a quarter of the minimum RTT
+    // after the oldest one (in the same burst) marks it lost once that quarter has passed since,
+    // by RACK's reordering timer (RFC 8985 6.2 step 5; Linux's tcp_rack_reo_timeout: the wait left
+    // + TCP_TIMEOUT_MIN, the probe's floor here). Without it a loss with one or two later segments
+    // SACKed (no probe outside Open, too few for three SACKed) waits for the RTO.
+    void ArmHeadWait(const TcpHeader& h) {
+        SequenceNumber32 head = m_txBuffer->HeadSequence();
+        if (headTimer.armed && head != headWaitSeq) headTimer.armed = false;
+        Time gap;
+        if (m_tcb->m_highTxMark.Get() == head || !HeadGap(h, &gap) || HeadPendingResend()) return;
+        Time left = std::max(NanoSeconds(minRttNs / 4) - gap, Time(0));
+        headWaitSeq = head;
+        headWaitSent = SentAt(head);
+        headTimer.Set(Simulator::Now() + left + Seconds(tlpFloorS), this, &TlpSocket::OnHeadWait);
+    }
+
+    // The oldest segment out is marked lost and not sent again since.
+    bool HeadPendingResend() {
+        const auto& sent = PeekPointer(m_txBuffer)->*Member(SentListOf());
+        return !sent.empty() && sent.front()->*Member(LostOf()) && !sent.front()->m_retrans;
+    }
+
+    void OnHeadWait() {
+        if (!headTimer.Come(this, &TlpSocket::OnHeadWait)) return;
+        SequenceNumber32 head = m_txBuffer->HeadSequence();
+        if (head != headWaitSeq || m_tcb->m_highTxMark.Get() == head || SentAt(head) != headWaitSent ||
+            m_tcb->m_congState == TcpSocketState::CA_LOSS || HeadPendingResend())
+            return;  // acknowledged, sent again, or an RTO's
+        m_txBuffer->MarkHeadAsLost();
+        if (MayEnterRecovery()) EnterRecovery(0);  // resends the head
+        else SendPendingData(m_connected);
     }
 
     // When the segment holding byte s was last sent (-1: not known, as after an RTO, which

@@ -30,11 +30,11 @@ SIZE = 20_000_000
 
 
 def _sprayed(tmp_path, loss_detection=None, tlp=False, cut=None, size=SIZE, spray=True, cable=(S0, A),
-             slow_us=SLOW_US):
+             slow_us=SLOW_US, tlp_rack=True):
     """The driver's results for one flow of `size` bytes ready at t0, sprayed at s0 over a and b
     (spray False: on the fast path only).
     cut: (from_s, until_s) since t0, the cable (s0-a unless said) down then (both ends drop what
-    arrives, ACKs too)."""
+    arrives, ACKs too). tlp_rack: with the probe, RACK's rule for the oldest segment."""
     net = fake_net(["h0", "s0", "a", "b", "s1", "h1"],
                    [(H0, S0, 10.0), (S0, A, 10.0), (A, S1, 10.0), (S0, B, 10.0), (B, S1, 10.0), (S1, H1, 10.0)])
     net.link_kind[[3, 9]] = 1  # s0-b, both ways: the slow link
@@ -50,7 +50,7 @@ def _sprayed(tmp_path, loss_detection=None, tlp=False, cut=None, size=SIZE, spra
     os.makedirs(tmp_path, exist_ok=True)
     kw = {"loss_detection": loss_detection} if loss_detection else {}
     t = Transport(switch_buffer_bytes=4 << 20, latency_us={"host": HOST_US, "fabric": slow_us, "nvlink": 0.0},
-                  spray=spray, tail_loss_probe=tlp or loss_detection == "rack", **kw)
+                  spray=spray, tail_loss_probe=tlp or loss_detection == "rack", tlp_rack=tlp_rack, **kw)
     res = runner.execute(sc, net, t, str(tmp_path))[0]
     assert res["meta"]["tasks_done"] == 1 and res["conns"][0]["bytes"] == size, res["meta"]
     return res
@@ -175,9 +175,10 @@ def test_a_loss_with_too_few_segments_after_it_is_found_by_racks_timer(tmp_path,
     # cable a-s1 down for 6 us around its arrival at s1, taken from a run without the cut: 57.2 us
     # before it reaches h1). Two segments follow it, sent 7.2 and 14.4 us later, less than reo_wnd:
     # two SACKs, no third, so ns-3's rule never fires, nor does the probe (not armed once SACKs
-    # came: Linux's Disorder state), and the 200 ms RTO resends it. RACK arms its timer for the
-    # rest of the window + 2 ms (Linux's TCP_TIMEOUT_MIN): the segment is sent again about
-    # RTT (430 us) + reo_wnd (107 us) + 2 ms after it first left.
+    # came: Linux's Disorder state), and with the probe alone the 200 ms RTO resends it. RACK arms
+    # its timer for the rest of the window + 2 ms (Linux's TCP_TIMEOUT_MIN): the segment is sent
+    # again about RTT (430 us) + reo_wnd (107 us) + 2 ms after it first left. So does RACK's rule
+    # for the oldest segment, with ns-3's loss detection ("dupack"): its own timer, for the head.
     monkeypatch.setenv("DTNET_NS3_TRACE", "0")
     size = 2_000_000
     clean = _sprayed(tmp_path / "clean", "rack", size=size, spray=False)
@@ -185,15 +186,17 @@ def test_a_loss_with_too_few_segments_after_it_is_found_by_racks_timer(tmp_path,
     t0 = min(t[0] for t in tx.values())  # the flow starts at t0: its first segment
     lost = sorted(rx)[-3]
     at = rx[lost][0] - t0 - (HOST_US * 1e-6 + 7.2e-6)
-    runs = {how: _sprayed(tmp_path / how, how, tlp=True, size=size, spray=False, cut=(at - 3e-6, at + 3e-6),
-                          cable=(A, S1)) for how in ("dupack", "rack")}  # with the probe both
-    for how, res in runs.items():
+    runs = {how: _sprayed(tmp_path / how, how.replace("alone", "dupack"), tlp=True, size=size, spray=False,
+                          cut=(at - 3e-6, at + 3e-6), cable=(A, S1), tlp_rack=how != "alone")
+            for how in ("dupack", "rack", "alone")}  # with the probe all three
+    for how in ("dupack", "rack"):
+        res = runs[how]
         again = {seq: t for seq, t in _times(res, "tx").items() if len(t) > 1}
         assert list(again) == [lost] and res["conns"][0]["probes"] == 0, (how, again, res["conns"])
-    first, resent = _times(runs["rack"], "tx")[lost]
-    assert 430e-6 + 2e-3 < resent - first < 430e-6 + 107e-6 + 2e-3 + 100e-6, resent - first
-    assert runs["rack"]["tasks"][0]["end"] < clean["tasks"][0]["end"] + 3e-3, runs["rack"]["tasks"][0]["end"]
-    assert runs["dupack"]["tasks"][0]["end"] > runner.RTO_MIN_S, runs["dupack"]["tasks"][0]["end"]
+        first, resent = _times(res, "tx")[lost]
+        assert 430e-6 + 2e-3 < resent - first < 430e-6 + 107e-6 + 2e-3 + 100e-6, (how, resent - first)
+        assert res["tasks"][0]["end"] < clean["tasks"][0]["end"] + 3e-3, (how, res["tasks"][0]["end"])
+    assert runs["alone"]["tasks"][0]["end"] > runner.RTO_MIN_S, runs["alone"]["tasks"][0]["end"]
 
 
 @needs_ns3

@@ -121,3 +121,20 @@ def test_a_retransmission_lost_in_recovery_is_sent_again_once_later_segments_are
         ends[rack] = res["tasks"][0]["end"]
     assert ends[False] >= runner.RTO_MIN_S, ends
     assert ends[True] <= 150e-6 + TLP_FLOOR_S + 1e-3, ends
+
+
+@needs_ns3
+def test_a_lost_segment_sent_with_the_sacked_tail_is_marked_lost_once_a_quarter_min_rtt_has_passed(tmp_path):
+    # One full segment and a 1,000-byte tail leave together at t0 (the initial window): the full one's frame
+    # (9,002 bytes, 7.2 us at 10 Gb/s, + 1 us) reaches h1 at 8.2 us, the tail's at 9.0 us. The cable is down
+    # from 2 us (the handshake's last ACK is through) until 8.6 us: only the full segment is lost. The tail's
+    # SACK (one duplicate ACK, 10.1 us after t0) comes from a segment sent at the same instant as the lost one,
+    # not a quarter of the minimum RTT (the handshake's 2.09 us / 4) after it, so RACK's rule does not mark it
+    # at once, ns-3 needs three SACKed segments, and the probe is not sent outside Open. Linux arms RACK's
+    # reordering timer: the wait left (0.52 us) + 2 ms (TCP_TIMEOUT_MIN); it marks the segment lost and recovery
+    # resends it: at 2.0107 ms, ACKed at 2.0189 ms. Without that timer the RTO resends it at 200 ms.
+    res = _cut_tail(tmp_path, 1, 2e-6, 8.6e-6, True, tail_bytes=1000)
+    assert res["meta"]["tasks_done"] == 1 and res["conns"][0]["bytes"] == SEGMENT + 1000, res["meta"]
+    assert res["conns"][0]["retx"] == 1 and res["conns"][0]["probes"] == 0, res["conns"]
+    end = res["tasks"][0]["end"]
+    assert TLP_FLOOR_S + 10e-6 <= end <= TLP_FLOOR_S + 30e-6, end  # 10.1 + 0.5 + 8.2 us past the 2 ms
