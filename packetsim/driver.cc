@@ -878,9 +878,8 @@ static std::string TlpProbes(Ptr<Socket> s) {
 }
 // ---- end of the tail-loss probe ---------------------------------------------------------------
 
-// TcpL4Protocol::CreateSocket's steps (ns-3.37), with a GatedSocket in place of TcpSocketBase.
-// A socket of class S set up as TcpL4Protocol::CreateSocket sets up its own (the node's RTT
-// estimator, congestion control and recovery).
+// TcpL4Protocol::CreateSocket's steps (ns-3.37: the node's RTT estimator, congestion control and
+// recovery) for a socket of the driver's own class S.
 template <class S>
 static Ptr<S> NewTcpSocket(Ptr<Node> node, Ptr<S> s) {
     Ptr<TcpL4Protocol> tcp = node->GetObject<TcpL4Protocol>();
@@ -908,10 +907,12 @@ static Ptr<Socket> GatedTcpSocket(Ptr<Node> node, int c) {
     return NewTcpSocket(node, s);
 }
 
-// A connection's listening socket, which keeps the socket it forks for the connection (the
-// demux's shortcut, ExactEndPoint, delivers to it from the SYN on). Otherwise TcpSocketBase.
-// per connection (main); held, so that a socket TCP lets go of (its endpoint then null) stays readable
+// Per connection (main): its listening socket, the socket that one forked, its sender. Held, so
+// that a socket TCP lets go of (its endpoint then null) stays readable by ExactEndPoint.
 static std::vector<Ptr<TcpSocketBase>> listenSock, forkSock, txSock;
+
+// A connection's listening socket, which records the socket it forks (ExactEndPoint delivers to
+// that one from the SYN's fork on). Otherwise TcpSocketBase.
 class ListenSocket : public TcpSocketBase {
   public:
     static TypeId GetTypeId() {
@@ -1345,7 +1346,6 @@ static void OnTraceState(TcpSocketState::TcpCongState_t, TcpSocketState::TcpCong
     std::cerr << SimNow() << " state " << TcpSocketState::TcpCongStateName[now] << "\n";
 }
 
-
 static std::vector<Ptr<TcpSocketBase>> rxSock;  // with RACK: each connection's receiving socket
 
 // A packet IPv4 (or OnFrame, in its place) hands to a host's TCP: data to a receiver it already has?
@@ -1457,10 +1457,10 @@ static bool Local(int node, uint32_t addr) {  // one of the node's connection ad
 // the endpoint matching all four of the packet's addresses and ports (the sender's, or the socket
 // its listener forked), else the listener's (bound to that address, any peer). Anything else (a
 // closed socket, checksums on) takes the scan.
-static bool Exact(Ipv4EndPoint* ep, const Ipv4Header& h, uint16_t sport, uint16_t dport) {
+static bool Bound(Ipv4EndPoint* ep, const Ipv4Header& h, uint16_t dport, Ipv4Address peer, uint16_t peerPort) {
     return ep && ep->IsRxEnabled() && !ep->GetBoundNetDevice() && ep->GetLocalPort() == dport &&
-           ep->GetLocalAddress() == h.GetDestination() && ep->GetPeerPort() == sport &&
-           ep->GetPeerAddress() == h.GetSource();
+           ep->GetLocalAddress() == h.GetDestination() && ep->GetPeerPort() == peerPort &&
+           ep->GetPeerAddress() == peer;
 }
 
 static bool demuxScan = false;  // DTNET_NS3_SCAN set: ns-3's scan for every packet (the tests' reference)
@@ -1473,17 +1473,15 @@ static Ipv4EndPoint* ExactEndPoint(const Ipv4Header& h, Ptr<const Packet> p, uin
     uint32_t a = h.GetDestination().Get(), c = a - 0x0C000001u;
     if (c < conns.size()) {
         Ipv4EndPoint* ep = PeekPointer(txSock[c])->*Member(EndPointOf());
-        return Exact(ep, h, sport, dport) ? ep : nullptr;
+        return Bound(ep, h, dport, h.GetSource(), sport) ? ep : nullptr;
     }
     c = a - 0x0B000001u;
     if (c >= conns.size()) return nullptr;
-    Ipv4EndPoint* ep = forkSock[c] ? PeekPointer(forkSock[c])->*Member(EndPointOf()) : nullptr;
-    if (Exact(ep, h, sport, dport)) return ep;
-    ep = PeekPointer(listenSock[c])->*Member(EndPointOf());
-    bool listening = ep && ep->IsRxEnabled() && !ep->GetBoundNetDevice() && ep->GetLocalPort() == dport &&
-                     ep->GetLocalAddress() == h.GetDestination() && ep->GetPeerPort() == 0 &&
-                     ep->GetPeerAddress() == Ipv4Address::GetAny();
-    return listening && !(forkSock[c] && PeekPointer(forkSock[c])->*Member(EndPointOf())) ? ep : nullptr;
+    Ipv4EndPoint* forked = forkSock[c] ? PeekPointer(forkSock[c])->*Member(EndPointOf()) : nullptr;
+    if (forked)  // the scan returns it on an exact match, and the listener never once it exists
+        return Bound(forked, h, dport, h.GetSource(), sport) ? forked : nullptr;
+    Ipv4EndPoint* ep = PeekPointer(listenSock[c])->*Member(EndPointOf());
+    return Bound(ep, h, dport, Ipv4Address::GetAny(), 0) ? ep : nullptr;
 }
 
 static bool OnFrame(int port, Ptr<NetDevice> dev, Ptr<const Packet> p, uint16_t proto, const Address& from) {

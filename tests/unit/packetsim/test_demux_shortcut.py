@@ -10,7 +10,7 @@ from experiment import model
 from packetsim import ns3, runner
 
 needs_ns3 = pytest.mark.skipif(not ns3.available(), reason="ns-3 (libns3-dev) is not installed")
-ROOT_SETS = ["sweep={}", "engine=packet", "jobs.0.workload.iterations=1"]
+COMMON_SETS = ["sweep={}", "engine=packet", "jobs.0.workload.iterations=1"]
 
 
 def _run(tmp_path, name, file, sets, monkeypatch, scan):
@@ -18,13 +18,12 @@ def _run(tmp_path, name, file, sets, monkeypatch, scan):
         monkeypatch.setenv("DTNET_NS3_SCAN", "1")
     else:
         monkeypatch.delenv("DTNET_NS3_SCAN", raising=False)
-    exp = model.load(file, [*ROOT_SETS, *sets])
+    exp = model.load(file, [*COMMON_SETS, *sets])
     _, _, net, sc, t, loop = runner.plan(exp, log=lambda m: None)
     assert loop is None
     d = tmp_path / f"{name}-{'scan' if scan else 'shortcut'}"
     d.mkdir()
-    res = runner.execute(sc, net, t, str(d), seed=exp.flow.ecmp_seed + 1, log=lambda m: None)[0]
-    return res
+    return runner.execute(sc, net, t, str(d), seed=exp.flow.ecmp_seed + 1, log=lambda m: None)[0]
 
 
 CASES = {

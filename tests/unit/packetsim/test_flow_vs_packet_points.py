@@ -46,7 +46,8 @@ def test_the_points_cover_algorithms_transports_and_policies(loaded):
 
 def test_each_study_of_the_results_page_has_a_point_near_its_size(loaded):
     # docs/flow-results.md: several jobs, MoE all-to-all and a 3D iteration, checked at 64 GPUs or more
-    near = [(p, exp) for p, exp in loaded if p in fvp.near_results()]
+    wanted = fvp.near_results()
+    near = [(p, exp) for p, exp in loaded if p in wanted]
     assert len(near) >= 6 and all(exp.fabric().host_count >= 64 for _, exp in near)
     assert sum(len(exp.jobs) == 4 for _, exp in near) == 3
     assert {exp.jobs[0].workload.get("algorithm") for _, exp in near if isinstance(exp.jobs[0].workload, dict)
