@@ -10,7 +10,8 @@ prints one table, read from each run's summary.json:
 - incast (experiments/incast.yaml; Phanishayee et al., FAST 2008; Vasudevan et al., SIGCOMM
   2009): goodput of N senders of a 256 KiB block each into one receiver as N and the switch
   buffer vary, with the receiver port's drops, the retransmissions and the rounds slower than
-  the 200 ms minimum RTO;
+  the 200 ms minimum RTO; beside it the flow engine's goodput and rounds with `flow.losses=timeouts`
+  (docs/flow-engine.md, "Losses"), and in how many cells both engines collapse or neither does;
 - dctcp (experiments/dctcp-vs-tcp.yaml; Alizadeh et al., SIGCOMM 2010): two long flows into one
   port, Cubic against DCTCP at two marking thresholds K: throughput and the port's queue;
 - latency (experiments/latency-ring.yaml; nccl-tests issue 241): a 32-GPU ring all-reduce's
@@ -107,7 +108,7 @@ def incast(out: str, quick: bool) -> list[dict]:
     rows = []
     print(f"\n## incast: {size} B a sender a round, {rounds} rounds, 10 Gb/s, MTU 1500, Cubic, min RTO 200 ms")
     print(f"{'N':>3} {'buffer B':>9} {'goodput Gb/s':>13} {'of line':>8} {'drops':>6} {'retx':>6} "
-          f"{'rounds > RTO':>13} {'round ms mean':>14} {'max':>8} {'probes':>7}")
+          f"{'rounds > RTO':>13} {'round ms mean':>14} {'max':>8} {'probes':>7} {'flow Gb/s':>10} {'flow > RTO':>11}")
     for n in senders:
         for buf in buffers:
             over = [f"jobs.0.hosts.count={n + 1}", f"transport.switch_buffer_bytes={buf}",
@@ -120,10 +121,17 @@ def incast(out: str, quick: bool) -> list[dict]:
                    "drops": q["drops"], "retransmissions": retransmissions(s),
                    "rounds_over_rto": sum(t > rto_s for t in its["all"]), "round_mean_s": its["mean"],
                    "round_max_s": max(its["all"]), "queue_max_bytes": q["max_bytes"], "loss_probes": probes(s)}
+            f = run_point(X("incast"), over + ["flow.losses=timeouts"], "flow",
+                          os.path.join(out, "incast-flow", f"n{n}-b{buf}"))["jobs"][0]["iteration_time_s"]
+            row.update(flow_goodput_gbps=n * size * 8 / f["mean"] / 1e9,
+                       flow_rounds_over_rto=sum(t > rto_s for t in f["all"]))
             rows.append(row)
             print(f"{n:>3} {buf:>9} {goodput:>13.2f} {goodput / 10:>8.2f} {q['drops']:>6} {row['retransmissions']:>6} "
                   f"{row['rounds_over_rto']:>9} / {rounds:<2} {its['mean'] * 1e3:>14.2f} {max(its['all']) * 1e3:>8.2f} "
-                  f"{'-' if row['loss_probes'] is None else row['loss_probes']:>7}", flush=True)
+                  f"{'-' if row['loss_probes'] is None else row['loss_probes']:>7} {row['flow_goodput_gbps']:>10.2f} "
+                  f"{row['flow_rounds_over_rto']:>6} / {rounds:<2}", flush=True)
+    alike = sum((r["rounds_over_rto"] > 0) == (r["flow_rounds_over_rto"] > 0) for r in rows)
+    print(f"collapse (a round over the RTO) on both engines or on neither: {alike} of {len(rows)} cells")
     return rows
 
 

@@ -38,6 +38,7 @@ WINDOW_CHOICES = ("nccl",)  # flow.window_bytes by name (flowsim.engine.WINDOW_C
 # flow.headers: what a link carries besides payload (flowsim.network.FRAMING_BYTES gives the bytes)
 HEADER_CHOICES = ("none", "ppp", "ethernet")
 WINDOW_GROWTHS = ("none", "cubic", "slow-start")  # flow.window_growth (flowsim.window.GROWTHS)
+LOSS_MODELS = ("none", "timeouts")  # flow.losses (flowsim.losses.LOSS_MODELS)
 DATAPATHS = ("auto", "kernel", "userspace", "afxdp")
 # testbed.switch_daemons: the machine's shared ovs-vswitchd, or this many of the run's own
 MAX_SWITCH_DAEMONS = 64
@@ -177,6 +178,10 @@ class Flow:
     # how TCP's window grows (flowsim.window): none (window_bytes fixed, or no window); cubic, as
     # the packet engine's Cubic at datacenter round trips; slow-start, doubling each round trip
     window_growth: str = "none"
+    # timeouts: connections starting at once whose first windows overflow a port's buffer
+    # (transport.switch_buffer_bytes) with too small a share each wait a 200 ms RTO
+    # (flowsim.losses); none: no buffers, no losses
+    losses: str = "none"
 
 
 @dataclass(frozen=True)
@@ -577,6 +582,7 @@ def _flow(data, file) -> Flow:
         store_and_forward=fs.get("store_and_forward", bool, False),
         window_growth=fs.get("window_growth", str, "none", check=lambda v: v in WINDOW_GROWTHS,
                              expected="one of " + ", ".join(WINDOW_GROWTHS)),
+        losses=fs.get("losses", str, "none", check=lambda v: v in LOSS_MODELS, expected="one of " + ", ".join(LOSS_MODELS)),
     )
     fs.done()
     return flow

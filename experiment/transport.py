@@ -22,6 +22,7 @@ LOSS_DETECTIONS = ("dupack", "rack")
 # 576: the smallest IPv4 datagram every host must take (RFC 791); 65535: IPv4's total length.
 MIN_MTU_BYTES, MAX_MTU_BYTES = 576, 65535
 MAX_BUFFER_BYTES = 1 << 34  # 16 GiB: far beyond any switch's whole memory
+DEFAULT_SWITCH_BUFFER_BYTES = 4 << 20  # per output port when unset: a few MiB, as shallow-buffer datacenter switches
 MAX_LATENCY_US = 1e6
 LINK_KINDS = ("host", "fabric", "nvlink")
 NUM = (int, float)

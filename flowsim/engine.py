@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from flowsim.bundles import Bundles
+from flowsim.losses import BurstLosses
 from flowsim.network import LINK_KINDS, Net
 from flowsim.rates import BYTE_TOL, DONE, INFLIGHT, QUEUED, RateSolver
 from flowsim.window import GROWTHS, CwndLaw, SlidingWindows
@@ -70,6 +71,8 @@ class Params:
     # transfer's last packet, min(size, mss) + header_bytes, for its serialization: delivery is
     # that much later. None: bytes cross every link at once.
     store_forward: tuple | None = None
+    # Timeouts where first windows overflow a port (flowsim.losses.BurstLosses); None: no buffers, no losses.
+    losses: BurstLosses | None = None
 
     def __post_init__(self):
         if not self.slice_bytes > 0:
@@ -95,6 +98,8 @@ class Params:
                                                    and self.store_forward[1] >= 0):
             raise ValueError(f"store_forward: expected (mss_bytes > 0, header_bytes >= 0) or None, "
                              f"found {self.store_forward!r}")
+        if self.losses is not None and not isinstance(self.losses, BurstLosses):
+            raise ValueError(f"losses: expected a BurstLosses or None, found {self.losses!r}")
         if self.series_bin_s is not None and not self.series_bin_s > 0:
             raise ValueError(f"series_bin_s: expected > 0 or None, found {self.series_bin_s!r}")
         # Computed once: the engine asks at every bundle and transfer.
@@ -209,7 +214,8 @@ class Simulation(Bundles, RateSolver):
         self.heap: list = []
         self.counters = {"events": 0, "solves": 0, "component_bundles": 0, "maxmin_rounds": 0, "fixed_point_iters": 0,
                          "fixed_point_unconverged": 0, "transfers": 0, "connections": 0, "bundles": 0,
-                         "routed": 0, "reroutes": 0, "polls": 0, "faults": 0, "catch_ups": 0}
+                         "routed": 0, "reroutes": 0, "polls": 0, "faults": 0, "catch_ups": 0,
+                         "overflows": 0, "timeouts": 0}
         self._setup_ranks()
         self._setup_arrays()
         self.link_bytes = np.zeros(net.n_links)
@@ -345,6 +351,8 @@ class Simulation(Bundles, RateSolver):
         self.T_fs, self.T_fe = z(np.int64), z(np.int64)   # followers: the sends gated on this transfer
         self.T_qpos = np.full(cap, -1, np.int64)           # position in the current solve's queue, or -1
         self.T_awake = z(bool)
+        self.T_penalty = z()       # flow.losses: seconds a transfer's delivery waits for its timeout
+        self.T_lchk = z(bool)      # flow.losses: looked at for a burst
         self.n_T = 0
         self.G = np.zeros(1024, np.int64)
         self.n_G = 0
@@ -391,7 +399,7 @@ class Simulation(Bundles, RateSolver):
         new = max(need, 2 * cap)
         for name in ("T_size", "T_sent", "T_rate", "T_last", "T_conn", "T_seq", "T_inst", "T_state", "T_earlier",
                      "T_gs", "T_ge", "T_ws", "T_we", "T_local", "T_first", "T_end", "T_fs", "T_fe", "T_qpos",
-                     "T_awake"):
+                     "T_awake", "T_penalty", "T_lchk"):
             old = getattr(self, name)
             arr = np.full(new, -1, old.dtype) if name == "T_qpos" else np.zeros(new, old.dtype)
             arr[:cap] = old
@@ -986,12 +994,14 @@ class Simulation(Bundles, RateSolver):
         return self.p.latency_s + delay
 
     def _lat_of(self, tids: np.ndarray) -> np.ndarray:
-        """Delivery latency of each transfer: its connection's."""
-        if not self._any_latency:
-            return np.zeros(len(tids))
-        lat = np.array([self.C_lat[c] for c in self.T_conn[tids].tolist()])
-        if self.p.store_forward is not None:
-            lat = lat + self._store_forward_s(self.T_conn[tids], self.T_size[tids])
+        """Delivery latency of each transfer: its connection's, and its timeout under flow.losses."""
+        lat = np.zeros(len(tids))
+        if self._any_latency:
+            lat += np.array([self.C_lat[c] for c in self.T_conn[tids].tolist()])
+            if self.p.store_forward is not None:
+                lat += self._store_forward_s(self.T_conn[tids], self.T_size[tids])
+        if self.p.losses is not None:
+            lat += self.T_penalty[tids]
         return lat
 
 

@@ -10,10 +10,13 @@ import math
 
 import numpy as np
 
-from flowsim.routing import path_weights
+from flowsim.losses import peak_queue_bytes
 from flowsim.maxmin import max_min_rates
+from flowsim.network import LINK_KINDS
+from flowsim.routing import path_weights
 
 QUEUED, DONE, INFLIGHT = 1, 2, 3
+NVLINK = LINK_KINDS.index("nvlink")
 SMALL_NNZ = 50_000       # incidence entries below which a solve uses bincounts, not sparse products
 BYTE_TOL = 1e-3          # bytes: a transfer this close to its end is done
 
@@ -109,6 +112,7 @@ class RateSolver:
         if len(self.C_rate) < nc:
             self.C_rate = np.concatenate([self.C_rate, np.zeros(nc - len(self.C_rate))])
             self.C_bytes = np.concatenate([self.C_bytes, np.zeros(nc - len(self.C_bytes))])
+        idle_before = self.C_rate == 0 if self.p.losses is not None else None  # bursts start on idle connections
         self.C_rate[:] = 0
         blive = np.array(sorted(self.B_live), np.int64)
         if not len(q) and not len(blive):
@@ -204,6 +208,63 @@ class RateSolver:
             self.link_load = np.bincount(links, weights=wts * rf[ent_of], minlength=len(capacity))[:self.net.n_links]
         else:
             self.link_load = (sp.csr_matrix(a_csc) @ rf)[:self.net.n_links]
+        if idle_before is not None and len(q):
+            self._burst_losses(q, free, idle_before)
+
+    def _burst_losses(self, q: np.ndarray, free: np.ndarray, idle_before: np.ndarray):
+        """flow.losses (flowsim.losses): the transfers that start sending now on an idle connection,
+        free of any gate, form bursts at the links they share; a burst that overflows a port with too
+        small a share each is delivered rto_s late. Each transfer is looked at once."""
+        lm = self.p.losses
+        new = (self.T_sent[q] <= 0) & (self.T_rate[q] > 0) & ~self.T_lchk[q]
+        self.T_lchk[q[new]] = True
+        new &= free & idle_before[self.T_conn[q]]
+        if not new.any():
+            return
+        conns, first = np.unique(self.T_conn[q[new]], return_index=True)  # a connection's first send only
+        tids = q[new][first]
+        cap = self.net.capacity_Bps
+        lens, links = self._conn_paths(conns)
+        if not lens.any():
+            return
+        owner = np.repeat(np.arange(len(conns)), lens)
+        nic = np.full(len(conns), -1)
+        nic[lens > 0] = links[np.concatenate([[0], np.cumsum(lens)])[:-1][lens > 0]]
+        # Each sender's share of its NIC among the connections it has sending now, never above its path.
+        a_lens, a_links = self._conn_paths(np.flatnonzero(self.C_rate > 0))
+        on_nic = np.bincount(a_links[np.concatenate([[0], np.cumsum(a_lens)])[:-1][a_lens > 0]], minlength=len(cap))
+        slowest = np.full(len(conns), np.inf)
+        np.minimum.at(slowest, owner, cap[links])
+        send = np.where(nic >= 0, np.minimum(cap[nic] / np.maximum(on_nic[nic], 1), slowest), 0.0)
+        window = lm.first_window_wire_bytes(self.T_size[tids])
+        rtt = 2.0 * np.array([self.C_lat[c] for c in conns.tolist()])
+        # (connection, link) pairs past the sender's NIC, NVLink left out (it does not drop); a
+        # spraying router's share of each path link (its weight) carries that share of the burst.
+        wt = (np.concatenate([path_weights(self.C_path[c]) for c, n in zip(conns.tolist(), lens.tolist()) if n])
+              if self.router.splits else np.ones(len(links)))
+        later = (links != nic[owner]) & (self.net.link_kind[links] != NVLINK)
+        key, share = np.unique(owner[later] * len(cap) + links[later], return_inverse=True)
+        share = np.bincount(share, weights=wt[later], minlength=len(key))
+        if not len(key):
+            return
+        pk, pl = key // len(cap), key % len(cap)   # sorted by connection, then link
+        order = np.argsort(pl, kind="stable")
+        pk, pl, share = pk[order], pl[order], share[order]
+        bounds = np.flatnonzero(np.r_[True, pl[1:] != pl[:-1], True])
+        at = pl[bounds[:-1]]
+        arriving = np.add.reduceat(send[pk] * share, bounds[:-1])
+        mine = np.add.reduceat(self.C_rate[conns][pk] * share, bounds[:-1])
+        drains = np.maximum(0.0, cap[at] - (self.link_load[at] - mine))  # less what other flows use
+        for g in np.flatnonzero(arriving > drains).tolist():
+            ks, w = pk[bounds[g]:bounds[g + 1]], share[bounds[g]:bounds[g + 1]]
+            link = int(at[g])
+            if peak_queue_bytes(window[ks] * w, send[ks] * w, drains[g]) <= lm.buffer_bytes:
+                continue
+            self.counters["overflows"] += 1
+            if lm.times_out(len(ks), cap[link] * float(rtt[ks].min())):
+                fresh = ks[self.T_penalty[tids[ks]] < lm.rto_s]
+                self.T_penalty[tids[fresh]] = lm.rto_s
+                self.counters["timeouts"] += len(fresh)
 
     def _conn_paths(self, conns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(path length of each connection, their links one after another), gathered from one flat

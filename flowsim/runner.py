@@ -21,7 +21,7 @@ import numpy as np
 from badinput.paths import open_out
 from experiment.engine import Interrupted, RunFailure, refuse_non_replay
 from experiment.model import Experiment, Scale
-from experiment.transport import EMULATOR_MTU_BYTES, check_transport, ignored_note
+from experiment.transport import DEFAULT_SWITCH_BUFFER_BYTES, EMULATOR_MTU_BYTES, check_transport, ignored_note
 from experiment.outputs.announcements import summarize as announcement_summary
 from experiment.outputs.summary import build as build_summary, job_results
 from experiment.outputs.write import write_json
@@ -30,6 +30,7 @@ from experiment.plan import PREDICT_MAX_TRANSFERS, announcements, collective_tra
 from flowsim.control import ControllerRouter, needs_controller, table_router
 from flowsim.cosched import PhaseGates
 from flowsim.engine import Fault, JobSpec, Params, Simulation, Straggler, window_bytes_of
+from flowsim.losses import BurstLosses
 from flowsim.network import FRAMING_BYTES, LINK_KINDS, TCPIP_HEADER_BYTES, Net, goodput_fraction
 from flowsim.routing import ShortestRouter
 
@@ -54,7 +55,7 @@ EMULATOR_SAMPLE_S = 0.25  # the emulator reads its link counters every quarter w
 def check(exp: Experiment) -> str:
     """Refuse what the flow engine cannot model (InputError, exit 2); one line on what it runs."""
     refuse_non_replay(exp, "flow", "it moves no packets")
-    ignored = check_transport(exp, ENGINE)
+    ignored = transport_ignored(exp)
     return (f"engine flow: {exp.flow.collective_model} collectives, routing {exp.routing}"
             + (f" (ECMP seed {exp.flow.ecmp_seed})" if not isinstance(table_router(exp.routing, 0), ShortestRouter)
                else "")
@@ -68,8 +69,28 @@ def check(exp: Experiment) -> str:
 
 def transport_ignored(exp: Experiment) -> list[str]:
     """The transport: keys the file set that the flow model does not model (the MTU counts
-    when flow.headers takes headers from the rates)."""
-    return [k for k in check_transport(exp, ENGINE) if not (k == "mtu_bytes" and exp.flow.headers != "none")]
+    when flow.headers takes headers from the rates, the MTU and buffers under flow.losses)."""
+    return [k for k in check_transport(exp, ENGINE) if k not in _modelled(exp)]
+
+
+def _modelled(exp: Experiment) -> set[str]:
+    """Transport keys the flow: options make the flow model use."""
+    out = set()
+    if exp.flow.headers != "none":
+        out.add("mtu_bytes")
+    if exp.flow.losses != "none":
+        out.update(("mtu_bytes", "switch_buffer_bytes"))
+    return out
+
+
+def burst_losses(exp: Experiment) -> BurstLosses | None:
+    """Params.losses for flow.losses: the ports' buffer (transport.switch_buffer_bytes, else the
+    packet engine's default) and the MTU's segments."""
+    if exp.flow.losses == "none":
+        return None
+    mtu = mtu_bytes(exp)
+    return BurstLosses(buffer_bytes=float(exp.transport.switch_buffer_bytes or DEFAULT_SWITCH_BUFFER_BYTES),
+                       frame_bytes=float(mtu), mss_bytes=float(mtu - TCPIP_HEADER_BYTES))
 
 
 def mtu_bytes(exp: Experiment) -> int:
@@ -237,7 +258,7 @@ class FlowEngine(Engine):
             slice_bytes=slice_bytes(exp), latency_s=latency_s(exp), hop_latency_s=hop_latency_s(exp),
             link_latency_s=link_latency_s(exp), collective_model=self.model,
             window_bytes=window_bytes_of(exp.flow.window_bytes), store_forward=store_forward(exp), series_bin_s=bin_s,
-            window_growth=exp.flow.window_growth, mss_bytes=mtu_bytes(exp) - TCPIP_HEADER_BYTES,
+            window_growth=exp.flow.window_growth, mss_bytes=mtu_bytes(exp) - TCPIP_HEADER_BYTES, losses=burst_losses(exp),
             record_transfers=self.model == "detailed" and self.transfers <= TRANSFER_EVENTS_MAX)
         phases = PhaseGates(announcements(fabric, jobs), router, on_event=events.add) if exp.coschedules else None
         net = Net.from_fabric(fabric)
@@ -444,6 +465,15 @@ def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model
             f"{mtu_bytes(exp) - TCPIP_HEADER_BYTES} bytes and grows by the bytes acked"
             + (", one segment per 20 acked from 16 segments on (HyStart's exit, Cubic before any loss)"
                if exp.flow.window_growth == "cubic" else "") + "; never restarted after idle; bundles ignore it"]
+    if exp.flow.losses != "none":
+        lm = burst_losses(exp)
+        assumptions["statements"] = assumptions["statements"] + [
+            f"losses {exp.flow.losses}: connections that start sending together (the detailed model's transfers on "
+            f"idle connections) send a first window of {lm.initial_segments} segments at their NIC share; where that "
+            f"overflows a port's {lm.buffer_bytes:g}-byte buffer and each holds under {lm.dupthresh + 1} frames of "
+            f"{lm.frame_bytes:g} bytes of it, each waits a {lm.rto_s * 1e3:g} ms RTO; losses repaired by fast "
+            f"retransmit cost nothing; bundles ignore it ({counters['overflows']} overflows, {counters['timeouts']} "
+            "timeouts)"]
     if res is not None and any(sim.class_mode):
         assumptions["statements"] = assumptions["statements"] + [
             f"rank classes: {sim.n_ranks} simulated ranks stand for {sum(jp.trace.nranks for jp in jobs)}; every rank of "
@@ -464,6 +494,8 @@ def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model
                   "headers": {"headers": exp.flow.headers, "mtu_bytes": mtu_bytes(exp), "goodput_fraction": goodput(exp)},
                   "store_and_forward": exp.flow.store_and_forward,
                   "window_growth": exp.flow.window_growth,
+                  "losses": {"losses": exp.flow.losses, "overflows": counters["overflows"],
+                             "timeouts": counters["timeouts"]},
                   "mirrors_scale": {"link": exp.scale.link, "bytes": exp.scale.bytes,
                                     "dilation": exp.scale.dilation} if exp.scale_given else None,
                   "ignored": ["testbed (but slice_bytes)", "scale (but what it mirrors)"]
@@ -471,7 +503,7 @@ def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model
                   "transport": {"models": {k: v for k, v in exp.transport.given().items()
                                            if k not in transport_ignored(exp)},
                                 "ignores": {k: v for k, v in ignored_note(exp, ENGINE).items()
-                                            if not (k == "mtu_bytes" and exp.flow.headers != "none")}},
+                                            if k not in _modelled(exp)}},
                   "counters": counters, "run_s": getattr(sim, "run_s", None), "wall_s": wall_s},
         "fidelity": {"ok": status == "complete" and converged, "engine": ENGINE, "checks": checks,
                      "note": "a model, not an emulation: what it assumed is under model"},

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from experiment.transport import Ecn
+from experiment.transport import DEFAULT_SWITCH_BUFFER_BYTES, Ecn
 
 CCS = ("newreno", "cubic", "dctcp", "bbr")
 
@@ -31,7 +31,7 @@ TLP_FLOOR_S = 0.002
 class Transport:
     cc: str = "cubic"
     mtu_bytes: int = 9000
-    switch_buffer_bytes: int = 4 << 20  # per output port: a few MiB, as shallow-buffer datacenter switches
+    switch_buffer_bytes: int = DEFAULT_SWITCH_BUFFER_BYTES  # per output port
     ecn: Ecn | None = None  # experiment.transport's, as the file gives it
     latency_us: dict = field(default_factory=dict)  # link kind (host, fabric, nvlink) -> one-way us
     spray: bool = False
