@@ -228,11 +228,10 @@ class RateSolver:
         if not lens.any():
             return
         owner = np.repeat(np.arange(len(conns)), lens)
-        nic = np.full(len(conns), -1)
-        nic[lens > 0] = links[np.concatenate([[0], np.cumsum(lens)])[:-1][lens > 0]]
+        nic = self._first_links(conns)
         # Each sender's share of its NIC among the connections it has sending now, never above its path.
-        a_lens, a_links = self._conn_paths(np.flatnonzero(self.C_rate > 0))
-        on_nic = np.bincount(a_links[np.concatenate([[0], np.cumsum(a_lens)])[:-1][a_lens > 0]], minlength=len(cap))
+        a_nic = self._first_links(np.flatnonzero(self.C_rate > 0))
+        on_nic = np.bincount(a_nic[a_nic >= 0], minlength=len(cap))
         slowest = np.full(len(conns), np.inf)
         np.minimum.at(slowest, owner, cap[links])
         send = np.where(nic >= 0, np.minimum(cap[nic] / np.maximum(on_nic[nic], 1), slowest), 0.0)
@@ -266,17 +265,28 @@ class RateSolver:
                 self.T_penalty[tids[fresh]] = lm.rto_s
                 self.counters["timeouts"] += len(fresh)
 
-    def _conn_paths(self, conns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(path length of each connection, their links one after another), gathered from one flat
-        copy of every routed path, made again only when a route is added or changes."""
+    def _flat(self) -> tuple[np.ndarray, np.ndarray]:
+        """(offsets, links): one flat copy of every routed path, made again only when a route is
+        added or changes."""
         key = (self._path_version, self.counters["routed"], len(self.C_path))
         flat = self.__dict__.get("_flat_paths")
         if flat is None or flat[0] != key:
             lens = np.fromiter((0 if p is None else len(p) for p in self.C_path), np.int64, len(self.C_path))
             links = np.concatenate([p for p in self.C_path if p is not None] or [np.zeros(0, np.int64)])
             flat = self._flat_paths = (key, np.concatenate([[0], np.cumsum(lens)]), links.astype(np.int64))
-        ptr, links = flat[1], flat[2]
+        return flat[1], flat[2]
+
+    def _conn_paths(self, conns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(path length of each connection, their links one after another)."""
+        ptr, links = self._flat()
         return ptr[conns + 1] - ptr[conns], self._ranges(ptr[:-1], ptr[1:], links, conns)[1]
+
+    def _first_links(self, conns: np.ndarray) -> np.ndarray:
+        """Each connection's first link (its sender's NIC), -1 where it has no path."""
+        ptr, links = self._flat()
+        if not len(links):
+            return np.full(len(conns), -1)
+        return np.where(ptr[conns + 1] > ptr[conns], links[np.minimum(ptr[conns], len(links) - 1)], -1)
 
     def _store_forward_s(self, conns: np.ndarray, size_bytes: np.ndarray) -> np.ndarray:
         """Store-and-forward delay of each transfer (Params.store_forward): its last packet,

@@ -81,6 +81,22 @@ def test_small_sends_fit_where_large_ones_overflow():
     assert incast_end_s(8, 2920, 32768) == pytest.approx(8 * 2920 / B, rel=1e-9)
 
 
+def test_senders_share_their_nic():
+    # An all-to-all of 9 hosts: each sends 8 first windows at once, each at 1/8 of its NIC, so
+    # every receiver's port takes 8 x B/8 = B, its own rate, and queues nothing; the same 8
+    # windows from 8 senders alone (incast) overflow 32 KiB and time out.
+    n, size = 9, 262144
+    fab = single_switch(n, link_gbps=GBPS)
+    ops = {r: [Op("x", "send", (), size_bytes=size, peer=p) for p in range(n) if p != r]
+           + [Op("x", "recv", (), size_bytes=size, peer=p) for p in range(n) if p != r] for r in range(n)}
+    sim = Simulation(Net.from_fabric(fab), [JobSpec("j", fab.hosts, Trace(nranks=n, groups={}, ops=ops))],
+                     EcmpRouter(0), Params(losses=BurstLosses(buffer_bytes=32768, frame_bytes=MTU, mss_bytes=MSS)))
+    res = sim.run()
+    assert sim.counters["overflows"] == 0 and sim.counters["timeouts"] == 0
+    assert max(e["end"] for e in res.op_events()) < 0.2
+    assert incast_end_s(n - 1, size, 32768) > 0.2
+
+
 def test_option_through_a_file(tmp_path):
     spec = {"name": "incast8", "engine": "flow", "topology": {"kind": "single-switch", "hosts": 9, "link_gbps": 10},
             "transport": {"mtu_bytes": 1500, "switch_buffer_bytes": 32768},
