@@ -21,6 +21,13 @@ SMALL_NNZ = 50_000       # incidence entries below which a solve uses bincounts,
 BYTE_TOL = 1e-3          # bytes: a transfer this close to its end is done
 
 
+def _close(a: np.ndarray, b: np.ndarray) -> bool:
+    """np.allclose(a, b, rtol=1e-9, atol=1e-6), the same test without its per-call overhead
+    (it ran once a fixed-point round, hundreds of thousands of times a run)."""
+    with np.errstate(invalid="ignore"):
+        return bool((((np.abs(a - b) <= 1e-6 + 1e-9 * np.abs(b)) & np.isfinite(b)) | (a == b)).all())
+
+
 def fill_rates(ent: np.ndarray, link: np.ndarray, w: np.ndarray, cap_link: np.ndarray,
                cap_ent: np.ndarray) -> tuple[np.ndarray, int]:
     """Max-min rates by progressive filling over a small problem given as triples (entity, local
@@ -195,7 +202,7 @@ class RateSolver:
             rates_q = self._distribute(q, seg, rc, free, track) if len(q) else rates_q
             if not gi["held"].any():  # no demand follows a rate: the next round would repeat this one
                 break
-            if prev is not None and np.allclose(rates_q, prev, rtol=1e-9, atol=1e-6):
+            if prev is not None and _close(rates_q, prev):
                 break
             prev = rates_q
         else:
