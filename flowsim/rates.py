@@ -291,9 +291,10 @@ class RateSolver:
     def _first_links(self, conns: np.ndarray) -> np.ndarray:
         """Each connection's first link (its sender's NIC), -1 where it has no path."""
         ptr, links = self._flat()
-        if not len(links):
-            return np.full(len(conns), -1)
-        return np.where(ptr[conns + 1] > ptr[conns], links[np.minimum(ptr[conns], len(links) - 1)], -1)
+        first, nic = ptr[conns], np.full(len(conns), -1)
+        has = ptr[conns + 1] > first
+        nic[has] = links[first[has]]
+        return nic
 
     def _store_forward_s(self, conns: np.ndarray, size_bytes: np.ndarray) -> np.ndarray:
         """Store-and-forward delay of each transfer (Params.store_forward): its last packet,
