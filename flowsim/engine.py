@@ -977,6 +977,7 @@ class Simulation(Bundles, RateSolver):
             slow = fin[late]
             self.T_last[slow] = self.T_rate[slow]
             self.T_state[slow] = INFLIGHT
+            self.T_end[slow] = self.now + lat[late]  # when its last byte lands (the deliver event)
             self.T_rate[slow] = 0
             for t, d in zip(slow.tolist(), lat[late].tolist()):
                 self._push(self.now + d, "deliver", t)

@@ -383,9 +383,16 @@ class RateSolver:
             r[inq] = rates_q[pos[inq]]
             return r
 
-        delivered0 = lambda r_g: np.maximum(self.T_sent[g] - a * r_g, 0.0)  # noqa: E731
+        # Bytes of each gate delivered by now, linear in time until the next event: a queued
+        # gate's sent less what its rate keeps in flight; an in-flight one's last bytes land at
+        # its rate until its deliver event (T_end), so its progress moves as gate_rate says.
+        # Below 0: nothing has landed yet.
+        inflight = self.T_state[g] == INFLIGHT
         r_g0 = gate_rate(np.maximum(self.T_rate[q], 0))
-        frac = delivered0(r_g0) / size_g
+        lin = self.T_sent[g] - a * r_g0
+        lin[inflight] = self.T_size[g][inflight] - r_g0[inflight] * (self.T_end[g][inflight] - self.now)
+        frac_lin = lin / size_g
+        frac = np.maximum(frac_lin, 0.0)
         minfrac = np.ones(n)
         if len(owner):
             np.minimum.at(minfrac, owner, frac)
@@ -411,7 +418,8 @@ class RateSolver:
             out = np.where(held, size_x * np.where(np.isfinite(d), d, 0.0), 0.0)
             return out
 
-        return {"free": free, "track": track, "owner": owner, "g": g, "frac": frac, "minfrac": minfrac,
+        return {"free": free, "track": track, "owner": owner, "g": g, "frac": frac, "frac_lin": frac_lin,
+                "minfrac": minfrac,
                 "held": held, "blocked": blocked, "binding": binding, "size_x": size_x, "lag": lag,
                 "size_g": size_g, "gate_rate": gate_rate}
 
@@ -551,7 +559,8 @@ class RateSolver:
         bo = gi["blocked"][owner]
         if bo.any():
             o = owner[bo]
-            need = (sent[o] + lag[o]) / size_x[o] - frac[bo]
+            # from the linear progress: a gate that has delivered nothing yet opens it no sooner
+            need = (sent[o] + lag[o]) / size_x[o] - gi["frac_lin"][bo]
             with np.errstate(divide="ignore", invalid="ignore"):
                 te = np.where(need <= 0, 0.0, np.where(dfrac[bo] > 0, need / dfrac[bo], np.inf))
             opens = np.zeros(len(q))
