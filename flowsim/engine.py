@@ -1023,6 +1023,7 @@ class Simulation(Bundles, RateSolver):
         for k, c in enumerate(miss):
             self.C_path[c] = links[bounds[k]:bounds[k + 1]]
             self.C_lat[c] = self._path_lat(self.C_path[c])
+        self._flat_add(np.array(miss, np.int64), np.asarray(indptr, np.int64), links)
         self._n_unrouted -= len(miss)
         self.counters["routed"] += len(miss)
 

@@ -11,13 +11,11 @@ import math
 import numpy as np
 
 from flowsim.losses import peak_queue_bytes
-from flowsim.maxmin import max_min_rates
 from flowsim.network import LINK_KINDS
 from flowsim.routing import path_weights
 
 QUEUED, DONE, INFLIGHT = 1, 2, 3
 NVLINK = LINK_KINDS.index("nvlink")
-SMALL_NNZ = 50_000       # incidence entries below which a solve uses bincounts, not sparse products
 BYTE_TOL = 1e-3          # bytes: a transfer this close to its end is done
 
 
@@ -30,8 +28,8 @@ def _close(a: np.ndarray, b: np.ndarray) -> bool:
 
 def fill_rates(ent: np.ndarray, link: np.ndarray, w: np.ndarray, cap_link: np.ndarray,
                cap_ent: np.ndarray) -> tuple[np.ndarray, int]:
-    """Max-min rates by progressive filling over a small problem given as triples (entity, local
-    link, weight). Returns (rate per entity, rounds).
+    """Max-min rates by progressive filling over a problem given as triples (entity, local link,
+    weight). Returns (rate per entity, rounds).
 
     As entities freeze, every link's fair share (what is left over the weight still rising) only
     grows, since each freezes at no more than the shares of its links. So a link whose share is no
@@ -161,13 +159,9 @@ class RateSolver:
         indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
         n_ent = len(conns) + len(blive)
         ent_of = np.repeat(np.arange(n_ent), np.diff(indptr))  # the same incidence as triples
-        small = len(links) <= SMALL_NNZ  # numpy bincounts beat scipy's overhead on small problems
-        if not small:
-            import scipy.sparse as sp  # only for large problems: importing it is a tenth of a small run
-        a_csc = None if small else sp.csr_matrix((wts, links, indptr), shape=(n_ent, len(capacity))).T.tocsc()
-        if small:  # the links in use, numbered from 0: a round then costs what they are, not the fabric
-            used_links, links_local = np.unique(links, return_inverse=True)
-            cap_local = capacity[used_links]
+        # The links in use, numbered from 0: a round then costs what they are, not the fabric.
+        used_links, links_local = np.unique(links, return_inverse=True)
+        cap_local = capacity[used_links]
         unrouted = path_lens[:len(conns)] == 0
         has_free = np.zeros(len(conns), bool)
         if len(q):
@@ -189,13 +183,9 @@ class RateSolver:
             want[:len(conns)] &= ~unrouted
             r = np.zeros(n_ent)
             if want.any():
-                if small:
-                    keep = want[ent_of]
-                    local = np.cumsum(want) - 1
-                    rr, rounds = fill_rates(local[ent_of[keep]], links_local[keep], wts[keep], cap_local, ent_cap[want])
-                else:
-                    sub = a_csc[:, np.flatnonzero(want)]
-                    rr, rounds = max_min_rates(sub, capacity, cap=ent_cap[want], return_rounds=True)
+                keep = want[ent_of]
+                local = np.cumsum(want) - 1
+                rr, rounds = fill_rates(local[ent_of[keep]], links_local[keep], wts[keep], cap_local, ent_cap[want])
                 self.counters["maxmin_rounds"] += rounds
                 r[want] = rr
             rc = r[:len(conns)]
@@ -211,10 +201,7 @@ class RateSolver:
         self.C_rate[conns] = rc if len(conns) else 0
         self.B_rate[blive] = r[len(conns):]
         rf = np.where(np.isfinite(r), r, 0.0)
-        if small:
-            self.link_load = np.bincount(links, weights=wts * rf[ent_of], minlength=len(capacity))[:self.net.n_links]
-        else:
-            self.link_load = (sp.csr_matrix(a_csc) @ rf)[:self.net.n_links]
+        self.link_load = np.bincount(links, weights=wts * rf[ent_of], minlength=len(capacity))[:self.net.n_links]
         if idle_before is not None and len(q):
             self._burst_losses(q, free, idle_before)
 
@@ -272,27 +259,48 @@ class RateSolver:
                 self.T_penalty[tids[fresh]] = lm.rto_s
                 self.counters["timeouts"] += len(fresh)
 
-    def _flat(self) -> tuple[np.ndarray, np.ndarray]:
-        """(offsets, links): one flat copy of every routed path, made again only when a route is
-        added or changes."""
-        key = (self._path_version, self.counters["routed"], len(self.C_path))
-        flat = self.__dict__.get("_flat_paths")
-        if flat is None or flat[0] != key:
-            lens = np.fromiter((0 if p is None else len(p) for p in self.C_path), np.int64, len(self.C_path))
+    def _flat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(start, end, links): connection c's path is links[start[c]:end[c]], empty where it has
+        none. Routes added are appended (_flat_add); made again only when a route moves."""
+        n = len(self.C_path)
+        fl = self.__dict__.get("_flat_paths")
+        if fl is None or fl["version"] != self._path_version:
+            lens = np.fromiter((0 if p is None else len(p) for p in self.C_path), np.int64, n)
             links = np.concatenate([p for p in self.C_path if p is not None] or [np.zeros(0, np.int64)])
-            flat = self._flat_paths = (key, np.concatenate([[0], np.cumsum(lens)]), links.astype(np.int64))
-        return flat[1], flat[2]
+            end = np.cumsum(lens)
+            fl = self._flat_paths = {"version": self._path_version, "start": end - lens, "end": end,
+                                     "buf": links.astype(np.int64), "used": len(links)}
+        elif len(fl["start"]) < n:  # connections opened since, not routed yet
+            pad = np.zeros(n - len(fl["start"]), np.int64)
+            fl["start"], fl["end"] = np.concatenate([fl["start"], pad]), np.concatenate([fl["end"], pad])
+        return fl["start"], fl["end"], fl["buf"][:fl["used"]]
+
+    def _flat_add(self, conns: np.ndarray, indptr: np.ndarray, links: np.ndarray):
+        """Connections routed just now (conns[k] on links[indptr[k]:indptr[k + 1]]): appended to
+        the flat copy, so that opening connections one step at a time costs what they add."""
+        fl = self.__dict__.get("_flat_paths")
+        if fl is None or fl["version"] != self._path_version:
+            return  # the next _flat makes it afresh
+        self._flat()  # room for connections opened since
+        u, need = fl["used"], fl["used"] + len(links)
+        if need > len(fl["buf"]):
+            buf = np.zeros(max(need, 2 * len(fl["buf"])), np.int64)
+            buf[:u] = fl["buf"][:u]
+            fl["buf"] = buf
+        fl["buf"][u:need] = links
+        fl["used"] = need
+        fl["start"][conns], fl["end"][conns] = u + indptr[:-1], u + indptr[1:]
 
     def _conn_paths(self, conns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(path length of each connection, their links one after another)."""
-        ptr, links = self._flat()
-        return ptr[conns + 1] - ptr[conns], self._ranges(ptr[:-1], ptr[1:], links, conns)[1]
+        start, end, links = self._flat()
+        return end[conns] - start[conns], self._ranges(start, end, links, conns)[1]
 
     def _first_links(self, conns: np.ndarray) -> np.ndarray:
         """Each connection's first link (its sender's NIC), -1 where it has no path."""
-        ptr, links = self._flat()
-        first, nic = ptr[conns], np.full(len(conns), -1)
-        has = ptr[conns + 1] > first
+        start, end, links = self._flat()
+        first, nic = start[conns], np.full(len(conns), -1)
+        has = end[conns] > first
         nic[has] = links[first[has]]
         return nic
 

@@ -23,7 +23,7 @@ def test_reading_an_experiment_needs_no_scipy_and_the_api_still_loads_on_use():
 
 
 def test_a_small_flow_simulation_needs_no_sparse_solver():
-    # scipy.sparse costs about a tenth of a 16-GPU `dtnet run`; only problems past rates.SMALL_NNZ use it.
+    # scipy.sparse costs about a tenth of a 16-GPU `dtnet run`; the rate solver fills with numpy alone.
     code = ("from flowsim import EcmpRouter, JobSpec, Net, Params, Simulation\n"
             "from topologies import build\nfrom traffic.workload import build_workload\n"
             "fab = build('single-switch', {'hosts': 4, 'link_gbps': 400})\n"

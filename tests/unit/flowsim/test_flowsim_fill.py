@@ -59,3 +59,23 @@ def test_fill_by_local_bottlenecks_changes_no_time(case, monkeypatch):
     for a, b in zip(fast, ref):
         assert a[:2] == b[:2]
         assert a[2] == pytest.approx(b[2], rel=1e-9, abs=1e-15) and a[3] == pytest.approx(b[3], rel=1e-9, abs=1e-15)
+
+
+def test_fill_on_a_large_problem_is_max_min_and_the_levels_agree():
+    # Every solve fills by local bottlenecks now, those past 50,000 incidence entries included (the
+    # MoE all-to-all of 128 GPUs: 16,256 connections). A random problem of that size, with caps:
+    # the same rates as one level a round, within its 1e-9 rounding, and the max-min conditions.
+    from flowsim.maxmin import check_max_min
+    rng = np.random.default_rng(7)
+    n_ent, n_link, hops = 16_000, 1_500, 5
+    ent = np.repeat(np.arange(n_ent), hops)
+    link = rng.integers(0, n_link, n_ent * hops)
+    w = np.ones(len(ent))
+    cap_link = rng.uniform(10.0, 50.0, n_link)
+    cap_ent = np.where(rng.random(n_ent) < 0.2, rng.uniform(0.001, 0.05, n_ent), np.inf)
+    rate, rounds = flowsim.rates.fill_rates(ent, link, w, cap_link, cap_ent)
+    ref, ref_rounds = level_by_level(ent, link, w, cap_link, cap_ent)
+    assert len(ent) > 50_000 and rounds < ref_rounds
+    np.testing.assert_allclose(rate, ref, rtol=1e-8)
+    a = sp.csr_matrix((w, (link, ent)), shape=(n_link, n_ent))
+    assert check_max_min(a, cap_link, rate, cap=cap_ent) == []
