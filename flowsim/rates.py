@@ -263,33 +263,26 @@ class RateSolver:
         """(start, end, links): connection c's path is links[start[c]:end[c]], empty where it has
         none. Routes added are appended (_flat_add); made again only when a route moves."""
         n = len(self.C_path)
-        fl = self.__dict__.get("_flat_paths")
-        if fl is None or fl["version"] != self._path_version:
+        if self.__dict__.get("_fp_version") != self._path_version:
             lens = np.fromiter((0 if p is None else len(p) for p in self.C_path), np.int64, n)
             links = np.concatenate([p for p in self.C_path if p is not None] or [np.zeros(0, np.int64)])
-            end = np.cumsum(lens)
-            fl = self._flat_paths = {"version": self._path_version, "start": end - lens, "end": end,
-                                     "buf": links.astype(np.int64), "used": len(links)}
-        elif len(fl["start"]) < n:  # connections opened since, not routed yet
-            pad = np.zeros(n - len(fl["start"]), np.int64)
-            fl["start"], fl["end"] = np.concatenate([fl["start"], pad]), np.concatenate([fl["end"], pad])
-        return fl["start"], fl["end"], fl["buf"][:fl["used"]]
+            self._fp_end = np.cumsum(lens)
+            self._fp_start = self._fp_end - lens
+            self._FP, self.n_FP = links.astype(np.int64), len(links)
+            self._fp_version = self._path_version
+        elif len(self._fp_start) < n:  # connections opened since, not routed yet
+            pad = np.zeros(n - len(self._fp_start), np.int64)
+            self._fp_start, self._fp_end = np.concatenate([self._fp_start, pad]), np.concatenate([self._fp_end, pad])
+        return self._fp_start, self._fp_end, self._FP[:self.n_FP]
 
     def _flat_add(self, conns: np.ndarray, indptr: np.ndarray, links: np.ndarray):
         """Connections routed just now (conns[k] on links[indptr[k]:indptr[k + 1]]): appended to
         the flat copy, so that opening connections one step at a time costs what they add."""
-        fl = self.__dict__.get("_flat_paths")
-        if fl is None or fl["version"] != self._path_version:
+        if self.__dict__.get("_fp_version") != self._path_version:
             return  # the next _flat makes it afresh
         self._flat()  # room for connections opened since
-        u, need = fl["used"], fl["used"] + len(links)
-        if need > len(fl["buf"]):
-            buf = np.zeros(max(need, 2 * len(fl["buf"])), np.int64)
-            buf[:u] = fl["buf"][:u]
-            fl["buf"] = buf
-        fl["buf"][u:need] = links
-        fl["used"] = need
-        fl["start"][conns], fl["end"][conns] = u + indptr[:-1], u + indptr[1:]
+        u = self._append("_FP", "n_FP", links)
+        self._fp_start[conns], self._fp_end[conns] = u + indptr[:-1], u + indptr[1:]
 
     def _conn_paths(self, conns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(path length of each connection, their links one after another)."""
