@@ -18,7 +18,9 @@ point emulates the same real-cluster traffic with more packets per second.
 --switchd picks the switch daemons (testbed.switch_daemons and userspace_tso):
 shared (the machine's ovs-vswitchd), own (one of the run's own), tso (the run's
 own, with userspace TSO and the hosts' TCP offloads on), own2 and tso2 (two of
-the run's own, the switches split between them). Under `taskset -c 0`
+the run's own, the switches split between them); a suffix -libc or -tcmalloc
+on the run's own picks their allocator (testbed.switch_malloc; without one,
+tcmalloc where installed). Under `taskset -c 0`
 the run's own daemons stay on that core with everything else; the shared one
 does not (it was started outside).
 """
@@ -49,6 +51,17 @@ SWITCHD = {"shared": {"switch_daemons": "shared", "userspace_tso": False},
            "tso": {"switch_daemons": 1, "userspace_tso": True},
            "own2": {"switch_daemons": 2, "userspace_tso": False},
            "tso2": {"switch_daemons": 2, "userspace_tso": True}}
+MALLOCS = ("tcmalloc", "libc")  # a variant's suffix, e.g. tso2-libc: testbed.switch_malloc (default auto)
+
+
+def switchd_settings(variant: str) -> dict:
+    """testbed settings of a --switchd variant: a SWITCHD name, for the run's own daemons optionally
+    with -tcmalloc or -libc (testbed.switch_malloc)."""
+    base, _, malloc = variant.partition("-")
+    if base not in SWITCHD or (malloc and (malloc not in MALLOCS or base == "shared")):
+        raise ValueError(f"expected one of {', '.join(SWITCHD)} (all but shared optionally -tcmalloc or -libc), "
+                         f"found {variant}")
+    return {**SWITCHD[base], **({"switch_malloc": malloc} if malloc else {})}
 WORKLOADS = {
     "ring": ("ecmp", {"collective": "all_reduce", "algorithm": "ring", "size_bytes": 1 << 30, "iterations": 3}),
     "stride": ("congestion-aware", {"pattern": "stride", "size_bytes": 5_000_000_000}),
@@ -65,7 +78,7 @@ def experiment(fabric: str, workload: str, rate_mbps: float, datapath: str, swit
         "name": f"capacity-{fabric}-{workload}",
         "topology": {**FABRICS[fabric], "link_gbps": 400},
         "scale": {"link": link, "bytes": link * DILATION},
-        "controller": {"routing": routing}, "testbed": {"datapath": datapath, **SWITCHD[switchd]},
+        "controller": {"routing": routing}, "testbed": {"datapath": datapath, **switchd_settings(switchd)},
         "jobs": [{"name": workload, "hosts": "all", "order": order, "workload": wl}]})
 
 
@@ -82,7 +95,8 @@ def iperf3_point(exp, out_dir, duration_s=6.0) -> float:
     pairs = [(h, hosts[(i + step) % len(hosts)]) for i, h in enumerate(hosts)]
     with Testbed(fabric, out_dir, routing="congestion-aware", scale_link=exp.scale.link,
                  datapath=exp.testbed.datapath, switch_daemons=exp.testbed.switch_daemons,
-                 userspace_tso=exp.testbed.userspace_tso, log=lambda *_: None) as tb:
+                 userspace_tso=exp.testbed.userspace_tso, switch_malloc=exp.testbed.switch_malloc,
+                 log=lambda *_: None) as tb:
         got = sum(iperf3_flows(tb, pairs, duration_s))
     return got / (len(hosts) * exp.emulated_mbps(400))
 
@@ -92,12 +106,15 @@ def main(argv=None) -> int:
     ap.add_argument("--rates", default="5,10,20,40", help="emulated link rates in Mb/s")
     ap.add_argument("--datapaths", default="userspace,afxdp")
     ap.add_argument("--fabrics", default="fat-tree,rail-optimized")
-    ap.add_argument("--switchd", default="shared", help="comma-separated: " + ", ".join(SWITCHD))
+    ap.add_argument("--switchd", default="shared", help="comma-separated: " + ", ".join(SWITCHD)
+                    + "; the run's own with -libc or -tcmalloc: that allocator (default: tcmalloc where installed)")
     args = ap.parse_args(argv)
     variants = args.switchd.split(",")
     for v in variants:
-        if v not in SWITCHD:
-            ap.error(f"--switchd: expected one of {', '.join(SWITCHD)}, found {v}")
+        try:
+            switchd_settings(v)
+        except ValueError as e:
+            ap.error(f"--switchd: {e}")
     print(f"cpus allowed: {sorted(os.sched_getaffinity(0))}; load average {os.getloadavg()[0]:.2f}")
     rates = [float(r) for r in args.rates.split(",")]
     print(f"{'datapath':<17} {'fabric':<15} {'Mb/s':>5} {'ring':>14} {'stride':>14} {'iperf3':>7}   "

@@ -21,6 +21,13 @@ the stride pairs) while a thread samples every process's CPU times and
 
 --length multiplies bench_capacity's workloads (ring iterations, stride
 bytes) and iperf3's 4 s, so that the steady replay spans enough samples.
+
+--experiment FILE [--set KEY=VALUE ...] runs an experiment file instead (its
+own fabric, scale and testbed; --fabric, --rate, --switchd and --workloads
+are then not used):
+
+    sudo flock -o /tmp/dtnet-mininet.lock .venv/bin/python bench/bench_cpu.py \
+        --experiment experiments/ring-leaf-spine-64.yaml --set testbed.switch_malloc=libc
 """
 from __future__ import annotations
 
@@ -36,10 +43,11 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.bench_capacity import SWITCHD, WORKLOADS, experiment  # noqa: E402
+from bench.bench_capacity import SWITCHD, WORKLOADS, experiment, switchd_settings  # noqa: E402
 from emulator.run.runner import run_experiment  # noqa: E402
 from emulator.testbed.iperf import iperf3_flows  # noqa: E402
 from emulator.testbed.lifecycle import Testbed  # noqa: E402
+from experiment import model  # noqa: E402
 
 CATEGORIES = ("ovs-vswitchd", "ryu", "agents", "iperf3", "mininet shells", "dtnet", "spawned",
               "kernel threads", "other")
@@ -144,29 +152,29 @@ def replay_window(out_dir: str) -> tuple[float, float]:
 
 
 def measure(fabric: str, workload: str, rate: float, datapath: str, tmp: str, iperf_s: float,
-            switchd: str = "shared") -> dict:
+            switchd: str = "shared", exp=None) -> dict:
     sampler = Sampler().start()
     try:
-        if workload == "iperf3":
+        if exp is not None or workload != "iperf3":
+            exp = exp if exp is not None else experiment(fabric, workload, rate, datapath, switchd)
+            out = os.path.join(tmp, workload)
+            s = run_experiment(exp, out, log=lambda *_: None)
+            norm, ok = s["traffic"]["normalized_throughput"], s["fidelity"]["ok"]
+            t0, t1 = replay_window(out)
+            window = (t0 + 1.0, t1 - 0.5)
+        else:
             exp = experiment(fabric, "stride", rate, datapath, switchd)
             hosts = exp.fabric().hosts
             step = exp.jobs[0].workload["stride"]
             pairs = [(h, hosts[(i + step) % len(hosts)]) for i, h in enumerate(hosts)]
             with Testbed(exp.fabric(), os.path.join(tmp, "iperf3"), routing="congestion-aware",
                          scale_link=exp.scale.link, datapath=datapath, log=lambda *_: None,
-                         **SWITCHD[switchd]) as tb:
+                         **switchd_settings(switchd)) as tb:
                 t0 = time.time()
                 got = sum(iperf3_flows(tb, pairs, iperf_s))
                 t1 = time.time()
             norm, ok = got / (len(hosts) * exp.emulated_mbps(400)), None
             window = (t0 + 1.5, t1 - 1.0)
-        else:
-            exp = experiment(fabric, workload, rate, datapath, switchd)
-            out = os.path.join(tmp, workload)
-            s = run_experiment(exp, out, log=lambda *_: None)
-            norm, ok = s["traffic"]["normalized_throughput"], s["fidelity"]["ok"]
-            t0, t1 = replay_window(out)
-            window = (t0 + 1.0, t1 - 0.5)
     finally:
         sampler.stop()
     return {"workload": workload, "normalized": norm, "fidelity_ok": ok, **sampler.breakdown(*window)}
@@ -177,20 +185,37 @@ def main(argv=None) -> int:
     ap.add_argument("--fabric", default="fat-tree", choices=("fat-tree", "rail-optimized"))
     ap.add_argument("--rate", type=float, default=20.0, help="emulated link rate in Mb/s")
     ap.add_argument("--datapath", default="userspace")
-    ap.add_argument("--switchd", default="shared", choices=tuple(SWITCHD),
-                    help="the switch daemons (bench_capacity.py --switchd)")
+    ap.add_argument("--switchd", default="shared",
+                    help="the switch daemons: " + ", ".join(SWITCHD) + ", the run's own with -libc or -tcmalloc "
+                         "(bench_capacity.py --switchd)")
     ap.add_argument("--workloads", default="ring,stride,iperf3")
     ap.add_argument("--length", type=int, default=4, help="workload length factor (see above)")
     ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument("--experiment", metavar="FILE", help="run this experiment file instead of a capacity workload")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="overrides of --experiment's file")
     args = ap.parse_args(argv)
+    try:
+        switchd_settings(args.switchd)
+    except ValueError as e:
+        ap.error(f"--switchd: {e}")
     WORKLOADS["ring"][1]["iterations"] *= args.length
     WORKLOADS["stride"][1]["size_bytes"] *= args.length
     results = []
     with tempfile.TemporaryDirectory(prefix="dtnet-cpu-") as tmp:
-        for wl in args.workloads.split(","):
-            results.append(measure(args.fabric, wl, args.rate, args.datapath, tmp, 4.0 * args.length, args.switchd))
-    print(f"{args.fabric}, {args.rate:g} Mb/s links, {args.datapath}/{args.switchd}, length x{args.length}; "
-          f"load average {os.getloadavg()[0]:.2f}; "
+        if args.experiment:
+            from badinput import InputError
+            try:
+                exp = model.load(args.experiment, args.set)
+            except InputError as e:
+                print(f"bench_cpu.py: {e}", file=sys.stderr)
+                return 2
+            results.append(measure("", exp.name, 0.0, "", tmp, 0.0, exp=exp))
+            what = f"{args.experiment} {' '.join(args.set)}"
+        else:
+            for wl in args.workloads.split(","):
+                results.append(measure(args.fabric, wl, args.rate, args.datapath, tmp, 4.0 * args.length, args.switchd))
+            what = f"{args.fabric}, {args.rate:g} Mb/s links, {args.datapath}/{args.switchd}, length x{args.length}"
+    print(f"{what}; load average {os.getloadavg()[0]:.2f}; "
           f"% of one core ({os.cpu_count()} cores = {100 * os.cpu_count()}%)")
     names = [r["workload"] for r in results]
     print(f"{'':<16}" + "".join(f"{n:>10}" for n in names))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from badinput import InputError
 from emulator.run import faults
-from emulator.testbed import transport
+from emulator.testbed import switchd, transport
 
 
 def check(exp) -> str:
@@ -23,6 +23,12 @@ def check_switch_daemons(tb, source=None) -> None:
     if tb.userspace_tso and tb.switch_daemons == "shared":
         raise InputError("testbed.userspace_tso", "false with switch_daemons: shared (ovs-vswitchd reads it only "
                          "when it starts; set switch_daemons to a count)", tb.userspace_tso, source)
+    if tb.switch_malloc != "auto" and tb.switch_daemons == "shared":
+        raise InputError("testbed.switch_malloc", "auto with switch_daemons: shared (the machine's daemon keeps "
+                         "the allocator it was started with; set switch_daemons to a count)", tb.switch_malloc, source)
+    if tb.switch_malloc == "tcmalloc" and switchd.tcmalloc_path() is None:
+        raise InputError("testbed.switch_malloc", "auto or libc on this machine (tcmalloc is not installed: "
+                         "apt-get install libtcmalloc-minimal4)", tb.switch_malloc, source)
     if tb.switch_daemons != "shared" and tb.datapath == "afxdp":
         raise InputError("testbed.switch_daemons", "shared with datapath afxdp (its link namespace is not wired "
                          "for the run's own daemons)", tb.switch_daemons, source)

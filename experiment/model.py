@@ -42,6 +42,8 @@ LOSS_MODELS = ("none", "timeouts")  # flow.losses (flowsim.losses.LOSS_MODELS)
 DATAPATHS = ("auto", "kernel", "userspace", "afxdp")
 # testbed.switch_daemons: the machine's shared ovs-vswitchd, or this many of the run's own
 MAX_SWITCH_DAEMONS = 64
+# testbed.switch_malloc: the allocator of the run's own switch daemons (auto: tcmalloc where installed)
+SWITCH_MALLOCS = ("auto", "tcmalloc", "libc")
 ORDERS = ("as-listed", "rail-aligned")
 # Mininet's TCLink refuses bw above 1000 Mb/s; below 0.1 Mb/s HTB is coarse.
 MAX_EMULATED_MBPS = 1000.0
@@ -138,6 +140,9 @@ class Testbed:
     # OVS userspace TSO with the hosts' TCP offloads on: switches carry up to 64 KB super-packets.
     # Needs a count of switch_daemons (the option takes effect only when ovs-vswitchd starts).
     userspace_tso: bool = setting(False, bool, None, "true or false")
+    # The run's own daemons' allocator: glibc's malloc costs them a page fault storm on every
+    # receive batch, tcmalloc half their CPU (docs/datapaths.md, "The switch daemons' allocator").
+    switch_malloc: str = setting("auto", str, lambda v: v in SWITCH_MALLOCS, "one of " + ", ".join(SWITCH_MALLOCS))
     slice_bytes: int = setting(16384, int, lambda v: 512 <= v <= 1 << 24, "an integer in 512..16777216")
     queue_packets: int = setting(1000, int, lambda v: 2 <= v <= 100000, "an integer in 2..100000")
     timeout_s: float = setting(600.0, NUM, limits.WAIT_S.ok, limits.WAIT_S.expected)

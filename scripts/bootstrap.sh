@@ -15,13 +15,14 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${DTNET_VENV:-$ROOT/.venv}"
-APT_PKGS=(mininet python3-networkx python3-yaml openvswitch-switch iperf3 ethtool iputils-ping tcpdump iproute2 python3-venv python3-dev gcc make python3-simgrid)
+# libtcmalloc-minimal4: the switch daemons' allocator (half their CPU against glibc's malloc, docs/datapaths.md)
+APT_PKGS=(mininet python3-networkx python3-yaml openvswitch-switch iperf3 ethtool iputils-ping tcpdump iproute2 python3-venv python3-dev gcc make python3-simgrid libtcmalloc-minimal4)
 # ns-3 for `engine: packet`, with DTNET_NS3=1 (`make packet`, `make test`): Debian's C++ library
-# a compiler for the engine's driver (docs/packet-engine.md says why not the PyPI bindings), and
-# tcmalloc, which the driver links when present (a quarter faster).
+# a compiler for the engine's driver (docs/packet-engine.md says why not the PyPI bindings); the
+# driver also links tcmalloc (above) when present (a quarter faster).
 # DTNET_NS3=optimized also rebuilds ns-3 3.37 from Debian's source with the optimized profile
 # (scripts/build-ns3-optimized.sh, about 10 CPU minutes), which the driver then links.
-NS3_APT_PKGS=(libns3-dev g++ libtcmalloc-minimal4)
+NS3_APT_PKGS=(libns3-dev g++)
 if [[ "${DTNET_NS3:-0}" == 1 || "${DTNET_NS3:-0}" == optimized ]]; then
     APT_PKGS+=("${NS3_APT_PKGS[@]}")
 fi

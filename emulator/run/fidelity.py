@@ -168,6 +168,23 @@ def replay_idle_pct(totals: list[tuple[float, float, float]], t_start: float, t_
     return 100.0 * (inside[-1][1] - inside[0][1]) / (inside[-1][2] - inside[0][2])
 
 
+def _p99(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * 0.99))] if xs else 0.0
+
+
+def start_lateness(ops: list[dict]) -> tuple[list[float], list[float]]:
+    """(lateness of the ops ready at their job's start, of the others). Every rank's first ops are
+    ready at the same instant, the job's go, so on few cores the ranks' wake-ups queue there."""
+    go: dict = {}
+    for e in ops:
+        go[e.get("job")] = min(go.get(e.get("job"), e["ready"]), e["ready"])
+    start, later = [], []
+    for e in ops:
+        (start if e["ready"] - go[e.get("job")] <= 1e-6 else later).append(max(0.0, e["start"] - e["ready"]))
+    return start, later
+
+
 def evaluate(mon: Monitor | None, events: list[dict], t_start: float, t_end: float) -> dict:
     checks = []
     # Only the seconds fully inside the replay count: set-up and teardown are not the experiment.
@@ -206,12 +223,18 @@ def evaluate(mon: Monitor | None, events: list[dict], t_start: float, t_end: flo
                    "detail": (f"the busiest link ran at a median {med:.2f} of its rate while busy "
                               f"(min {SATURATION_MIN})" if med is not None else "no link was busy"),
                    "threshold": SATURATION_MIN, "busy_windows": len(busy), "busy_utilization_p50": med})
-    late = sorted(max(0.0, e["start"] - e["ready"]) for e in events
-                  if e.get("ready") is not None and e.get("kind") in ("compute", "collective", "send", "recv"))
-    p99 = late[min(len(late) - 1, int(len(late) * 0.99))] if late else 0.0
-    checks.append({"name": "lateness", "ok": p99 <= LATENESS_P99_MAX_S,
-                   "detail": f"p99 agent lateness {p99 * 1e3:.1f} ms emulated (max {LATENESS_P99_MAX_S * 1e3:.0f})",
-                   "threshold_s": LATENESS_P99_MAX_S, "p99_s": p99, "max_s": late[-1] if late else 0.0})
+    ops = [e for e in events if e.get("ready") is not None and e.get("kind") in ("compute", "collective", "send", "recv")]
+    late = sorted(max(0.0, e["start"] - e["ready"]) for e in ops)
+    p99 = _p99(late)
+    start, later = start_lateness(ops)
+    detail = f"p99 agent lateness {p99 * 1e3:.1f} ms emulated (max {LATENESS_P99_MAX_S * 1e3:.0f})"
+    if p99 > LATENESS_P99_MAX_S and start:
+        # Say whether it is the ranks waking together at the go (docs/fidelity.md) or the replay.
+        detail += (f"; ops ready at their job's start up to {max(start) * 1e3:.1f} ms, "
+                   f"the others p99 {_p99(later) * 1e3:.1f} ms")
+    checks.append({"name": "lateness", "ok": p99 <= LATENESS_P99_MAX_S, "detail": detail,
+                   "threshold_s": LATENESS_P99_MAX_S, "p99_s": p99, "max_s": late[-1] if late else 0.0,
+                   "start_max_s": max(start, default=None), "after_start_p99_s": _p99(later) if later else None})
     return {"ok": all(c["ok"] for c in checks), "checks": checks,
             "cpus": os.cpu_count(), "note": "latency terms (propagation, switching) do not scale with "
                                             "the scale factors; figures are bandwidth-dominated"}

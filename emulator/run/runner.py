@@ -90,6 +90,7 @@ class EmulatorEngine(Engine):
                          **transport.testbed_settings(exp),
                          datapath=exp.testbed.datapath, queue_packets=exp.testbed.queue_packets,
                          switch_daemons=exp.testbed.switch_daemons, userspace_tso=exp.testbed.userspace_tso,
+                         switch_malloc=exp.testbed.switch_malloc,
                          ready_timeout_s=exp.testbed.ready_timeout_s, log=run.log) as tb:
                 em.datapath = tb.datapath
                 em.switch_daemons = tb.switch_daemons_summary()

@@ -114,7 +114,8 @@ class Testbed:
                  link_delay_us: float = 0.0, log=print, routing: str | None = None, tcp_cc: str | None = None,
                  switch_queue_bytes: int | None = None, kind_delay_us: dict | None = None,
                  switch_daemons: str | int = model.Testbed.switch_daemons,
-                 userspace_tso: bool = model.Testbed.userspace_tso):
+                 userspace_tso: bool = model.Testbed.userspace_tso,
+                 switch_malloc: str = model.Testbed.switch_malloc):
         self.fabric = fabric
         self.run_dir = os.path.abspath(run_dir)
         self.policy = routing or policy  # routing: the old name
@@ -136,6 +137,7 @@ class Testbed:
         # "shared": the machine's ovs-vswitchd; N: this run's own (emulator.testbed.switchd).
         self.switch_daemons = switch_daemons
         self.userspace_tso = userspace_tso
+        self.switch_malloc = switch_malloc
         self.daemons: list[switchd.SwitchDaemon] = []
         self.daemon_of: dict[str, switchd.SwitchDaemon] = {}  # OpenFlow switch -> its daemon
         self.log = log
@@ -267,8 +269,9 @@ class Testbed:
                                "OVS kernel module: set testbed.datapath: userspace, or switch_daemons: shared")
         raise_send_buffer_default()  # each daemon's send socket takes its buffer at start
         config = switchd.other_config(self.userspace_tso)
+        env = switchd.malloc_env(self.switch_malloc)
         for i in range(int(self.switch_daemons)):
-            d = switchd.SwitchDaemon(self.tag, i, self.run_dir, config)
+            d = switchd.SwitchDaemon(self.tag, i, self.run_dir, config, env)
             self.daemons.append(d)
             d.start(self.state)
         if self.userspace_tso and 'userspace-tso-enable="true"' not in self.daemons[0].other_config_now():
@@ -278,7 +281,7 @@ class Testbed:
         shards = switchd.shard(self.fabric, len(self.daemons))
         self.daemon_of = {s: self.daemons[i] for s, i in shards.items()}
         self.log(f"[testbed] {len(self.daemons)} switch daemon(s) of this run"
-                 + (", userspace TSO" if self.userspace_tso else ""))
+                 + (", userspace TSO" if self.userspace_tso else "") + (", tcmalloc" if env else ""))
 
     def vsctl(self, switch: str | None = None) -> list[str]:
         """ovs-vsctl talking to the database that holds this switch (the shared one by default)."""
@@ -321,6 +324,10 @@ class Testbed:
     def switch_daemons_summary(self) -> dict:
         """summary.json switch_daemons: which switch daemons forwarded, with what options."""
         out = {"daemons": self.switch_daemons, "userspace_tso": bool(self.userspace_tso)}
+        # What each forwarding daemon has mapped, read back rather than assumed (the shared one's
+        # is however the machine started it).
+        pids = [d.pid("ovs-vswitchd") for d in self.daemons] if self.daemons else [switchd.shared_vswitchd_pid()]
+        out["malloc"] = [switchd.loaded_malloc(p) for p in pids]
         if self.daemons:
             out["switches"] = [sorted(s for s, d in self.daemon_of.items() if d is dm) for dm in self.daemons]
         return out

@@ -18,6 +18,7 @@ a unix socket relayed there (ControllerRelay).
 """
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import socket
@@ -45,6 +46,50 @@ def daemon_dir(tag: str, index: int) -> str:
     return os.path.join(SOCKET_ROOT, f"ovs-{tag}{index}")
 
 
+# Receiving a batch, a userspace daemon allocates and frees buffers large enough that glibc's
+# malloc returns them to the kernel and maps them again: in a profile of a 64-host run, page faults
+# and malloc took a third of each daemon's samples. tcmalloc (Debian's libtcmalloc-minimal4) keeps
+# the memory and halves the daemon's CPU (docs/datapaths.md, "The switch daemons' allocator").
+TCMALLOC_GLOB = "/usr/lib/*-linux-gnu/libtcmalloc_minimal.so.4"
+SHARED_PIDFILE = "/run/openvswitch/ovs-vswitchd.pid"
+
+
+def tcmalloc_path() -> str | None:
+    """The installed tcmalloc library, or None."""
+    found = sorted(glob.glob(TCMALLOC_GLOB))
+    return found[0] if found else None
+
+
+def malloc_env(choice: str) -> dict:
+    """What the daemons' environment needs for testbed.switch_malloc (auto: tcmalloc where installed)."""
+    path = tcmalloc_path()
+    if choice == "tcmalloc" and path is None:
+        raise TestbedError("testbed.switch_malloc: tcmalloc is not installed (apt-get install "
+                           "libtcmalloc-minimal4), or set it to auto or libc")
+    return {"LD_PRELOAD": path} if choice in ("auto", "tcmalloc") and path else {}
+
+
+def loaded_malloc(pid: int | None) -> str | None:
+    """tcmalloc or libc: the allocator the process has mapped (None: not readable)."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return "tcmalloc" if "libtcmalloc" in f.read() else "libc"
+    except OSError:
+        return None
+
+
+def shared_vswitchd_pid(pidfile: str = SHARED_PIDFILE) -> int | None:
+    """The machine's ovs-vswitchd (ovs-ctl's pidfile), or None."""
+    try:
+        with open(pidfile) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
 def other_config(userspace_tso: bool) -> dict:
     """Open_vSwitch other_config set before ovs-vswitchd starts."""
     return {"userspace-tso-enable": "true"} if userspace_tso else {}
@@ -70,8 +115,9 @@ def shard(fabric, n: int) -> dict:
 class SwitchDaemon:
     """One ovsdb-server + ovs-vswitchd pair of this run."""
 
-    def __init__(self, tag: str, index: int, run_dir: str, config: dict):
+    def __init__(self, tag: str, index: int, run_dir: str, config: dict, env: dict | None = None):
         self.index = index
+        self.env = dict(env or {})  # added to ovs-vswitchd's environment (the allocator)
         self.netns = f"{tag}d{index}"  # starts with the tag: runstate.remove_leftovers deletes it
         self.dir = daemon_dir(tag, index)
         self.relay: ControllerRelay | None = None
@@ -144,7 +190,7 @@ class SwitchDaemon:
             raise TestbedError(f"configuring ovsdb-server {self.index} failed: {r.stderr.strip()[:300]}")
         self._spawn(state, "ovs-vswitchd", self.in_netns([
             "ovs-vswitchd", self.db, f"--unixctl={self.ctl}", f"--pidfile={self.dir}/ovs-vswitchd.pid",
-            f"--log-file={self._log('ovs-vswitchd')}", *common]), env)
+            f"--log-file={self._log('ovs-vswitchd')}", *common]), {**env, **self.env})
         wait_for(self._vswitchd_ready, 30, f"ovs-vswitchd {self.index} to take its configuration "
                  f"(log: {self._log('ovs-vswitchd')})")
 

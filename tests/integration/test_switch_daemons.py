@@ -12,7 +12,7 @@ import subprocess
 import psutil
 import pytest
 
-from emulator.testbed import runstate
+from emulator.testbed import runstate, switchd
 from emulator.testbed.datapath import ovs_running
 from emulator.testbed.iperf import iperf3_flows
 from emulator.testbed.lifecycle import Testbed
@@ -47,6 +47,9 @@ def test_two_own_daemons_with_tso_forward_shape_and_leave_nothing(tmp_path):
             assert 'userspace-tso-enable="true"' in d.other_config_now()
             owned |= set(bridges)
         assert len(owned) == len(fabric.openflow_switches)
+        # switch_malloc auto: tcmalloc where installed, as each daemon's own maps show.
+        want = "tcmalloc" if switchd.tcmalloc_path() else "libc"
+        assert tb.switch_daemons_summary()["malloc"] == [want, want]
         if ovs_running():
             shared = subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True).stdout.split()
             assert not owned & set(shared)

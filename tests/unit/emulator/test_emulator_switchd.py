@@ -146,3 +146,57 @@ def test_relay_carries_openflow_both_ways_and_closes_with_the_controller(tmp_pat
         relay.close()
         srv.close()
         t.join(5)
+
+
+def test_switch_malloc_is_for_the_runs_own_daemons_and_needs_the_library(monkeypatch):
+    with pytest.raises(InputError, match=r"testbed\.switch_malloc: expected auto with switch_daemons: shared"):
+        check_switch_daemons(exp(switch_malloc="libc").testbed)
+    with pytest.raises(InputError, match=r"testbed\.switch_malloc: expected one of auto, tcmalloc, libc"):
+        exp(switch_daemons=1, switch_malloc="jemalloc")
+    check_switch_daemons(exp(switch_daemons=1, switch_malloc="libc").testbed)  # fine
+    monkeypatch.setattr(switchd, "tcmalloc_path", lambda: None)
+    with pytest.raises(InputError, match=r"testbed\.switch_malloc: expected auto or libc on this machine"):
+        check_switch_daemons(exp(switch_daemons=1, switch_malloc="tcmalloc").testbed)
+    check_switch_daemons(exp(switch_daemons=1).testbed)  # auto: glibc's then
+
+
+def test_malloc_env_preloads_tcmalloc_unless_told_libc(monkeypatch):
+    monkeypatch.setattr(switchd, "tcmalloc_path", lambda: "/usr/lib/x/libtcmalloc_minimal.so.4")
+    assert switchd.malloc_env("auto") == switchd.malloc_env("tcmalloc") == {"LD_PRELOAD": "/usr/lib/x/libtcmalloc_minimal.so.4"}
+    assert switchd.malloc_env("libc") == {}
+    monkeypatch.setattr(switchd, "tcmalloc_path", lambda: None)
+    assert switchd.malloc_env("auto") == {}
+    with pytest.raises(switchd.TestbedError, match="tcmalloc is not installed"):
+        switchd.malloc_env("tcmalloc")
+
+
+def test_loaded_malloc_reads_what_a_process_mapped(tmp_path):
+    import subprocess
+    import sys
+    assert switchd.loaded_malloc(os.getpid()) == "libc"
+    assert switchd.loaded_malloc(None) is None
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert switchd.loaded_malloc(gone.pid) is None
+    lib = switchd.tcmalloc_path()
+    if lib is None:
+        pytest.skip("tcmalloc is not installed (scripts/bootstrap.sh installs it)")
+    # A process that has started and mapped its libraries: it prints, then waits on stdin.
+    p = subprocess.Popen([sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()"],
+                         env={**os.environ, **switchd.malloc_env("auto")}, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "up\n"
+        assert switchd.loaded_malloc(p.pid) == "tcmalloc"
+    finally:
+        p.stdin.close()
+        p.wait(10)
+
+
+def test_the_shared_daemons_pid_comes_from_its_pidfile(tmp_path):
+    f = tmp_path / "ovs-vswitchd.pid"
+    assert switchd.shared_vswitchd_pid(str(f)) is None
+    f.write_text("2557\n")
+    assert switchd.shared_vswitchd_pid(str(f)) == 2557
+    f.write_text("not a pid")
+    assert switchd.shared_vswitchd_pid(str(f)) is None

@@ -337,3 +337,25 @@ def test_collectives_carry_prediction_and_ratio_when_planned():
     assert c["predicted_cct_s"] == pytest.approx(1.25) and c["cct_vs_predicted"] == pytest.approx(2.5 / 1.25)
     (c,) = job_results("j", ev, dilation=2.0)["collectives"]
     assert "predicted_cct_s" not in c and "cct_vs_predicted" not in c
+
+
+def test_lateness_says_whether_it_is_the_start_or_the_replay():
+    from emulator.run import fidelity
+    go = 100.0
+    # 64 ranks: first ops ready at the go, waking one after another (0.5 ms apart); then 2 more ops
+    # each, ready when the one before ended, started 1 ms late.
+    ev = [{"kind": "collective", "job": "j", "rank": r, "ready": go, "start": go + 0.0005 * r} for r in range(64)]
+    ev += [{"kind": "collective", "job": "j", "rank": r, "ready": go + 5 + k, "start": go + 5.001 + k}
+           for r in range(64) for k in range(2)]
+    late = {c["name"]: c for c in fidelity.evaluate(None, ev, go, go + 8)["checks"]}["lateness"]
+    assert not late["ok"] and late["p99_s"] == pytest.approx(0.031)  # 192 ops: the second latest
+    assert late["start_max_s"] == pytest.approx(0.0315) and late["after_start_p99_s"] == pytest.approx(0.001)
+    assert "ops ready at their job's start up to 31.5 ms, the others p99 1.0 ms" in late["detail"]
+    # A second job starting later has its own go: its first ops are start ops too.
+    ev2 = ev + [{"kind": "compute", "job": "k", "rank": 0, "ready": go + 2, "start": go + 2.0001}]
+    start, later = fidelity.start_lateness(ev2)
+    assert len(start) == 65 and len(later) == 128
+    # Late in the replay: said as such.
+    ev3 = [dict(e, start=e["start"] + (0.05 if e["ready"] > go else 0)) for e in ev]
+    late = {c["name"]: c for c in fidelity.evaluate(None, ev3, go, go + 8)["checks"]}["lateness"]
+    assert not late["ok"] and late["after_start_p99_s"] == pytest.approx(0.051)
