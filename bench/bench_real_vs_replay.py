@@ -189,11 +189,13 @@ def main() -> int:
     ap.add_argument("--switchd", default="shared", help="the switch daemons of both runs (bench_capacity.py --switchd)")
     ap.add_argument("--json", help="also write every figure to this JSON file")
     args = ap.parse_args()
-    from bench.bench_capacity import SWITCHD
-    if args.switchd not in SWITCHD:
-        ap.error(f"--switchd: expected one of {', '.join(SWITCHD)}, found {args.switchd}")
+    from bench.bench_capacity import switchd_settings
+    try:
+        settings = switchd_settings(args.switchd)
+    except ValueError as e:
+        ap.error(f"--switchd: {e}")
     global TESTBED_EXTRA
-    TESTBED_EXTRA = "".join(f", {k}: {str(v).lower()}" for k, v in SWITCHD[args.switchd].items())
+    TESTBED_EXTRA = "".join(f", {k}: {str(v).lower()}" for k, v in settings.items())
     if os.geteuid() != 0:
         print("bench_real_vs_replay: needs root (it runs the testbed)", file=sys.stderr)
         return 2

@@ -359,3 +359,26 @@ def test_lateness_says_whether_it_is_the_start_or_the_replay():
     ev3 = [dict(e, start=e["start"] + (0.05 if e["ready"] > go else 0)) for e in ev]
     late = {c["name"]: c for c in fidelity.evaluate(None, ev3, go, go + 8)["checks"]}["lateness"]
     assert not late["ok"] and late["after_start_p99_s"] == pytest.approx(0.051)
+
+
+def test_the_link_cap_allows_two_frames_ahead_on_slow_links():
+    from emulator.run import fidelity
+    # 2 x 9000-byte frames are 5.76% of a second at 2.5 Mb/s: HTB's burst, not a shaping failure.
+    assert fidelity.link_cap_max(2.5, 9000) == pytest.approx(1.0576)
+    assert fidelity.link_cap_max(40, 9000) == fidelity.link_cap_max(None, 9000) == fidelity.LINK_CAP_MAX
+
+    class Mon:
+        per_cpu_sample = 4
+        cpu_idle = [(10.0 + i, 60.0) for i in range(8)]
+        cpu_pressure = []
+        links = {"s0-eth1": ("h0-s0", 2.5), "s0-eth2": ("h1-s0", 40.0)}
+        link_samples = [(10.0 + i * 0.25, {"h0-s0": (1.055, 1.0), "h1-s0": (1.0, 1.0)}) for i in range(32)]
+
+    def cap():
+        return {c["name"]: c for c in fidelity.evaluate(Mon(), [], 10.0, 18.0, frame_bytes=9000)["checks"]}["link_cap"]
+    assert cap()["ok"] and cap()["threshold"] == pytest.approx(1.0576)
+    # The same excess on the 40 Mb/s link is a shaping failure, named with its own cap.
+    Mon.link_samples = [(10.0 + i * 0.25, {"h0-s0": (1.0, 1.0), "h1-s0": (1.055, 1.0)}) for i in range(32)]
+    assert not cap()["ok"] and cap()["threshold"] == fidelity.LINK_CAP_MAX and cap()["peak_utilization"] == pytest.approx(1.055)
+    # Without the frame size (an older caller), every link has the 5% margin.
+    assert not {c["name"]: c for c in fidelity.evaluate(Mon(), [], 10.0, 18.0)["checks"]}["link_cap"]["ok"]
