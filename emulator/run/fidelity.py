@@ -235,7 +235,8 @@ def evaluate(mon: Monitor | None, events: list[dict], t_start: float, t_end: flo
                    "detail": (f"the busiest link ran at a median {med:.2f} of its rate while busy "
                               f"(min {SATURATION_MIN})" if med is not None else "no link was busy"),
                    "threshold": SATURATION_MIN, "busy_windows": len(busy), "busy_utilization_p50": med})
-    ops = [e for e in events if e.get("ready") is not None and e.get("kind") in ("compute", "collective", "send", "recv")]
+    ops = [e for e in events
+           if e.get("ready") is not None and e.get("kind") in ("compute", "collective", "send", "recv")]
     late = sorted(max(0.0, e["start"] - e["ready"]) for e in ops)
     p99 = _p99(late)
     start, later = start_lateness(ops)

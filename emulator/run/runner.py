@@ -24,7 +24,7 @@ from emulator.check import check
 from emulator.run.programs import Programs
 from emulator.run.watchdog import Watchdog
 from emulator.testbed import capture, runstate, transport
-from emulator.testbed.datapath import AFXDP_MTU, MTU, OVS_SEND_BUFFER_BYTES, netem_available
+from emulator.testbed.datapath import AFXDP_MTU, OVS_SEND_BUFFER_BYTES, netem_available
 from emulator.testbed.lifecycle import Testbed
 from emulator.testbed.process import stop_process
 from experiment.engine import RunFailure
@@ -391,6 +391,12 @@ def _monitored_links(tb: Testbed) -> dict:
     return out
 
 
+def frame_bytes(exp: Experiment, datapath: str | None) -> int:
+    """The links' frame (their MTU, as the testbed sets it), which sets a slow link's cap."""
+    mtu = transport.mtu_of(exp)
+    return min(mtu, AFXDP_MTU) if datapath == "afxdp" else mtu
+
+
 def summarize(exp: Experiment, fabric, jobs, events_path, em: Emulation, status: str, error: str | None) -> dict:
     """summary.json of an emulator run: the shared figures plus the testbed's own sections."""
     events = read_events(events_path)
@@ -403,7 +409,7 @@ def summarize(exp: Experiment, fabric, jobs, events_path, em: Emulation, status:
         # A real program's bytes: what its hosts' links delivered (frames, headers included) while
         # it reported (the window traffic_results divides by), not its start-up or warm-up.
         received += fidelity.delivered_bytes(em.monitor, em.program_links, *window)
-    fid = fidelity.evaluate(em.monitor, events, *window, frame_bytes=AFXDP_MTU if em.datapath == "afxdp" else MTU)
+    fid = fidelity.evaluate(em.monitor, events, *window, frame_bytes=frame_bytes(exp, em.datapath))
     if em.ovs_send_buffer is not None:
         fidelity.add_check(fid, fidelity.send_buffer_check(em.ovs_send_buffer, OVS_SEND_BUFFER_BYTES))
     if not fid["ok"]:

@@ -200,3 +200,12 @@ def test_the_shared_daemons_pid_comes_from_its_pidfile(tmp_path):
     assert switchd.shared_vswitchd_pid(str(f)) == 2557
     f.write_text("not a pid")
     assert switchd.shared_vswitchd_pid(str(f)) is None
+
+
+def test_the_link_cap_is_judged_with_the_frames_the_testbed_sets():
+    from emulator.run.runner import frame_bytes
+    assert frame_bytes(exp(), "userspace") == 9000
+    assert frame_bytes(exp(datapath="afxdp"), "afxdp") == 3000
+    small = model.parse({**model.to_dict(exp()), "transport": {"mtu_bytes": 1500}})
+    assert frame_bytes(small, "userspace") == 1500
+    assert fidelity.link_cap_max(2.5, frame_bytes(small, "userspace")) == fidelity.LINK_CAP_MAX
