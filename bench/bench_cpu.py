@@ -38,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+from functools import partial
 
 import psutil
 
@@ -151,33 +152,36 @@ def replay_window(out_dir: str) -> tuple[float, float]:
     return min(starts), max(ends)
 
 
-def measure(fabric: str, workload: str, rate: float, datapath: str, tmp: str, iperf_s: float,
-            switchd: str = "shared", exp=None) -> dict:
+def run_point(exp, out: str) -> tuple[float, bool, tuple[float, float]]:
+    """(normalized throughput, fidelity ok, steady window) of one dtnet run of exp."""
+    s = run_experiment(exp, out, log=lambda *_: None)
+    t0, t1 = replay_window(out)
+    return s["traffic"]["normalized_throughput"], s["fidelity"]["ok"], (t0 + 1.0, t1 - 0.5)
+
+
+def measure(name: str, point) -> dict:
+    """The CPU split while point() runs; point returns (normalized, fidelity ok, window)."""
     sampler = Sampler().start()
     try:
-        if exp is not None or workload != "iperf3":
-            exp = exp if exp is not None else experiment(fabric, workload, rate, datapath, switchd)
-            out = os.path.join(tmp, workload)
-            s = run_experiment(exp, out, log=lambda *_: None)
-            norm, ok = s["traffic"]["normalized_throughput"], s["fidelity"]["ok"]
-            t0, t1 = replay_window(out)
-            window = (t0 + 1.0, t1 - 0.5)
-        else:
-            exp = experiment(fabric, "stride", rate, datapath, switchd)
-            hosts = exp.fabric().hosts
-            step = exp.jobs[0].workload["stride"]
-            pairs = [(h, hosts[(i + step) % len(hosts)]) for i, h in enumerate(hosts)]
-            with Testbed(exp.fabric(), os.path.join(tmp, "iperf3"), routing="congestion-aware",
-                         scale_link=exp.scale.link, datapath=datapath, log=lambda *_: None,
-                         **switchd_settings(switchd)) as tb:
-                t0 = time.time()
-                got = sum(iperf3_flows(tb, pairs, iperf_s))
-                t1 = time.time()
-            norm, ok = got / (len(hosts) * exp.emulated_mbps(400)), None
-            window = (t0 + 1.5, t1 - 1.0)
+        norm, ok, window = point()
     finally:
         sampler.stop()
-    return {"workload": workload, "normalized": norm, "fidelity_ok": ok, **sampler.breakdown(*window)}
+    return {"workload": name, "normalized": norm, "fidelity_ok": ok, **sampler.breakdown(*window)}
+
+
+def iperf3_point(fabric: str, rate: float, datapath: str, tmp: str, iperf_s: float, switchd: str):
+    """Plain iperf3 on the stride pairs of bench_capacity's stride workload."""
+    exp = experiment(fabric, "stride", rate, datapath, switchd)
+    hosts = exp.fabric().hosts
+    step = exp.jobs[0].workload["stride"]
+    pairs = [(h, hosts[(i + step) % len(hosts)]) for i, h in enumerate(hosts)]
+    with Testbed(exp.fabric(), os.path.join(tmp, "iperf3"), routing="congestion-aware",
+                 scale_link=exp.scale.link, datapath=datapath, log=lambda *_: None,
+                 **switchd_settings(switchd)) as tb:
+        t0 = time.time()
+        got = sum(iperf3_flows(tb, pairs, iperf_s))
+        t1 = time.time()
+    return got / (len(hosts) * exp.emulated_mbps(400)), None, (t0 + 1.5, t1 - 1.0)
 
 
 def main(argv=None) -> int:
@@ -209,11 +213,17 @@ def main(argv=None) -> int:
             except InputError as e:
                 print(f"bench_cpu.py: {e}", file=sys.stderr)
                 return 2
-            results.append(measure("", exp.name, 0.0, "", tmp, 0.0, exp=exp))
+            results.append(measure(exp.name, partial(run_point, exp, os.path.join(tmp, "run"))))
             what = f"{args.experiment} {' '.join(args.set)}"
         else:
             for wl in args.workloads.split(","):
-                results.append(measure(args.fabric, wl, args.rate, args.datapath, tmp, 4.0 * args.length, args.switchd))
+                if wl == "iperf3":
+                    point = partial(iperf3_point, args.fabric, args.rate, args.datapath, tmp, 4.0 * args.length,
+                                    args.switchd)
+                else:
+                    point = partial(run_point, experiment(args.fabric, wl, args.rate, args.datapath, args.switchd),
+                                    os.path.join(tmp, wl))
+                results.append(measure(wl, point))
             what = f"{args.fabric}, {args.rate:g} Mb/s links, {args.datapath}/{args.switchd}, length x{args.length}"
     print(f"{what}; load average {os.getloadavg()[0]:.2f}; "
           f"% of one core ({os.cpu_count()} cores = {100 * os.cpu_count()}%)")

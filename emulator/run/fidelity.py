@@ -237,9 +237,9 @@ def evaluate(mon: Monitor | None, events: list[dict], t_start: float, t_end: flo
                    "threshold": SATURATION_MIN, "busy_windows": len(busy), "busy_utilization_p50": med})
     ops = [e for e in events
            if e.get("ready") is not None and e.get("kind") in ("compute", "collective", "send", "recv")]
-    late = sorted(max(0.0, e["start"] - e["ready"]) for e in ops)
-    p99 = _p99(late)
     start, later = start_lateness(ops)
+    late = sorted(start + later)
+    p99 = _p99(late)
     detail = f"p99 agent lateness {p99 * 1e3:.1f} ms emulated (max {LATENESS_P99_MAX_S * 1e3:.0f})"
     if p99 > LATENESS_P99_MAX_S and start:
         # Say whether it is the ranks waking together at the go (docs/fidelity.md) or the replay.
