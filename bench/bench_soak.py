@@ -3,9 +3,11 @@
 Each cycle builds a small single-switch testbed, replays a ring all-reduce
 and tears it down; every --interrupt-every'th cycle gets a SIGINT mid-replay,
 as Ctrl-C would. After each cycle it counts what the run left behind (its
-bridges, links, processes and lease: target 0) and samples this process's
-open file descriptors, threads and memory, and ovs-vswitchd's, so that a
-leak shows up as growth over the cycles. Needs root; run it alone (flock).
+bridges, links, namespaces, switch daemons' directories, processes and
+lease: target 0) and samples this process's
+open file descriptors, threads and memory, how many ovs-vswitchd processes
+are alive (a run's own daemons must be gone) and the shared one's descriptors
+and memory, so that a leak shows up as growth over the cycles. Needs root; run it alone (flock).
 
     sudo .venv/bin/python bench/bench_soak.py [--cycles 50] [--interrupt-every 5] [--out DIR]
 """
@@ -26,7 +28,7 @@ import psutil
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from emulator.run.runner import run_experiment  # noqa: E402
-from emulator.testbed import runstate  # noqa: E402
+from emulator.testbed import runstate, switchd  # noqa: E402
 from experiment import model  # noqa: E402
 from experiment.engine import Interrupted, RunFailure  # noqa: E402
 
@@ -50,18 +52,23 @@ def left_behind(run_dir: str) -> dict:
     pids = list(st["pids"].values()) + list(st.get("host_pids", {}).values())
     alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     lease = os.path.exists(os.path.join(runstate.LEASE_DIR, f"tag-{st['tag']}"))
-    return {"bridges": len(left["bridges"]), "links": len(left["links"]), "processes": len(alive),
-            "lease": int(lease)}
+    # netns and daemon dirs: a run's own switch daemons (testbed.switch_daemons, auto by default).
+    return {"bridges": len(left["bridges"]), "links": len(left["links"]), "netns": len(left["netns"]),
+            "daemon_dirs": len(left["daemon_dirs"]), "processes": len(alive), "lease": int(lease)}
 
 
 def sample() -> dict:
     me = psutil.Process()
     out = {"fds": me.num_fds(), "threads": threading.active_count(), "rss_mb": me.memory_info().rss / 2**20,
            "children": len(me.children(recursive=True))}
-    ovs = [p for p in psutil.process_iter(["name"]) if p.info["name"] == "ovs-vswitchd"]
-    if ovs:
-        out["ovs_fds"] = ovs[0].num_fds()
-        out["ovs_rss_mb"] = ovs[0].memory_info().rss / 2**20
+    # Every switch daemon alive between cycles (a run's own must all be gone), and the machine's
+    # shared one's descriptors and memory.
+    out["ovs_daemons"] = sum(p.info["name"] == "ovs-vswitchd" for p in psutil.process_iter(["name"]))
+    pid = switchd.shared_vswitchd_pid()
+    if pid is not None and psutil.pid_exists(pid):
+        shared = psutil.Process(pid)
+        out["ovs_fds"] = shared.num_fds()
+        out["ovs_rss_mb"] = shared.memory_info().rss / 2**20
     return out
 
 
@@ -138,7 +145,7 @@ def report(records: list[dict], start: dict, warmup: int) -> None:
     base = records[min(warmup, len(records)) - 1] if records else start
     last = records[-1]
     failures = [r for r in records if not r["ok"]]
-    left = {k: sum(r["left"][k] for r in records) for k in ("bridges", "links", "processes", "lease")}
+    left = {k: sum(r["left"][k] for r in records) for k in records[0]["left"]} if records else {}
     print(f"\ncycles: {len(records)} ({sum(r['interrupt'] for r in records)} interrupted by SIGINT); "
           f"failures: {len(failures)}")
     for r in failures:
@@ -149,7 +156,8 @@ def report(records: list[dict], start: dict, warmup: int) -> None:
           f"max {max(r['seconds'] for r in records):.1f} s")
     rows = [("open fds (this process)", "fds", "{:.0f}"), ("threads (this process)", "threads", "{:.0f}"),
             ("child processes", "children", "{:.0f}"), ("RSS MB (this process)", "rss_mb", "{:.1f}"),
-            ("ovs-vswitchd open fds", "ovs_fds", "{:.0f}"), ("ovs-vswitchd RSS MB", "ovs_rss_mb", "{:.1f}")]
+            ("ovs-vswitchd processes", "ovs_daemons", "{:.0f}"),
+            ("shared ovs-vswitchd fds", "ovs_fds", "{:.0f}"), ("shared ovs-vswitchd RSS MB", "ovs_rss_mb", "{:.1f}")]
     print(f"{'':<26}{'start':>10}{f'after {warmup}':>10}{'last':>10}{'growth':>10}")
     for label, key, fmt in rows:
         if key not in last:

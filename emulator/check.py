@@ -17,10 +17,13 @@ def check(exp) -> str:
 def check_switch_daemons(tb, source=None) -> None:
     """A run's own switch daemons are userspace ones (the kernel datapath is one per machine), and
     userspace TSO needs them: the shared daemon reads that option only when it starts."""
-    if tb.switch_daemons != "shared" and tb.datapath == "kernel":
+    # The run's own daemons: a count, or auto where the file asks for what only they have.
+    own = isinstance(tb.switch_daemons, int) or (tb.switch_daemons == "auto" and (
+        tb.userspace_tso is True or tb.switch_malloc != "auto"))
+    if own and tb.datapath == "kernel":
         raise InputError("testbed.switch_daemons", "shared with datapath kernel (the kernel datapath is the "
                          "machine's one; the run's own daemons run userspace bridges)", tb.switch_daemons, source)
-    if tb.userspace_tso and tb.switch_daemons == "shared":
+    if tb.userspace_tso is True and tb.switch_daemons == "shared":
         raise InputError("testbed.userspace_tso", "false with switch_daemons: shared (ovs-vswitchd reads it only "
                          "when it starts; set switch_daemons to a count)", tb.userspace_tso, source)
     if tb.switch_malloc != "auto" and tb.switch_daemons == "shared":
@@ -29,6 +32,6 @@ def check_switch_daemons(tb, source=None) -> None:
     if tb.switch_malloc == "tcmalloc" and switchd.tcmalloc_path() is None:
         raise InputError("testbed.switch_malloc", "auto or libc on this machine (tcmalloc is not installed: "
                          "apt-get install libtcmalloc-minimal4)", tb.switch_malloc, source)
-    if tb.switch_daemons != "shared" and tb.datapath == "afxdp":
+    if own and tb.datapath == "afxdp":
         raise InputError("testbed.switch_daemons", "shared with datapath afxdp (its link namespace is not wired "
                          "for the run's own daemons)", tb.switch_daemons, source)

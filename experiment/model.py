@@ -133,13 +133,18 @@ class Testbed:
     datapath: str = setting("auto", str, lambda v: v in DATAPATHS, "one of " + ", ".join(DATAPATHS))
     # shared: the machine's ovs-vswitchd; N: the run starts N of its own (userspace datapath),
     # the switches split between them so that N cores forward (docs/datapaths.md).
+    # auto: one of the run's own where the datapath is userspace (twice the shared daemon's
+    # faithful capacity: docs/datapaths.md), the shared one on the kernel or AF_XDP datapath.
     switch_daemons: str | int = setting(
-        "shared", (str, int),
-        lambda v: v == "shared" or (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_SWITCH_DAEMONS),
-        f"shared or an integer in 1..{MAX_SWITCH_DAEMONS}")
+        "auto", (str, int),
+        lambda v: v in ("auto", "shared") or (isinstance(v, int) and not isinstance(v, bool)
+                                              and 1 <= v <= MAX_SWITCH_DAEMONS),
+        f"auto, shared or an integer in 1..{MAX_SWITCH_DAEMONS}")
     # OVS userspace TSO with the hosts' TCP offloads on: switches carry up to 64 KB super-packets.
-    # Needs a count of switch_daemons (the option takes effect only when ovs-vswitchd starts).
-    userspace_tso: bool = setting(False, bool, None, "true or false")
+    # Needs the run's own daemons (the option takes effect only when ovs-vswitchd starts); auto:
+    # on wherever they run.
+    userspace_tso: str | bool = setting("auto", (str, bool), lambda v: v in ("auto", True, False),
+                                        "auto, true or false")
     # The run's own daemons' allocator: glibc's malloc costs them a page fault storm on every
     # receive batch, tcmalloc half their CPU (docs/datapaths.md, "The switch daemons' allocator").
     switch_malloc: str = setting("auto", str, lambda v: v in SWITCH_MALLOCS, "one of " + ", ".join(SWITCH_MALLOCS))

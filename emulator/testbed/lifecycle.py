@@ -27,8 +27,9 @@ from controller import config as controller_config
 from controller.registry import DEFAULT_POLICY
 from emulator.testbed import runstate, shaping, switchd
 from emulator.testbed import transport as testbed_transport
-from emulator.testbed.datapath import (AFXDP_MTU, AFXDP_PORT, MTU, detect_datapath, ensure_ovs, ovs_iface_types,
-                                       ovs_send_buffer, raise_send_buffer_default)
+from emulator.testbed.datapath import (AFXDP_MTU, AFXDP_PORT, MTU, detect_datapath, ensure_ovs,
+                                       kernel_datapath_available, ovs_iface_types, ovs_send_buffer,
+                                       raise_send_buffer_default)
 from emulator.testbed.process import TestbedError, close_inherited, free_port, free_ports, stop_process, wait_for
 from experiment import model
 from topologies import Fabric
@@ -134,7 +135,9 @@ class Testbed:
         self.tcp_cc = tcp_cc
         self.switch_queue_bytes = switch_queue_bytes
         self.kind_delay_us = kind_delay_us
-        # "shared": the machine's ovs-vswitchd; N: this run's own (emulator.testbed.switchd).
+        # "shared": the machine's ovs-vswitchd; N: this run's own (emulator.testbed.switchd);
+        # "auto" is resolved when the testbed starts (switchd.resolve), the request kept for the summary.
+        self.requested_switchd = {"daemons": switch_daemons, "userspace_tso": userspace_tso}
         self.switch_daemons = switch_daemons
         self.userspace_tso = userspace_tso
         self.switch_malloc = switch_malloc
@@ -188,6 +191,9 @@ class Testbed:
 
         setLogLevel("error")
         close_inherited()  # before OVS, Mininet's shells, the controller and agents start
+        self.switch_daemons, self.userspace_tso = switchd.resolve(
+            self.switch_daemons, self.userspace_tso, self.switch_malloc, self.requested_datapath,
+            kernel_datapath_available)
         if self.switch_daemons == "shared":
             ensure_ovs()
             self.datapath = detect_datapath(self.requested_datapath)
@@ -281,7 +287,8 @@ class Testbed:
         shards = switchd.shard(self.fabric, len(self.daemons))
         self.daemon_of = {s: self.daemons[i] for s, i in shards.items()}
         self.log(f"[testbed] {len(self.daemons)} switch daemon(s) of this run"
-                 + (", userspace TSO" if self.userspace_tso else "") + (", tcmalloc" if env else ""))
+                 + (", userspace TSO" if self.userspace_tso else "") + (", tcmalloc" if env else "")
+                 + (" (testbed.switch_daemons: auto)" if self.requested_switchd["daemons"] == "auto" else ""))
 
     def vsctl(self, switch: str | None = None) -> list[str]:
         """ovs-vsctl talking to the database that holds this switch (the shared one by default)."""
@@ -323,7 +330,8 @@ class Testbed:
 
     def switch_daemons_summary(self) -> dict:
         """summary.json switch_daemons: which switch daemons forwarded, with what options."""
-        out = {"daemons": self.switch_daemons, "userspace_tso": bool(self.userspace_tso)}
+        out = {"daemons": self.switch_daemons, "userspace_tso": bool(self.userspace_tso),
+               "requested": dict(self.requested_switchd)}
         # What each forwarding daemon has mapped, read back rather than assumed (the shared one's
         # is however the machine started it).
         pids = [d.pid("ovs-vswitchd") for d in self.daemons] if self.daemons else [switchd.shared_vswitchd_pid()]

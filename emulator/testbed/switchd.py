@@ -90,6 +90,24 @@ def shared_vswitchd_pid(pidfile: str = SHARED_PIDFILE) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+def resolve(daemons, tso, malloc: str, datapath: str, kernel_available) -> tuple:
+    """What testbed.switch_daemons and userspace_tso run as: (daemons, tso), auto resolved.
+
+    auto picks one daemon of the run's own with userspace TSO wherever the datapath is userspace:
+    measured on a quiet 2-core machine it forwards twice what the shared daemon does faithfully
+    (docs/datapaths.md, "What auto picks"). The kernel datapath is one per machine and AF_XDP's
+    link namespace is wired for the shared daemon, so those keep it, unless the file asks for
+    something only the run's own daemons have (userspace TSO, an allocator): then the testbed
+    says why it cannot. kernel_available: called only when the datapath is auto."""
+    if daemons == "auto":
+        own_asked = tso is True or malloc != "auto"
+        shared = datapath in ("kernel", "afxdp") or (datapath == "auto" and kernel_available())
+        daemons = "shared" if shared and not own_asked else 1
+    if tso == "auto":
+        tso = daemons != "shared"
+    return daemons, bool(tso)
+
+
 def other_config(userspace_tso: bool) -> dict:
     """Open_vSwitch other_config set before ovs-vswitchd starts."""
     return {"userspace-tso-enable": "true"} if userspace_tso else {}

@@ -50,8 +50,10 @@ def tcp_ext(host) -> dict:
     return parse_snmp_tcp(host.cmd("cat /proc/net/netstat"), prefix="TcpExt:")
 
 
-# The machine's switch daemon, and two of the run's own with userspace TSO (super-packets).
-SWITCHD = {"shared": {}, "two-own-tso": {"switch_daemons": 2, "userspace_tso": True}}
+# The machine's switch daemon, the default (one of the run's own with userspace TSO: super-packets)
+# and two of the run's own.
+SWITCHD = {"shared": {"switch_daemons": "shared"}, "auto": {},
+           "two-own-tso": {"switch_daemons": 2, "userspace_tso": True}}
 
 
 @pytest.mark.parametrize("switchd", list(SWITCHD))

@@ -18,7 +18,9 @@ SCALE_LINK = 2.5e-5  # 400 Gb/s -> 10 Mb/s
 
 
 def datapaths():
-    out = ["userspace"]
+    # userspace: the run's own daemon with userspace TSO (switch_daemons: auto); userspace-shared:
+    # the machine's daemon, as on the kernel datapath.
+    out = ["userspace", "userspace-shared"]
     try:
         if AFXDP_PORT in ovs_iface_types():
             out.append("afxdp")
@@ -43,9 +45,10 @@ def test_each_link_direction_holds_its_rate(tmp_path, datapath):
     fabric = leaf_spine(2, 1, 2)
     rate_mbps = 400e3 * SCALE_LINK
     got = {}
-    with Testbed(fabric, str(tmp_path), routing="shortest", scale_link=SCALE_LINK, datapath=datapath,
-                 log=lambda *_: None) as tb:
-        assert tb.datapath == datapath
+    dp, shared = datapath.removesuffix("-shared"), datapath.endswith("-shared")
+    with Testbed(fabric, str(tmp_path), routing="shortest", scale_link=SCALE_LINK, datapath=dp,
+                 log=lambda *_: None, **({"switch_daemons": "shared"} if shared else {})) as tb:
+        assert tb.datapath == dp and (tb.switch_daemons == "shared") == (shared or dp != "userspace")
         for name, flows in CASES.items():
             got[name] = sum(iperf3_flows(tb, flows, duration_s=4)) / rate_mbps
     assert_nothing_left(tmp_path)

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from emulator.testbed import runstate
 from tests.integration.helpers import assert_nothing_left, start_run, wall_s
 from topologies import build
 
@@ -80,10 +81,13 @@ def test_mtu_and_switch_buffer_reach_the_interfaces(tmp_path):
         h0 = pids["h0"]
         fab = build("single-switch", {"hosts": 8})
         have = link_mtu(in_host(h0, "ip", "-o", "link", "show", "dev", f"{st['tag']}h0-eth{fab.port('h0', 's0')}"))
-        sw = link_mtu(subprocess.run(["ip", "-o", "link", "show", "dev", f"{st['tag']}s0-eth{fab.port('s0', 'h0')}"],
+        # The switch's ports: in its own daemon's namespace (switch_daemons: auto), else the root one.
+        netns = runstate.leftovers(st["tag"])["netns"]
+        in_sw = ["ip", "netns", "exec", netns[0]] if netns else []
+        sw_dev = f"{st['tag']}s0-eth{fab.port('s0', 'h0')}"
+        sw = link_mtu(subprocess.run([*in_sw, "ip", "-o", "link", "show", "dev", sw_dev],
                                      capture_output=True, text=True).stdout)
-        sw_q = bfifo_limits(subprocess.run(["tc", "-j", "qdisc", "show", "dev",
-                                            f"{st['tag']}s0-eth{fab.port('s0', 'h0')}"],
+        sw_q = bfifo_limits(subprocess.run([*in_sw, "tc", "-j", "qdisc", "show", "dev", sw_dev],
                                            capture_output=True, text=True).stdout)
         host_q = bfifo_limits(in_host(h0, "tc", "-j", "qdisc", "show", "dev", f"{st['tag']}h0-eth{fab.port('h0', 's0')}"))
         ip1 = fab.node("h1")["ip"]

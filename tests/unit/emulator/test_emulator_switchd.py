@@ -23,20 +23,52 @@ def exp(faults=(), **testbed):
                                   "workload": {"collective": "all_reduce", "size_bytes": 1 << 20}}]})
 
 
-@pytest.mark.parametrize("value", ["shared", 1, 2, 64])
-def test_switch_daemons_takes_shared_or_a_count(value):
+@pytest.mark.parametrize("value", ["auto", "shared", 1, 2, 64])
+def test_switch_daemons_takes_auto_shared_or_a_count(value):
     assert exp(switch_daemons=value).testbed.switch_daemons == value
 
 
 @pytest.mark.parametrize("value", [0, 65, True, "two", 1.0])
 def test_other_switch_daemons_are_refused_naming_the_key(value):
-    with pytest.raises(InputError, match=r"testbed\.switch_daemons: expected shared or an integer in 1\.\.64"):
+    with pytest.raises(InputError, match=r"testbed\.switch_daemons: expected auto, shared or an integer in 1\.\.64"):
         exp(switch_daemons=value)
+
+
+@pytest.mark.parametrize("value", ["yes", 1, "on"])
+def test_userspace_tso_takes_auto_true_or_false(value):
+    assert exp().testbed.userspace_tso == "auto"
+    with pytest.raises(InputError, match=r"testbed\.userspace_tso: expected auto, true or false"):
+        exp(userspace_tso=value)
+
+
+def never():
+    raise AssertionError("the kernel module was looked for with an explicit datapath")
+
+
+@pytest.mark.parametrize("daemons,tso,malloc,datapath,kernel,want", [
+    ("auto", "auto", "auto", "auto", False, (1, True)),  # userspace: one own daemon with TSO
+    ("auto", "auto", "auto", "userspace", None, (1, True)),
+    ("auto", "auto", "auto", "auto", True, ("shared", False)),  # the lab VM's kernel datapath
+    ("auto", "auto", "auto", "kernel", None, ("shared", False)),
+    ("auto", "auto", "auto", "afxdp", None, ("shared", False)),
+    ("auto", False, "auto", "auto", False, (1, False)),
+    ("auto", True, "auto", "auto", True, (1, True)),  # asked for TSO: own daemons, the testbed says why not
+    ("auto", "auto", "libc", "kernel", None, (1, True)),
+    ("shared", "auto", "auto", "auto", False, ("shared", False)),
+    (2, "auto", "auto", "auto", False, (2, True)),
+    (2, False, "auto", "userspace", None, (2, False)),
+])
+def test_auto_picks_one_own_daemon_with_tso_on_the_userspace_datapath(daemons, tso, malloc, datapath, kernel, want):
+    assert switchd.resolve(daemons, tso, malloc, datapath, (lambda: kernel) if kernel is not None else never) == want
 
 
 def test_tso_needs_the_runs_own_daemon_and_system_ports():
     with pytest.raises(InputError, match=r"testbed\.userspace_tso: expected false with switch_daemons: shared"):
-        check_switch_daemons(exp(userspace_tso=True).testbed)
+        check_switch_daemons(exp(userspace_tso=True, switch_daemons="shared").testbed)
+    check_switch_daemons(exp(userspace_tso=True).testbed)  # auto: the run's own daemon
+    check_switch_daemons(exp(datapath="kernel").testbed)  # auto: the shared daemon
+    with pytest.raises(InputError, match=r"testbed\.switch_daemons: expected shared with datapath kernel"):
+        check_switch_daemons(exp(userspace_tso=True, datapath="kernel").testbed)
     with pytest.raises(InputError, match=r"testbed\.switch_daemons: expected shared with datapath afxdp"):
         check_switch_daemons(exp(switch_daemons=1, datapath="afxdp").testbed)
     with pytest.raises(InputError, match=r"testbed\.switch_daemons: expected shared with datapath kernel"):
@@ -150,7 +182,8 @@ def test_relay_carries_openflow_both_ways_and_closes_with_the_controller(tmp_pat
 
 def test_switch_malloc_is_for_the_runs_own_daemons_and_needs_the_library(monkeypatch):
     with pytest.raises(InputError, match=r"testbed\.switch_malloc: expected auto with switch_daemons: shared"):
-        check_switch_daemons(exp(switch_malloc="libc").testbed)
+        check_switch_daemons(exp(switch_malloc="libc", switch_daemons="shared").testbed)
+    check_switch_daemons(exp(switch_malloc="libc").testbed)  # auto: the run's own daemon
     with pytest.raises(InputError, match=r"testbed\.switch_malloc: expected one of auto, tcmalloc, libc"):
         exp(switch_daemons=1, switch_malloc="jemalloc")
     check_switch_daemons(exp(switch_daemons=1, switch_malloc="libc").testbed)  # fine

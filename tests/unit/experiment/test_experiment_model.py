@@ -40,7 +40,7 @@ def test_config_yaml_spells_out_defaults_and_overrides(tmp_path):
     assert data["scale"]["link"] == 1e-5
     assert data["topology"]["oversubscription"] == 1.0  # a builder default
     assert data["controller"] == {"policy": exp.routing, "params": {"poll_s": 0.5, "tau_s": 1.0}}
-    assert data["testbed"] == {"datapath": "auto", "switch_daemons": "shared", "userspace_tso": False, "switch_malloc": "auto",
+    assert data["testbed"] == {"datapath": "auto", "switch_daemons": "auto", "userspace_tso": "auto", "switch_malloc": "auto",
                                "slice_bytes": 8192, "queue_packets": 1000,
                                "timeout_s": 600.0, "ready_timeout_s": 60.0, "stall_timeout_s": 30.0}
     assert set(data["jobs"][0]) == {"name", "hosts", "order", "start_ms", "workload"}
