@@ -294,16 +294,25 @@ def write_outputs(engine: Engine, r: Run, summary: dict) -> None:
         write_trace(out_dir, exp, r.jobs, r.t_start, log, events)
 
 
+_RUNS_SETTLED = 0  # runs this process has settled: a script or a sweep may run many
+
+
 @contextlib.contextmanager
 def settled():
     """The objects alive now left out of the garbage collector's passes (gc.freeze), which would
     otherwise walk them all again at each full pass while a run allocates an object or more per op
     and per event, and finds few cycles; the function it yields leaves out those made since as
-    well (the pipeline calls it after the plans, and after the run, before the outputs). Collectable
-    as before afterwards."""
+    well (the pipeline calls it after the plans, and after the run, before the outputs). One full
+    pass first: a run's own reference cycles are frozen with the rest and stay after it, and a
+    script that ran one experiment after another grew by 3.4 MB a run (bench/bench_soak.py)
+    until the next run froze them again."""
     if gc.get_freeze_count():  # someone embedding dtnet froze objects: leave theirs frozen, freeze nothing
         yield lambda: None
         return
+    global _RUNS_SETTLED
+    if _RUNS_SETTLED:  # an earlier run's cycles, before they are frozen with the rest
+        gc.collect()  # (a full pass: 0.25 s after the imports, which a lone command need not pay)
+    _RUNS_SETTLED += 1
     gc.freeze()
     try:
         yield gc.freeze

@@ -271,10 +271,12 @@ class ControllerRelay:
         self.port = port
         self.conns: list[socket.socket] = []
         self.lock = threading.Lock()
+        self.closed = False
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(path)
         self.sock.listen(64)
-        threading.Thread(target=self._accept, daemon=True, name="of-relay").start()
+        self.threads = [threading.Thread(target=self._accept, daemon=True, name="of-relay")]
+        self.threads[0].start()
 
     def _accept(self) -> None:
         while True:
@@ -289,10 +291,17 @@ class ControllerRelay:
                 continue
             up.settimeout(None)
             up.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            pumps = [threading.Thread(target=self._pump, args=(a, b), daemon=True, name="of-relay")
+                     for a, b in ((conn, up), (up, conn))]
             with self.lock:
+                if self.closed:  # accepted while closing: nobody would end its pumps
+                    conn.close()
+                    up.close()
+                    return
                 self.conns += [conn, up]
-            for a, b in ((conn, up), (up, conn)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True, name="of-relay").start()
+                self.threads += pumps
+            for t in pumps:
+                t.start()
 
     @staticmethod
     def _pump(a: socket.socket, b: socket.socket) -> None:
@@ -307,13 +316,20 @@ class ControllerRelay:
             except OSError:
                 pass
 
-    def close(self) -> None:
-        self.sock.close()
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop relaying and end every thread: closing a socket does not wake a thread blocked in
+        accept() or recv() on it, shutting it down does (each run left its accept thread behind)."""
         with self.lock:
-            for c in self.conns:
-                try:
-                    c.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            self.closed = True
+            threads, self.threads = self.threads, []
+        for c in (self.sock, *self.conns):
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        for t in threads:
+            t.join(timeout_s)
+        with self.lock:
+            for c in (self.sock, *self.conns):
                 c.close()
             self.conns = []

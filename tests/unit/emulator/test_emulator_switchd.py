@@ -12,6 +12,7 @@ from emulator.run import fidelity
 from emulator.testbed import capture, shaping, switchd
 from emulator.testbed.datapath import parse_ovs_send_buffer
 from emulator.testbed.lifecycle import Testbed
+from emulator.testbed.process import wait_for
 from experiment import model
 from topologies import fat_tree, leaf_spine
 
@@ -178,6 +179,31 @@ def test_relay_carries_openflow_both_ways_and_closes_with_the_controller(tmp_pat
         relay.close()
         srv.close()
         t.join(5)
+
+
+def test_closing_the_relay_ends_its_threads_with_a_connection_open(tmp_path):
+    """One relay per run's daemon: a thread left blocked in accept() or recv() is a leak per run
+    (bench_soak saw one more thread every cycle)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    before = {t for t in threading.enumerate() if t.name == "of-relay"}
+    relay = switchd.ControllerRelay(os.path.join(str(tmp_path), "c.sock"), srv.getsockname()[1])
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.settimeout(10)
+        s.connect(os.path.join(str(tmp_path), "c.sock"))
+        up, _ = srv.accept()  # the controller's end stays open: both pumps block in recv()
+        wait_for(lambda: len({t for t in threading.enumerate() if t.name == "of-relay"} - before) == 3, 10,
+                 "the relay's accept thread and two pumps")
+        relay.close()
+        assert not {t for t in threading.enumerate() if t.name == "of-relay"} - before
+        assert s.recv(100) == b""  # the switch's end learns it is gone
+        up.close()
+    finally:
+        relay.close()
+        s.close()
+        srv.close()
 
 
 def test_switch_malloc_is_for_the_runs_own_daemons_and_needs_the_library(monkeypatch):
