@@ -13,10 +13,12 @@ for dtnet's runs, fidelity.ok holds. The time dilation stays fixed, so each
 point emulates the same real-cluster traffic with more packets per second.
 
     sudo .venv/bin/python bench/bench_capacity.py [--rates 5,10,20,40] \
-        [--datapaths userspace,afxdp] [--fabrics fat-tree,rail-optimized] [--switchd shared,tso]
+        [--datapaths userspace,afxdp] [--fabrics fat-tree,rail-optimized] [--switchd auto,shared]
 
 --switchd picks the switch daemons (testbed.switch_daemons and userspace_tso):
-shared (the machine's ovs-vswitchd), own (one of the run's own), tso (the run's
+auto (the default: what a run without those keys gets, one of the run's own
+with TSO on the userspace datapath), shared (the machine's ovs-vswitchd, the
+plain Mininet setup), own (one of the run's own), tso (the run's
 own, with userspace TSO and the hosts' TCP offloads on), own2 and tso2 (two of
 the run's own, the switches split between them); a suffix -libc or -tcmalloc
 on the run's own picks their allocator (testbed.switch_malloc; without one,
@@ -46,7 +48,8 @@ FABRICS = {
 # GPU g of server s+1), as a rail-aware job would; stride(1) on the fat-tree.
 STRIDE = {"fat-tree": 1, "rail-optimized": 4}
 DILATION = 40.0
-SWITCHD = {"shared": {"switch_daemons": "shared", "userspace_tso": False},
+SWITCHD = {"auto": {},  # the testbed's defaults: what a run gets without testbed keys
+           "shared": {"switch_daemons": "shared", "userspace_tso": False},
            "own": {"switch_daemons": 1, "userspace_tso": False},
            "tso": {"switch_daemons": 1, "userspace_tso": True},
            "own2": {"switch_daemons": 2, "userspace_tso": False},
@@ -106,7 +109,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rates", default="5,10,20,40", help="emulated link rates in Mb/s")
     ap.add_argument("--datapaths", default="userspace,afxdp")
     ap.add_argument("--fabrics", default="fat-tree,rail-optimized")
-    ap.add_argument("--switchd", default="shared", help="comma-separated: " + ", ".join(SWITCHD)
+    ap.add_argument("--switchd", default="auto", help="comma-separated: " + ", ".join(SWITCHD)
                     + "; the run's own with -libc or -tcmalloc: that allocator (default: tcmalloc where installed)")
     args = ap.parse_args(argv)
     variants = args.switchd.split(",")

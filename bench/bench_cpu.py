@@ -189,7 +189,7 @@ def main(argv=None) -> int:
     ap.add_argument("--fabric", default="fat-tree", choices=("fat-tree", "rail-optimized"))
     ap.add_argument("--rate", type=float, default=20.0, help="emulated link rate in Mb/s")
     ap.add_argument("--datapath", default="userspace")
-    ap.add_argument("--switchd", default="shared",
+    ap.add_argument("--switchd", default="auto",
                     help="the switch daemons: " + ", ".join(SWITCHD) + ", the run's own with -libc or -tcmalloc "
                          "(bench_capacity.py --switchd)")
     ap.add_argument("--workloads", default="ring,stride,iperf3")

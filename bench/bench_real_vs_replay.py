@@ -186,7 +186,7 @@ def main() -> int:
     ap.add_argument("--import", dest="source", choices=("kineto", "pytorch-et"), default="kineto",
                     help="what to replay: the Kineto traces, or the execution traces timed by them")
     ap.add_argument("--out", help="keep the run folders here (default: a temporary folder)")
-    ap.add_argument("--switchd", default="shared", help="the switch daemons of both runs (bench_capacity.py --switchd)")
+    ap.add_argument("--switchd", default="auto", help="the switch daemons of both runs (bench_capacity.py --switchd)")
     ap.add_argument("--json", help="also write every figure to this JSON file")
     args = ap.parse_args()
     from bench.bench_capacity import switchd_settings
