@@ -168,8 +168,10 @@ def main() -> int:
     cap_mbps = args.cap * args.link_mbps
     rows = []
     with tempfile.TemporaryDirectory() as d:
+        # The machine's shared daemon: the mechanisms are set with its ovs-vsctl and on the root
+        # namespace's ports (a run's own daemon has its database and ports elsewhere).
         with Testbed(fabric, d, controller=False, scale_link=scale_link, queue_packets=QUEUE_PACKETS,
-                     log=lambda *_: None) as tb:
+                     switch_daemons="shared", log=lambda *_: None) as tb:
             bench = Bench(tb, args.link_mbps, cap_mbps, args.seconds)
             print(f"datapath {tb.datapath}; link {args.link_mbps:g} Mb/s; low flow's cap {cap_mbps:g} Mb/s; "
                   f"{args.seconds:g} s per mechanism")

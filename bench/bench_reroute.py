@@ -1,16 +1,18 @@
 """Reroute latency on real OVS: from a congested link being observed to the
 reroute being installed.
 
-Runs Hedera stride(8) on a k=4 fat-tree under congestion-aware routing
-(experiments/stride-fat-tree.yaml), where GFF moves colliding elephants, and
-reads every rebalance the controller made from controller-state.json:
+Runs Hedera's staggered pattern on a k=4 fat-tree under congestion-aware
+routing (experiments/staggered-fat-tree.yaml), where GFF moves colliding
+elephants (stride(8), the bench's first workload, is now placed without a
+collision when its connections open, and leaves nothing to move), and reads
+every rebalance the controller made from controller-state.json:
 - observe -> install: newest port-statistics reply before the decision, to
   the last barrier reply of the reroute (make-before-break, all stages);
 - decide -> install: the OpenFlow part alone.
 Also the detection delay of each moved flow: from its placement to its move.
 Times are wall-clock (emulated) and, divided by the time dilation, real-cluster.
 
-    sudo .venv/bin/python bench/bench_reroute.py [--repeat 3]
+    sudo .venv/bin/python bench/bench_reroute.py [--repeat 3] [--set testbed.switch_daemons=shared]
 """
 from __future__ import annotations
 
@@ -37,9 +39,10 @@ def pct(xs, q):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--experiment", default=os.path.join(ROOT, "experiments", "stride-fat-tree.yaml"))
+    ap.add_argument("--experiment", default=os.path.join(ROOT, "experiments", "staggered-fat-tree.yaml"))
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="as dtnet run --set")
     args = ap.parse_args(argv)
-    exp = model.load(args.experiment, ["controller.routing=congestion-aware"])
+    exp = model.load(args.experiment, ["controller.routing=congestion-aware", *args.set])
     obs, dec, detect = [], [], []
     with tempfile.TemporaryDirectory(prefix="dtnet-reroute-") as tmp:
         for i in range(args.repeat):
@@ -55,6 +58,8 @@ def main(argv=None) -> int:
                        if d["action"] == "move" and d["flow_id"] in placed and d["reason"].startswith("GFF")]
             print(f"run {i}: {len(done)} reroutes installed of {len(st['reroutes'])}, "
                   f"normalized throughput {s['traffic']['normalized_throughput']:.3f}", flush=True)
+    if not dec:
+        print("no reroute was installed: this workload left nothing to time (see --experiment)")
     dil = exp.scale.dilation
     print(f"\n{'':<26}{'n':>4}{'p50 ms':>9}{'p90 ms':>9}{'max ms':>9}   real-cluster p50 (/ dilation {dil:g})")
     for name, xs in (("observe -> installed", obs), ("decide -> installed", dec),
