@@ -328,7 +328,8 @@ class ControllerRelay:
             except OSError:
                 pass
         for t in threads:
-            t.join(timeout_s)
+            if t.ident is not None:  # a pump not yet started (its accept thread ends first) has none
+                t.join(timeout_s)
         with self.lock:
             for c in (self.sock, *self.conns):
                 c.close()
