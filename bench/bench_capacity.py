@@ -91,11 +91,17 @@ def dtnet_point(exp, out_dir) -> tuple[float, bool, str]:
     return s["traffic"]["normalized_throughput"], s["fidelity"]["ok"], ",".join(bad)
 
 
+def stride_pairs(exp) -> list[tuple[str, str]]:
+    """(sender, receiver) of the stride workload's hosts: what plain iperf3 runs on instead."""
+    hosts = exp.fabric().hosts
+    step = exp.jobs[0].workload["stride"]
+    return [(h, hosts[(i + step) % len(hosts)]) for i, h in enumerate(hosts)]
+
+
 def iperf3_point(exp, out_dir, duration_s=6.0) -> float:
     fabric = exp.fabric()
     hosts = fabric.hosts
-    step = exp.jobs[0].workload["stride"]
-    pairs = [(h, hosts[(i + step) % len(hosts)]) for i, h in enumerate(hosts)]
+    pairs = stride_pairs(exp)
     with Testbed(fabric, out_dir, routing="congestion-aware", scale_link=exp.scale.link,
                  datapath=exp.testbed.datapath, switch_daemons=exp.testbed.switch_daemons,
                  userspace_tso=exp.testbed.userspace_tso, switch_malloc=exp.testbed.switch_malloc,

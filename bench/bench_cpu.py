@@ -44,7 +44,7 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.bench_capacity import SWITCHD, WORKLOADS, experiment, switchd_settings  # noqa: E402
+from bench.bench_capacity import SWITCHD, WORKLOADS, experiment, stride_pairs, switchd_settings  # noqa: E402
 from emulator.run.runner import run_experiment  # noqa: E402
 from emulator.testbed.iperf import iperf3_flows  # noqa: E402
 from emulator.testbed.lifecycle import Testbed  # noqa: E402
@@ -173,8 +173,7 @@ def iperf3_point(fabric: str, rate: float, datapath: str, tmp: str, iperf_s: flo
     """Plain iperf3 on the stride pairs of bench_capacity's stride workload."""
     exp = experiment(fabric, "stride", rate, datapath, switchd)
     hosts = exp.fabric().hosts
-    step = exp.jobs[0].workload["stride"]
-    pairs = [(h, hosts[(i + step) % len(hosts)]) for i, h in enumerate(hosts)]
+    pairs = stride_pairs(exp)
     with Testbed(exp.fabric(), os.path.join(tmp, "iperf3"), routing="congestion-aware",
                  scale_link=exp.scale.link, datapath=datapath, log=lambda *_: None,
                  **switchd_settings(switchd)) as tb:

@@ -26,6 +26,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from emulator.run.runner import run_experiment  # noqa: E402
+from badinput import InputError  # noqa: E402
 from experiment import model  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -42,7 +43,11 @@ def main(argv=None) -> int:
     ap.add_argument("--experiment", default=os.path.join(ROOT, "experiments", "staggered-fat-tree.yaml"))
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="as dtnet run --set")
     args = ap.parse_args(argv)
-    exp = model.load(args.experiment, ["controller.routing=congestion-aware", *args.set])
+    try:
+        exp = model.load(args.experiment, ["controller.routing=congestion-aware", *args.set])
+    except InputError as e:  # a bad file or --set: one line, exit 2
+        print(f"bench_reroute.py: {e}", file=sys.stderr)
+        return 2
     obs, dec, detect = [], [], []
     with tempfile.TemporaryDirectory(prefix="dtnet-reroute-") as tmp:
         for i in range(args.repeat):

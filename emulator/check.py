@@ -18,8 +18,8 @@ def check_switch_daemons(tb, source=None) -> None:
     """A run's own switch daemons are userspace ones (the kernel datapath is one per machine), and
     userspace TSO needs them: the shared daemon reads that option only when it starts."""
     # The run's own daemons: a count, or auto where the file asks for what only they have.
-    own = isinstance(tb.switch_daemons, int) or (tb.switch_daemons == "auto" and (
-        tb.userspace_tso is True or tb.switch_malloc != "auto"))
+    own = isinstance(tb.switch_daemons, int) or (
+        tb.switch_daemons == "auto" and switchd.own_asked(tb.userspace_tso, tb.switch_malloc))
     if own and tb.datapath == "kernel":
         raise InputError("testbed.switch_daemons", "shared with datapath kernel (the kernel datapath is the "
                          "machine's one; the run's own daemons run userspace bridges)", tb.switch_daemons, source)

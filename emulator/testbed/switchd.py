@@ -90,6 +90,11 @@ def shared_vswitchd_pid(pidfile: str = SHARED_PIDFILE) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+def own_asked(tso, malloc: str) -> bool:
+    """The file asks for what only the run's own daemons have: userspace TSO, an allocator."""
+    return tso is True or malloc != "auto"
+
+
 def resolve(daemons, tso, malloc: str, datapath: str, kernel_available) -> tuple:
     """What testbed.switch_daemons and userspace_tso run as: (daemons, tso), auto resolved.
 
@@ -100,9 +105,8 @@ def resolve(daemons, tso, malloc: str, datapath: str, kernel_available) -> tuple
     something only the run's own daemons have (userspace TSO, an allocator): then the testbed
     says why it cannot. kernel_available: called only when the datapath is auto."""
     if daemons == "auto":
-        own_asked = tso is True or malloc != "auto"
         shared = datapath in ("kernel", "afxdp") or (datapath == "auto" and kernel_available())
-        daemons = "shared" if shared and not own_asked else 1
+        daemons = "shared" if shared and not own_asked(tso, malloc) else 1
     if tso == "auto":
         tso = daemons != "shared"
     return daemons, bool(tso)
