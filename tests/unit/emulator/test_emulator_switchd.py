@@ -38,6 +38,8 @@ def test_other_switch_daemons_are_refused_naming_the_key(value):
 @pytest.mark.parametrize("value", ["yes", 1, "on"])
 def test_userspace_tso_takes_auto_true_or_false(value):
     assert exp().testbed.userspace_tso == "auto"
+    assert exp(userspace_tso=True).testbed.userspace_tso is True
+    assert exp(userspace_tso=False).testbed.userspace_tso is False
     with pytest.raises(InputError, match=r"testbed\.userspace_tso: expected auto, true or false"):
         exp(userspace_tso=value)
 
