@@ -13,7 +13,8 @@ for dtnet's runs, fidelity.ok holds. The time dilation stays fixed, so each
 point emulates the same real-cluster traffic with more packets per second.
 
     sudo .venv/bin/python bench/bench_capacity.py [--rates 5,10,20,40] \
-        [--datapaths userspace,afxdp] [--fabrics fat-tree,rail-optimized] [--switchd auto,shared]
+        [--datapaths userspace,afxdp] [--fabrics fat-tree,rail-optimized] [--switchd auto,shared] \
+        [--cc default,cubic]
 
 --switchd picks the switch daemons (testbed.switch_daemons and userspace_tso):
 auto (the default: what a run without those keys gets, one of the run's own
@@ -25,6 +26,9 @@ on the run's own picks their allocator (testbed.switch_malloc; without one,
 tcmalloc where installed). Under `taskset -c 0`
 the run's own daemons stay on that core with everything else; the shared one
 does not (it was started outside).
+
+--cc sets the hosts' congestion control (transport.tcp.cc) for dtnet's runs and iperf3 alike;
+`default` is what a file without the key gets (the kernel's default, bbr on this machine kind).
 """
 from __future__ import annotations
 
@@ -37,8 +41,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from emulator.run.runner import run_experiment  # noqa: E402
 from emulator.testbed.iperf import iperf3_flows  # noqa: E402
+from emulator.testbed import transport as testbed_transport  # noqa: E402
 from emulator.testbed.lifecycle import Testbed  # noqa: E402
 from experiment import model  # noqa: E402
+from experiment.transport import CCS  # noqa: E402
 
 FABRICS = {
     "fat-tree": {"kind": "fat-tree", "k": 4},
@@ -71,7 +77,8 @@ WORKLOADS = {
 }
 
 
-def experiment(fabric: str, workload: str, rate_mbps: float, datapath: str, switchd: str = "shared"):
+def experiment(fabric: str, workload: str, rate_mbps: float, datapath: str, switchd: str = "shared",
+               cc: str | None = None):
     link = rate_mbps / 400e3
     routing, wl = WORKLOADS[workload]
     if workload == "stride":
@@ -82,6 +89,7 @@ def experiment(fabric: str, workload: str, rate_mbps: float, datapath: str, swit
         "topology": {**FABRICS[fabric], "link_gbps": 400},
         "scale": {"link": link, "bytes": link * DILATION},
         "controller": {"routing": routing}, "testbed": {"datapath": datapath, **switchd_settings(switchd)},
+        **({"transport": {"tcp": {"cc": cc}}} if cc else {}),
         "jobs": [{"name": workload, "hosts": "all", "order": order, "workload": wl}]})
 
 
@@ -105,7 +113,7 @@ def iperf3_point(exp, out_dir, duration_s=6.0) -> float:
     with Testbed(fabric, out_dir, routing="congestion-aware", scale_link=exp.scale.link,
                  datapath=exp.testbed.datapath, switch_daemons=exp.testbed.switch_daemons,
                  userspace_tso=exp.testbed.userspace_tso, switch_malloc=exp.testbed.switch_malloc,
-                 log=lambda *_: None) as tb:
+                 tcp_cc=testbed_transport.testbed_settings(exp).get("tcp_cc"), log=lambda *_: None) as tb:
         got = sum(iperf3_flows(tb, pairs, duration_s))
     return got / (len(hosts) * exp.emulated_mbps(400))
 
@@ -117,7 +125,14 @@ def main(argv=None) -> int:
     ap.add_argument("--fabrics", default="fat-tree,rail-optimized")
     ap.add_argument("--switchd", default="auto", help="comma-separated: " + ", ".join(SWITCHD)
                     + "; the run's own with -libc or -tcmalloc: that allocator (default: tcmalloc where installed)")
+    ap.add_argument("--cc", default="default",
+                    help="comma-separated congestion controls of the hosts (transport.tcp.cc): newreno, cubic, "
+                         "bbr, or default (what a file without the key gets; dtnet's runs and iperf3 alike)")
     args = ap.parse_args(argv)
+    ccs = args.cc.split(",")
+    for c in ccs:
+        if c != "default" and c not in CCS:
+            ap.error(f"--cc: expected default or one of {', '.join(CCS)}, found {c}")
     variants = args.switchd.split(",")
     for v in variants:
         try:
@@ -126,31 +141,32 @@ def main(argv=None) -> int:
             ap.error(f"--switchd: {e}")
     print(f"cpus allowed: {sorted(os.sched_getaffinity(0))}; load average {os.getloadavg()[0]:.2f}")
     rates = [float(r) for r in args.rates.split(",")]
-    print(f"{'datapath':<17} {'fabric':<15} {'Mb/s':>5} {'ring':>14} {'stride':>14} {'iperf3':>7}   "
+    print(f"{'datapath':<24} {'fabric':<15} {'Mb/s':>5} {'ring':>14} {'stride':>14} {'iperf3':>7}   "
           "(normalized throughput; * = fidelity.ok false, with the failed checks)")
     best: dict = {}
     with tempfile.TemporaryDirectory(prefix="dtnet-capacity-") as tmp:
-        for dp, sd in [(d, v) for d in args.datapaths.split(",") for v in variants]:
-            label = dp if sd == "shared" else f"{dp}/{sd}"
+        for dp, sd, cc in [(d, v, c) for d in args.datapaths.split(",") for v in variants for c in ccs]:
+            label = (dp if sd == "shared" else f"{dp}/{sd}") + ("" if cc == "default" else f"/{cc}")
+            cc = None if cc == "default" else cc
             for fab in args.fabrics.split(","):
                 for rate in rates:
                     cells = []
                     for wl in WORKLOADS:
-                        exp = experiment(fab, wl, rate, dp, sd)
-                        norm, ok, bad = dtnet_point(exp, os.path.join(tmp, f"{dp}-{sd}-{fab}-{wl}-{rate:g}"))
+                        exp = experiment(fab, wl, rate, dp, sd, cc)
+                        norm, ok, bad = dtnet_point(exp, os.path.join(tmp, f"{dp}-{sd}-{cc}-{fab}-{wl}-{rate:g}"))
                         cells.append(f"{norm:.3f}{'' if ok else '*'}{'(' + bad + ')' if bad else ''}")
                         hosts = len(exp.fabric().hosts)
                         if norm >= 0.9 and ok:
                             key = (label, fab, wl)
                             best[key] = max(best.get(key, 0.0), norm * hosts * rate)
-                    ip = iperf3_point(experiment(fab, "stride", rate, dp, sd),
-                                      os.path.join(tmp, f"ip-{dp}-{sd}-{fab}-{rate:g}"))
+                    ip = iperf3_point(experiment(fab, "stride", rate, dp, sd, cc),
+                                      os.path.join(tmp, f"ip-{dp}-{sd}-{cc}-{fab}-{rate:g}"))
                     if ip >= 0.9:
                         best[label, fab, "iperf3"] = max(best.get((label, fab, "iperf3"), 0.0), ip * hosts * rate)
-                    print(f"{label:<17} {fab:<15} {rate:>5g} {cells[0]:>14} {cells[1]:>14} {ip:>7.3f}", flush=True)
+                    print(f"{label:<24} {fab:<15} {rate:>5g} {cells[0]:>14} {cells[1]:>14} {ip:>7.3f}", flush=True)
     print("\nhighest faithful aggregate (Mb/s emulated):")
     for (dp, fab, wl), mbps in sorted(best.items()):
-        print(f"  {dp:<17} {fab:<15} {wl:<7} {mbps:8.1f}")
+        print(f"  {dp:<24} {fab:<15} {wl:<7} {mbps:8.1f}")
     return 0
 
 

@@ -48,6 +48,7 @@ ORDERS = ("as-listed", "rail-aligned")
 # Mininet's TCLink refuses bw above 1000 Mb/s; below 0.1 Mb/s HTB is coarse.
 MAX_EMULATED_MBPS = 1000.0
 MIN_EMULATED_MBPS = 0.1
+MAX_NVLINK_EMULATED_MBPS = 10000.0
 MAX_INT = (1 << 63) - 1
 # topology.latency_us: one-way delay of each link in real-cluster microseconds
 # (netem, dilated like everything else). 1 s is far beyond any fabric.
@@ -491,9 +492,11 @@ def parse(data, file: str | None = None) -> Experiment:
         sc.done()
     for a, b, d in fabric.links() if engine == "emulate" else ():
         mbps = d["link_gbps"] * 1000 * scale.link
-        if not MIN_EMULATED_MBPS <= mbps <= MAX_EMULATED_MBPS:
+        top_mbps = MAX_NVLINK_EMULATED_MBPS if d.get("kind") == "nvlink" else MAX_EMULATED_MBPS
+        if not MIN_EMULATED_MBPS <= mbps <= top_mbps:
             raise InputError("scale.link", f"emulated link rates within {MIN_EMULATED_MBPS}.."
-                              f"{MAX_EMULATED_MBPS:.0f} Mb/s (link {a}-{b} would be {mbps:.3g} Mb/s)",
+                              f"{MAX_EMULATED_MBPS:.0f} Mb/s, NVLink {MAX_NVLINK_EMULATED_MBPS:.0f} "
+                              f"(link {a}-{b} would be {mbps:.3g} Mb/s)",
                               scale.link, file)
 
     routing, policy_params = _controller(top.get("controller", dict, {}), fabric, file)

@@ -32,7 +32,7 @@ def received_bytes(ss_out: str) -> dict[int, int]:
     return out
 
 
-def iperf3_flows(tb, flows: list[tuple[str, str]], duration_s: float = 4.0) -> list[float]:
+def iperf3_flows(tb, flows: list[tuple[str, str]], duration_s: float = 4.0, via: str = "ip") -> list[float]:
     """Run one TCP stream per (src, dst) host pair at once; the Mb/s each received in one common
     window of `duration_s`, which opens once every stream has delivered data.
 
@@ -40,7 +40,8 @@ def iperf3_flows(tb, flows: list[tuple[str, str]], duration_s: float = 4.0) -> l
     ms apart, so their sum overstates a link the streams share by the skew (0.25 s in 4 s: 1.06x).
     Here the receivers' TCP byte counters (`ss`, after any ingress shaping) are read at both ends of
     the window, on each host with its own timestamps. Each stream gets its own server port, so
-    several may share a destination."""
+    several may share a destination. via: the destination's address to use, its network "ip" or,
+    between GPUs of one server, its "nvlink_ip" (the NVLink bridge)."""
     procs = []
     ports = {dst: [] for _, dst in flows}
     for i, (_, dst) in enumerate(flows):
@@ -64,7 +65,7 @@ def iperf3_flows(tb, flows: list[tuple[str, str]], duration_s: float = 4.0) -> l
             procs.append(tb.host(dst).popen(["iperf3", "-s", "-1", "-p", str(BASE_PORT + i)]))
         for i, (_, dst) in enumerate(flows):
             wait_for(lambda: f":{BASE_PORT + i} " in tb.host(dst).cmd("ss -ltnH"), 10, f"iperf3 server on {dst}")
-        clients = [tb.host(src).popen(["iperf3", "-c", tb.fabric.node(dst)["ip"], "-p", str(BASE_PORT + i),
+        clients = [tb.host(src).popen(["iperf3", "-c", tb.fabric.node(dst)[via], "-p", str(BASE_PORT + i),
                                        "-t", f"{duration_s + MARGIN_S:g}"]) for i, (src, dst) in enumerate(flows)]
         procs += clients
         def flowing():

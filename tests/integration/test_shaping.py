@@ -10,7 +10,8 @@ from emulator.testbed.datapath import AFXDP_PORT, kernel_datapath_available, ovs
 from emulator.testbed.iperf import iperf3_flows
 from emulator.testbed.lifecycle import Testbed
 from tests.integration.helpers import assert_nothing_left
-from topologies import leaf_spine
+from experiment.model import MAX_EMULATED_MBPS
+from topologies import leaf_spine, rail_optimized
 
 pytestmark = pytest.mark.mininet
 
@@ -54,3 +55,18 @@ def test_each_link_direction_holds_its_rate(tmp_path, datapath):
     assert_nothing_left(tmp_path)
     for name, share in got.items():
         assert 0.85 <= share <= 1.05, f"{datapath}: {name} delivered {share:.3f} of the link rate ({got})"
+
+
+def test_an_nvlink_link_past_the_switch_links_top_holds_its_rate(tmp_path):
+    """NVLink links are kernel bridges shaped by HTB, with no OVS port: they may run past the
+    1,000 Mb/s an OVS link is held to (experiment.model), and still deliver their rate."""
+    fabric = rail_optimized(2, 2, 1, nvlink_gbps=3600)
+    scale_link = 250 / 400e3
+    nvlink_mbps = 3600e3 * scale_link  # 2,250 Mb/s
+    assert nvlink_mbps > MAX_EMULATED_MBPS
+    a, b = fabric.hosts[:2]
+    assert fabric.nvlink_switch(a) == fabric.nvlink_switch(b)
+    with Testbed(fabric, str(tmp_path), routing="shortest", scale_link=scale_link, log=lambda *_: None) as tb:
+        (got,) = iperf3_flows(tb, [(a, b)], duration_s=4, via="nvlink_ip")
+    assert_nothing_left(tmp_path)
+    assert 0.85 <= got / nvlink_mbps <= 1.05, f"{a}->{b} over NVLink delivered {got:.0f} of {nvlink_mbps:.0f} Mb/s"

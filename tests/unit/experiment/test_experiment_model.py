@@ -88,3 +88,23 @@ def test_a_setting_out_of_range_names_its_key_and_range():
     bad = {**MINIMAL, "testbed": {"slice_bytes": 100}}
     with pytest.raises(InputError, match=r"testbed.slice_bytes: expected an integer in 512..16777216, found 100"):
         model.parse(bad, "e.yaml")
+
+
+RAIL = {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2, "spines": 1, "link_gbps": 400,
+        "nvlink_gbps": 3600}
+
+
+@pytest.mark.parametrize("link, ok", [
+    (150 / 400e3, True),    # network 150 Mb/s, NVLink 1,350: kernel bridges shape past Mininet's 1,000
+    (1000 / 400e3, True),   # network at the OVS links' top, NVLink 9,000
+    (1001 / 400e3, False),  # an OVS link past 1,000 Mb/s
+    (1200 / 400e3, False),  # NVLink 10,800 past its 10,000
+])
+def test_nvlink_links_may_run_faster_than_the_switch_links(link, ok):
+    data = {**MINIMAL, "topology": RAIL, "scale": {"link": link, "bytes": 40 * link}}
+    if ok:
+        assert model.parse(data).scale.link == link
+    else:
+        with pytest.raises(InputError, match=r"scale.link: expected emulated link rates within 0.1..1000 Mb/s, "
+                                             r"NVLink 10000"):
+            model.parse(data, "e.yaml")
