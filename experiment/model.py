@@ -45,7 +45,10 @@ MAX_SWITCH_DAEMONS = 64
 # testbed.switch_malloc: the allocator of the run's own switch daemons (auto: tcmalloc where installed)
 SWITCH_MALLOCS = ("auto", "tcmalloc", "libc")
 ORDERS = ("as-listed", "rail-aligned")
-# Mininet's TCLink refuses bw above 1000 Mb/s; below 0.1 Mb/s HTB is coarse.
+# A link into or out of an OVS switch: at most what Mininet's TCLink takes, 1000 Mb/s (beyond it
+# the switch daemon, not the link, would set the rate). NVLink links are kernel bridges shaped by
+# HTB, with no OVS port: held to their rate past it (tests/integration/test_shaping.py). Below
+# 0.1 Mb/s HTB is coarse.
 MAX_EMULATED_MBPS = 1000.0
 MIN_EMULATED_MBPS = 0.1
 MAX_NVLINK_EMULATED_MBPS = 10000.0

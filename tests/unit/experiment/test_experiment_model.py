@@ -90,21 +90,20 @@ def test_a_setting_out_of_range_names_its_key_and_range():
         model.parse(bad, "e.yaml")
 
 
-RAIL = {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2, "spines": 1, "link_gbps": 400,
-        "nvlink_gbps": 3600}
-
-
-@pytest.mark.parametrize("link, ok", [
-    (150 / 400e3, True),    # network 150 Mb/s, NVLink 1,350: kernel bridges shape past Mininet's 1,000
-    (1000 / 400e3, True),   # network at the OVS links' top, NVLink 9,000
-    (1001 / 400e3, False),  # an OVS link past 1,000 Mb/s
-    (1200 / 400e3, False),  # NVLink 10,800 past its 10,000
+@pytest.mark.parametrize("nvlink_gbps, link_mbps, refused", [
+    (3600, 150, None),      # network 150 Mb/s, NVLink 1,350: kernel bridges shape past Mininet's 1,000
+    (3600, 1000, None),     # network at the OVS links' top, NVLink 9,000
+    (3600, 1001, "h0-rail0 would be 1e+03 Mb/s"),    # an OVS link past 1,000 Mb/s
+    (14400, 300, "h0-nvl0 would be 1.08e+04 Mb/s"),  # NVLink 10,800 past its 10,000, the network at 300
 ])
-def test_nvlink_links_may_run_faster_than_the_switch_links(link, ok):
-    data = {**MINIMAL, "topology": RAIL, "scale": {"link": link, "bytes": 40 * link}}
-    if ok:
+def test_nvlink_links_may_run_faster_than_the_switch_links(nvlink_gbps, link_mbps, refused):
+    link = link_mbps / 400e3
+    topo = {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2, "spines": 1, "link_gbps": 400,
+            "nvlink_gbps": nvlink_gbps}
+    data = {**MINIMAL, "topology": topo, "scale": {"link": link, "bytes": 40 * link}}
+    if refused is None:
         assert model.parse(data).scale.link == link
     else:
         with pytest.raises(InputError, match=r"scale.link: expected emulated link rates within 0.1..1000 Mb/s, "
-                                             r"NVLink 10000"):
+                                             r"NVLink 10000 \(link " + refused.replace(".", r"\.").replace("+", r"\+")):
             model.parse(data, "e.yaml")
