@@ -14,7 +14,7 @@ point emulates the same real-cluster traffic with more packets per second.
 
     sudo .venv/bin/python bench/bench_capacity.py [--rates 5,10,20,40] \
         [--datapaths userspace,afxdp] [--fabrics fat-tree,rail-optimized] [--switchd auto,shared] \
-        [--cc default,cubic]
+        [--cc default,cubic] [--mtu default,65000]
 
 --switchd picks the switch daemons (testbed.switch_daemons and userspace_tso):
 auto (the default: what a run without those keys gets, one of the run's own
@@ -29,6 +29,9 @@ does not (it was started outside).
 
 --cc sets the hosts' congestion control (transport.tcp.cc) for dtnet's runs and iperf3 alike;
 `default` is what a file without the key gets (the kernel's default, bbr on this machine kind).
+--mtu sets every interface's MTU (transport.mtu_bytes) the same way; `default` is what a file
+without the key gets: dtnet's runs size their frames to the links (9000 bytes at 10 Mb/s, up to
+65000 from 72 Mb/s), while plain iperf3 keeps 9000-byte frames, as a plain Mininet testbed would.
 """
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ from emulator.testbed.iperf import iperf3_flows  # noqa: E402
 from emulator.testbed import transport as testbed_transport  # noqa: E402
 from emulator.testbed.lifecycle import Testbed  # noqa: E402
 from experiment import model  # noqa: E402
-from experiment.transport import CCS  # noqa: E402
+from experiment.transport import CCS, EMULATOR_MTU_BYTES  # noqa: E402
 
 FABRICS = {
     "fat-tree": {"kind": "fat-tree", "k": 4},
@@ -78,7 +81,7 @@ WORKLOADS = {
 
 
 def experiment(fabric: str, workload: str, rate_mbps: float, datapath: str, switchd: str = "shared",
-               cc: str | None = None):
+               cc: str | None = None, mtu_bytes: int | None = None):
     link = rate_mbps / 400e3
     routing, wl = WORKLOADS[workload]
     if workload == "stride":
@@ -89,7 +92,7 @@ def experiment(fabric: str, workload: str, rate_mbps: float, datapath: str, swit
         "topology": {**FABRICS[fabric], "link_gbps": 400},
         "scale": {"link": link, "bytes": link * DILATION},
         "controller": {"routing": routing}, "testbed": {"datapath": datapath, **switchd_settings(switchd)},
-        **({"transport": {"tcp": {"cc": cc}}} if cc else {}),
+        "transport": {**({"tcp": {"cc": cc}} if cc else {}), **({"mtu_bytes": mtu_bytes} if mtu_bytes else {})},
         "jobs": [{"name": workload, "hosts": "all", "order": order, "workload": wl}]})
 
 
@@ -106,6 +109,15 @@ def stride_pairs(exp) -> list[tuple[str, str]]:
     return [(h, hosts[(i + step) % len(hosts)]) for i, h in enumerate(hosts)]
 
 
+def plain_settings(exp) -> dict:
+    """The testbed's transport for plain iperf3: the file's, but 9000-byte frames where it sets no
+    MTU (a plain Mininet testbed does not size its frames to its links as dtnet's runs do)."""
+    out = testbed_transport.testbed_settings(exp)
+    if exp.transport.mtu_bytes is None:
+        out["mtu"] = EMULATOR_MTU_BYTES
+    return out
+
+
 def iperf3_point(exp, out_dir, duration_s=6.0) -> float:
     fabric = exp.fabric()
     hosts = fabric.hosts
@@ -113,7 +125,7 @@ def iperf3_point(exp, out_dir, duration_s=6.0) -> float:
     with Testbed(fabric, out_dir, routing="congestion-aware", scale_link=exp.scale.link,
                  datapath=exp.testbed.datapath, switch_daemons=exp.testbed.switch_daemons,
                  userspace_tso=exp.testbed.userspace_tso, switch_malloc=exp.testbed.switch_malloc,
-                 tcp_cc=testbed_transport.testbed_settings(exp).get("tcp_cc"), log=lambda *_: None) as tb:
+                 **plain_settings(exp), log=lambda *_: None) as tb:
         got = sum(iperf3_flows(tb, pairs, duration_s))
     return got / (len(hosts) * exp.emulated_mbps(400))
 
@@ -128,7 +140,14 @@ def main(argv=None) -> int:
     ap.add_argument("--cc", default="default",
                     help="comma-separated congestion controls of the hosts (transport.tcp.cc): newreno, cubic, "
                          "bbr, or default (what a file without the key gets; dtnet's runs and iperf3 alike)")
+    ap.add_argument("--mtu", default="default",
+                    help="comma-separated MTUs of every interface (transport.mtu_bytes), or default (what a file "
+                         "without the key gets: frames sized to the links; plain iperf3 keeps 9000)")
     args = ap.parse_args(argv)
+    try:
+        mtus = [None if m == "default" else int(m) for m in args.mtu.split(",")]
+    except ValueError:
+        ap.error(f"--mtu: expected default or whole bytes, found {args.mtu}")
     ccs = args.cc.split(",")
     for c in ccs:
         if c != "default" and c not in CCS:
@@ -145,22 +164,24 @@ def main(argv=None) -> int:
           "(normalized throughput; * = fidelity.ok false, with the failed checks)")
     best: dict = {}
     with tempfile.TemporaryDirectory(prefix="dtnet-capacity-") as tmp:
-        for dp, sd, cc in [(d, v, c) for d in args.datapaths.split(",") for v in variants for c in ccs]:
-            label = (dp if sd == "shared" else f"{dp}/{sd}") + ("" if cc == "default" else f"/{cc}")
+        for dp, sd, cc, mtu in [(d, v, c, m) for d in args.datapaths.split(",") for v in variants for c in ccs
+                                for m in mtus]:
+            label = ((dp if sd == "shared" else f"{dp}/{sd}") + ("" if cc == "default" else f"/{cc}")
+                     + ("" if mtu is None else f"/mtu{mtu}"))
             cc = None if cc == "default" else cc
             for fab in args.fabrics.split(","):
                 for rate in rates:
                     cells = []
                     for wl in WORKLOADS:
-                        exp = experiment(fab, wl, rate, dp, sd, cc)
-                        norm, ok, bad = dtnet_point(exp, os.path.join(tmp, f"{dp}-{sd}-{cc}-{fab}-{wl}-{rate:g}"))
+                        exp = experiment(fab, wl, rate, dp, sd, cc, mtu)
+                        norm, ok, bad = dtnet_point(exp, os.path.join(tmp, f"{dp}-{sd}-{cc}-{mtu}-{fab}-{wl}-{rate:g}"))
                         cells.append(f"{norm:.3f}{'' if ok else '*'}{'(' + bad + ')' if bad else ''}")
                         hosts = len(exp.fabric().hosts)
                         if norm >= 0.9 and ok:
                             key = (label, fab, wl)
                             best[key] = max(best.get(key, 0.0), norm * hosts * rate)
-                    ip = iperf3_point(experiment(fab, "stride", rate, dp, sd, cc),
-                                      os.path.join(tmp, f"ip-{dp}-{sd}-{cc}-{fab}-{rate:g}"))
+                    ip = iperf3_point(experiment(fab, "stride", rate, dp, sd, cc, mtu),
+                                      os.path.join(tmp, f"ip-{dp}-{sd}-{cc}-{mtu}-{fab}-{rate:g}"))
                     if ip >= 0.9:
                         best[label, fab, "iperf3"] = max(best.get((label, fab, "iperf3"), 0.0), ip * hosts * rate)
                     print(f"{label:<24} {fab:<15} {rate:>5g} {cells[0]:>14} {cells[1]:>14} {ip:>7.3f}", flush=True)

@@ -31,12 +31,40 @@ NUM = (int, float)
 EMULATOR_MTU_BYTES = 9000
 # OVS's AF_XDP frames are 4 KiB; 3498 B is its MTU ceiling. Keep a margin.
 AFXDP_MTU_BYTES = 3000
+# Without mtu_bytes the emulator sizes its frames to its links: a frame takes no longer on the
+# slowest link into or out of a switch than a 9000-byte one at 10 Mb/s (the default scale: 7.2 ms),
+# from 9000 bytes up to EMULATOR_MAX_SIZED_MTU_BYTES. An emulated frame stands for megabytes of real
+# traffic at any scale, and the switches pay per frame (docs/datapaths.md, "Frames sized to the links").
+EMULATOR_FRAME_S = EMULATOR_MTU_BYTES * 8 / 10e6
+# The largest frame measured to cross OVS's userspace switches is 65520 (bench/probe_mtu.py); a margin.
+EMULATOR_MAX_SIZED_MTU_BYTES = 65000
 # testbed.queue_packets counts packets of this size: a queue's bound is in bytes, so jumbo frames
 # do not make it deeper in time.
 QUEUE_PACKET_BYTES = 1500
 # The emulator's HTB bursts at line rate up to two frames or this much of its rate's traffic, no more (a
 # larger burst would let a message of the emulated size, often ~100 kB, pass unshaped).
 HTB_BURST_S = 0.001
+
+
+def emulator_mtu_bytes(mtu_bytes: int | None, switch_link_mbps: float, queue_bytes: int | None = None,
+                       afxdp: bool = False) -> int:
+    """The emulator's MTU: the file's mtu_bytes, else sized to the slowest link into or out of a switch
+    (switch_link_mbps, emulated): what that link carries in EMULATOR_FRAME_S, within 9000 and
+    EMULATOR_MAX_SIZED_MTU_BYTES, and no more than half a switch queue of queue_bytes (emulated) when
+    the file sets one (a queue holds two frames). AF_XDP ports carry AFXDP_MTU_BYTES at most."""
+    if mtu_bytes is None:
+        mtu_bytes = int(switch_link_mbps * 1e6 / 8 * EMULATOR_FRAME_S)
+        mtu_bytes = min(max(mtu_bytes, EMULATOR_MTU_BYTES), EMULATOR_MAX_SIZED_MTU_BYTES)
+        if queue_bytes is not None:
+            mtu_bytes = max(EMULATOR_MTU_BYTES, min(mtu_bytes, queue_bytes // 2))
+    return min(mtu_bytes, AFXDP_MTU_BYTES) if afxdp else mtu_bytes
+
+
+def switch_link_mbps(exp) -> float:
+    """The emulated rate of the slowest link into or out of a switch (NVLink bridges aside)."""
+    links = [d for _, _, d in exp.fabric().links()]
+    rates = [exp.emulated_mbps(d["link_gbps"]) for d in links if d.get("kind") != "nvlink"]
+    return min(rates) if rates else exp.emulated_mbps(min(d["link_gbps"] for d in links))
 
 
 MAX_ACK_EVERY_SEGMENTS = 64  # a 64 KiB GRO burst of 1 KiB segments; past it a window stalls on the timer

@@ -45,6 +45,7 @@ class Emulation:
     (each None until it started, so teardown and summary need no guessing)."""
     calibration: dict | None = None
     datapath: str | None = None
+    mtu_bytes: int | None = None
     controller: dict | None = None
     ovs_send_buffer: int | None = None
     switch_daemons: dict | None = None
@@ -92,7 +93,7 @@ class EmulatorEngine(Engine):
                          switch_daemons=exp.testbed.switch_daemons, userspace_tso=exp.testbed.userspace_tso,
                          switch_malloc=exp.testbed.switch_malloc,
                          ready_timeout_s=exp.testbed.ready_timeout_s, log=run.log) as tb:
-                em.datapath = tb.datapath
+                em.datapath, em.mtu_bytes = tb.datapath, tb.mtu
                 em.switch_daemons = tb.switch_daemons_summary()
                 Replay(exp, tb, run, em).replay()
                 em.controller = tb.controller_status()
@@ -421,6 +422,8 @@ def summarize(exp: Experiment, fabric, jobs, events_path, em: Emulation, status:
                             bytes_received=received, engine={
         "datapath": em.datapath,
         "switch_daemons": em.switch_daemons,
+        "frames": {"mtu_bytes": em.mtu_bytes,
+                   "from": "transport.mtu_bytes" if exp.transport.mtu_bytes is not None else "sized to the switch links"},
         "tcp": em.tcp,
         **({"programs": {"ok": all(p["ok"] for p in programs.values()),
                          "time": "compute at this machine's speed, network at the emulated rate; figures "

@@ -7,7 +7,8 @@ how each key becomes testbed settings.
   is 3, tail-loss probes on, in every new namespace); false is refused;
 - tcp.loss_detection: rack is what the hosts' Linux does anyway (net.ipv4.tcp_recovery is 1, RACK
   on, in every new namespace); dupack is refused;
-- mtu_bytes: every host and switch interface (default 9000; AF_XDP ports carry 3000 at most);
+- mtu_bytes: every host and switch interface (default: sized to the switch links, 9000 up to
+  65000; AF_XDP ports carry 3000 at most);
 - switch_buffer_bytes: the bfifo under each switch output port's HTB class, scaled as the
   emulator scales bytes (real bytes x scale.bytes), refused below two frames;
 - latency_us: netem per link kind, dilated, where this kernel has netem;
@@ -17,7 +18,7 @@ how each key becomes testbed settings.
 from __future__ import annotations
 
 from badinput import InputError
-from experiment.transport import check_transport
+from experiment.transport import check_transport, emulator_mtu_bytes, switch_link_mbps
 
 # transport.tcp.cc -> the kernel's name for it.
 KERNEL_CC = {"newreno": "reno", "cubic": "cubic", "dctcp": "dctcp", "bbr": "bbr"}
@@ -67,9 +68,18 @@ def cc_refusal(cc: str, available: set[str]) -> str | None:
 
 
 def mtu_of(exp) -> int:
-    """The MTU of every interface: transport.mtu_bytes, else the testbed's default."""
-    from emulator.testbed.datapath import MTU
-    return exp.transport.mtu_bytes or MTU
+    """The MTU of every interface: transport.mtu_bytes, else sized to the switch links
+    (experiment.transport.emulator_mtu_bytes)."""
+    return emulator_mtu_bytes(exp.transport.mtu_bytes, switch_link_mbps(exp), switch_queue_bytes(exp),
+                              exp.testbed.datapath == "afxdp")
+
+
+def mtu_note(exp) -> str:
+    """What the MTU is and where it comes from, for the run's one-line verdict."""
+    mtu = mtu_of(exp)
+    if exp.transport.mtu_bytes is not None:
+        return f"MTU {mtu}"
+    return f"MTU {mtu} (sized to the {switch_link_mbps(exp):.3g} Mb/s switch links; transport.mtu_bytes sets it)"
 
 
 def switch_queue_bytes(exp) -> int | None:
@@ -140,7 +150,7 @@ def check(exp, available: set[str] | None = None, netem=None) -> str:
 
     check_transport(exp, "emulate", machine)
     t = exp.transport
-    parts = [f"TCP {t.tcp.cc or 'the kernel default'}", f"MTU {mtu_of(exp)}"]
+    parts = [f"TCP {t.tcp.cc or 'the kernel default'}", mtu_note(exp)]
     q = switch_queue_bytes(exp)
     parts.append(f"switch queues {q} emulated bytes" if q is not None
                  else f"queues {exp.testbed.queue_packets} x 1500 B")

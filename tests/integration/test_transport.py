@@ -102,3 +102,25 @@ def test_mtu_and_switch_buffer_reach_the_interfaces(tmp_path):
     # traffic shares the 16 kB switch port (four frames), which may drop one.
     assert f"{mtu - 20} bytes from {ip1}" in full, full
     assert over.returncode != 0 and "message too long" in (over.stdout + over.stderr).lower(), over
+
+
+def test_frames_are_sized_to_fast_links(tmp_path):
+    """Without mtu_bytes, a run on 40 Mb/s links gets 36,000-byte frames (7.2 ms each, what 9000
+    bytes take at 10 Mb/s) on its hosts' and switch's interfaces, and a full one crosses."""
+    out = tmp_path / "run"
+    mtu = 36000
+    p, _ = start_run(out, "ring-single-switch.yaml", "scale.link=1e-4", "scale.bytes=4e-3")
+    try:
+        st = json.load(open(out / "state.json"))
+        h0 = st["host_pids"]["h0"]
+        fab = build("single-switch", {"hosts": 8})
+        have = link_mtu(in_host(h0, "ip", "-o", "link", "show", "dev", f"{st['tag']}h0-eth{fab.port('h0', 's0')}"))
+        netns = runstate.leftovers(st["tag"])["netns"]
+        in_sw = ["ip", "netns", "exec", netns[0]] if netns else []
+        sw = link_mtu(subprocess.run([*in_sw, "ip", "-o", "link", "show", "dev", f"{st['tag']}s0-eth{fab.port('s0', 'h0')}"],
+                                     capture_output=True, text=True).stdout)
+        full = in_host(h0, "ping", "-c", "3", "-W", "2", "-M", "do", "-s", str(mtu - 28), fab.node("h1")["ip"])
+    finally:
+        stop(p, out)
+    assert have == str(mtu) and sw == str(mtu), (have, sw)
+    assert f"{mtu - 20} bytes from" in full, full

@@ -344,3 +344,35 @@ def test_a_sprayed_flow_over_a_dead_uplink_takes_the_paths_left_or_none():
     net.set_cable("leaf0", "spine1", False)
     ip, lk = router.route(net, np.array([0, 0]), np.array([2, 1]), np.zeros(2, np.uint64))
     assert list(ip) == [0, 0, 2]  # the first is cut off; the one within its leaf still goes
+
+
+# -- the emulator's frames -------------------------------------------------------------------
+@pytest.mark.parametrize("mbps, mtu", [(2.5, 9000), (10, 9000), (20, 18000), (40, 36000), (60, 54000),
+                                       (72.2, 64980), (80, 65000), (400, 65000)])
+def test_emulator_frames_take_what_a_9000_byte_frame_takes_at_10_mbps(mbps, mtu):
+    """A frame lasts at most 7.2 ms on the slowest switch link, within 9000 and 65000 bytes."""
+    from experiment.transport import emulator_mtu_bytes
+    assert emulator_mtu_bytes(None, mbps) == mtu
+    assert emulator_mtu_bytes(None, mbps, afxdp=True) == 3000
+    assert emulator_mtu_bytes(1500, mbps) == 1500  # the file's MTU is the file's
+
+
+def test_emulator_frames_fit_twice_in_a_set_switch_queue():
+    from experiment.transport import emulator_mtu_bytes
+    assert emulator_mtu_bytes(None, 80, queue_bytes=40000) == 20000
+    assert emulator_mtu_bytes(None, 80, queue_bytes=10000) == 9000  # never below 9000: check() refuses that queue
+    assert emulator_mtu_bytes(None, 80, queue_bytes=1 << 20) == 65000
+
+
+def test_emulator_sizes_frames_to_the_switch_links_not_nvlink():
+    """The run's MTU follows its slowest switch link; NVLink bridges, 9x faster, do not count."""
+    from packetsim import emulated
+    rail = {"kind": "rail-optimized", "servers": 2, "gpus_per_server": 2, "spines": 1, "link_gbps": 400,
+            "nvlink_gbps": 3600}
+    e = exp(topology=rail, scale={"link": 1e-4, "bytes": 4e-3})  # 40 Mb/s network, 360 Mb/s NVLink
+    assert emu.mtu_of(e) == 36000
+    assert "MTU 36000 (sized to the 40 Mb/s switch links" in emu.check(e, available=HERE_CC)
+    assert emu.testbed_settings(e)["mtu"] == 36000
+    assert emulated.transport(e).mtu_bytes == 36000  # the packet engine in emulated units runs the same frames
+    pinned = exp({"mtu_bytes": 9000}, topology=rail, scale={"link": 1e-4, "bytes": 4e-3})
+    assert emu.mtu_of(pinned) == 9000 and "MTU 9000," in emu.check(pinned, available=HERE_CC)
