@@ -236,7 +236,8 @@ class Check:
         return (f"{self.name}: {self.fabric} with {self.hosts} hosts, {self.switches} switches; {self.jobs} job(s); "
                 f"emulated host link {self.host_link_mbps:g} Mb/s, time dilation {self.dilation:g}x; policy {self.policy}"
                 + (" (" + ", ".join(f"{k}={v}" for k, v in self.policy_params.items()) + ")"
-                   if self.policy_params else ""))
+                   if self.policy_params else "")
+                + (f"; {self.verdict}" if self.verdict else ""))
 
 
 class Table(list):

@@ -39,6 +39,7 @@ def test_load_set_and_check_like_the_cli():
     check = one.check()
     assert (check.fabric, check.hosts, check.jobs) == ("rail-optimized", 16, 2)
     assert "emulated host link 10 Mb/s, time dilation 40x; policy coschedule (" in str(check)
+    assert "; engine emulate: " in str(check) and "MTU 9000 (sized to the 10 Mb/s switch links" in str(check)
 
 
 @pytest.mark.parametrize("change, key", [
