@@ -60,6 +60,20 @@ def emulator_mtu_bytes(mtu_bytes: int | None, switch_link_mbps: float, queue_byt
     return min(mtu_bytes, AFXDP_MTU_BYTES) if afxdp else mtu_bytes
 
 
+def emulator_queue_bytes(exp) -> int | None:
+    """Each switch output port's queue limit in the emulator, emulated bytes: switch_buffer_bytes x
+    scale.bytes (None: testbed.queue_packets of QUEUE_PACKET_BYTES)."""
+    b = exp.transport.switch_buffer_bytes
+    return None if b is None else int(b * exp.scale.bytes)
+
+
+def emulator_mtu(exp) -> int:
+    """The emulator's MTU for exp (emulator_mtu_bytes with the file's keys): what its testbed sets and
+    the packet engine in emulated units mirrors."""
+    return emulator_mtu_bytes(exp.transport.mtu_bytes, switch_link_mbps(exp), emulator_queue_bytes(exp),
+                              exp.testbed.datapath == "afxdp")
+
+
 def switch_link_mbps(exp) -> float:
     """The emulated rate of the slowest link into or out of a switch (NVLink bridges aside)."""
     links = [d for _, _, d in exp.fabric().links()]

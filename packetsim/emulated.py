@@ -14,7 +14,7 @@ import copy
 
 from badinput import InputError
 from experiment.model import Scale
-from experiment.transport import HTB_BURST_S, QUEUE_PACKET_BYTES, emulator_mtu_bytes, switch_link_mbps
+from experiment.transport import HTB_BURST_S, QUEUE_PACKET_BYTES, emulator_mtu, emulator_queue_bytes
 from packetsim.scenario import TRANSFER
 from packetsim.transport import Transport, loss_settings
 
@@ -46,8 +46,7 @@ def check(exp) -> None:
 def transport(exp) -> Transport:
     """The transport the emulator runs, in emulated units (emulator.testbed.transport's rules)."""
     t = exp.transport
-    buf = int(t.switch_buffer_bytes * exp.scale.bytes) if t.switch_buffer_bytes is not None else None
-    mtu = emulator_mtu_bytes(t.mtu_bytes, switch_link_mbps(exp), buf, exp.testbed.datapath == "afxdp")
+    mtu, buf = emulator_mtu(exp), emulator_queue_bytes(exp)
     if buf is None:
         buf = max(exp.testbed.queue_packets * QUEUE_PACKET_BYTES, 2 * mtu)
     hop = HOP_LATENCY_US if exp.packet.hop_latency_us is None else float(exp.packet.hop_latency_us)

@@ -18,7 +18,7 @@ how each key becomes testbed settings.
 from __future__ import annotations
 
 from badinput import InputError
-from experiment.transport import check_transport, emulator_mtu_bytes, switch_link_mbps
+from experiment.transport import check_transport, emulator_mtu, emulator_queue_bytes, switch_link_mbps
 
 # transport.tcp.cc -> the kernel's name for it.
 KERNEL_CC = {"newreno": "reno", "cubic": "cubic", "dctcp": "dctcp", "bbr": "bbr"}
@@ -67,11 +67,8 @@ def cc_refusal(cc: str, available: set[str]) -> str | None:
             f"{AVAILABLE_CC_PATH}; {cc} is {name}, which it lacks: use engine: packet)")
 
 
-def mtu_of(exp) -> int:
-    """The MTU of every interface: transport.mtu_bytes, else sized to the switch links
-    (experiment.transport.emulator_mtu_bytes)."""
-    return emulator_mtu_bytes(exp.transport.mtu_bytes, switch_link_mbps(exp), switch_queue_bytes(exp),
-                              exp.testbed.datapath == "afxdp")
+# The MTU of every interface: transport.mtu_bytes, else sized to the switch links.
+mtu_of = emulator_mtu
 
 
 def mtu_note(exp) -> str:
@@ -82,11 +79,8 @@ def mtu_note(exp) -> str:
     return f"MTU {mtu} (sized to the {switch_link_mbps(exp):.3g} Mb/s switch links; transport.mtu_bytes sets it)"
 
 
-def switch_queue_bytes(exp) -> int | None:
-    """Each switch output port's queue limit in emulated bytes: switch_buffer_bytes x scale.bytes
-    (None: testbed.queue_packets of 1500 B, as before)."""
-    b = exp.transport.switch_buffer_bytes
-    return None if b is None else int(b * exp.scale.bytes)
+# Each switch output port's queue limit in emulated bytes (None: testbed.queue_packets of 1500 B).
+switch_queue_bytes = emulator_queue_bytes
 
 
 def kind_delay_us(exp) -> dict | None:
