@@ -68,6 +68,20 @@ def bfifo_limits(tc_json: str) -> list[int]:
     return sorted(q["options"]["limit"] for q in json.loads(tc_json or "[]") if q.get("kind") == "bfifo")
 
 
+def h0_and_switch_mtus(st: dict, fab):
+    """h0's pid, the command prefix into the switch's namespace, s0's port to h0, and the MTU of
+    h0's and of that switch port's interface. The switch's ports are in its own daemon's namespace
+    (switch_daemons: auto), else in the root one."""
+    h0 = st["host_pids"]["h0"]
+    have = link_mtu(in_host(h0, "ip", "-o", "link", "show", "dev", f"{st['tag']}h0-eth{fab.port('h0', 's0')}"))
+    netns = runstate.leftovers(st["tag"])["netns"]
+    in_sw = ["ip", "netns", "exec", netns[0]] if netns else []
+    sw_dev = f"{st['tag']}s0-eth{fab.port('s0', 'h0')}"
+    sw = link_mtu(subprocess.run([*in_sw, "ip", "-o", "link", "show", "dev", sw_dev], capture_output=True,
+                                 text=True).stdout)
+    return h0, in_sw, sw_dev, have, sw
+
+
 def test_mtu_and_switch_buffer_reach_the_interfaces(tmp_path):
     """The MTU on a host's and a switch's interface; the switch buffer, scaled by scale.bytes
     (16 MB x 1e-3), under the switch port's HTB, while the host's NIC keeps queue_packets."""
@@ -76,17 +90,8 @@ def test_mtu_and_switch_buffer_reach_the_interfaces(tmp_path):
     p, _ = start_run(out, "ring-single-switch.yaml", f"transport.mtu_bytes={mtu}",
                      f"transport.switch_buffer_bytes={buffer_bytes}")
     try:
-        st = json.load(open(out / "state.json"))
-        pids = st["host_pids"]
-        h0 = pids["h0"]
-        fab = build("single-switch", {"hosts": 8})
-        have = link_mtu(in_host(h0, "ip", "-o", "link", "show", "dev", f"{st['tag']}h0-eth{fab.port('h0', 's0')}"))
-        # The switch's ports: in its own daemon's namespace (switch_daemons: auto), else the root one.
-        netns = runstate.leftovers(st["tag"])["netns"]
-        in_sw = ["ip", "netns", "exec", netns[0]] if netns else []
-        sw_dev = f"{st['tag']}s0-eth{fab.port('s0', 'h0')}"
-        sw = link_mtu(subprocess.run([*in_sw, "ip", "-o", "link", "show", "dev", sw_dev],
-                                     capture_output=True, text=True).stdout)
+        st, fab = json.load(open(out / "state.json")), build("single-switch", {"hosts": 8})
+        h0, in_sw, sw_dev, have, sw = h0_and_switch_mtus(st, fab)
         sw_q = bfifo_limits(subprocess.run([*in_sw, "tc", "-j", "qdisc", "show", "dev", sw_dev],
                                            capture_output=True, text=True).stdout)
         host_q = bfifo_limits(in_host(h0, "tc", "-j", "qdisc", "show", "dev", f"{st['tag']}h0-eth{fab.port('h0', 's0')}"))
@@ -111,14 +116,8 @@ def test_frames_are_sized_to_fast_links(tmp_path):
     mtu = 36000
     p, _ = start_run(out, "ring-single-switch.yaml", "scale.link=1e-4", "scale.bytes=4e-3")
     try:
-        st = json.load(open(out / "state.json"))
-        h0 = st["host_pids"]["h0"]
-        fab = build("single-switch", {"hosts": 8})
-        have = link_mtu(in_host(h0, "ip", "-o", "link", "show", "dev", f"{st['tag']}h0-eth{fab.port('h0', 's0')}"))
-        netns = runstate.leftovers(st["tag"])["netns"]
-        in_sw = ["ip", "netns", "exec", netns[0]] if netns else []
-        sw = link_mtu(subprocess.run([*in_sw, "ip", "-o", "link", "show", "dev", f"{st['tag']}s0-eth{fab.port('s0', 'h0')}"],
-                                     capture_output=True, text=True).stdout)
+        st, fab = json.load(open(out / "state.json")), build("single-switch", {"hosts": 8})
+        h0, _, _, have, sw = h0_and_switch_mtus(st, fab)
         full = in_host(h0, "ping", "-c", "3", "-W", "2", "-M", "do", "-s", str(mtu - 28), fab.node("h1")["ip"])
     finally:
         stop(p, out)
