@@ -36,12 +36,15 @@ without the key gets: dtnet's runs size their frames to the links (9000 bytes at
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from badinput import InputError  # noqa: E402
+from emulator.check import check as emulator_check  # noqa: E402
 from emulator.run.runner import run_experiment  # noqa: E402
 from emulator.testbed.iperf import iperf3_flows  # noqa: E402
 from emulator.testbed import transport as testbed_transport  # noqa: E402
@@ -158,8 +161,18 @@ def main(argv=None) -> int:
             switchd_settings(v)
         except ValueError as e:
             ap.error(f"--switchd: {e}")
+    try:
+        rates = [float(r) for r in args.rates.split(",")]
+    except ValueError:
+        ap.error(f"--rates: expected comma-separated Mb/s, found {args.rates}")
+    try:  # every point's file as the engine checks it, before anything runs: bad input is one line, exit 2
+        for dp, sd, cc, mtu, fab, rate, wl in itertools.product(args.datapaths.split(","), variants, ccs, mtus,
+                                                               args.fabrics.split(","), rates, WORKLOADS):
+            emulator_check(experiment(fab, wl, rate, dp, sd, None if cc == "default" else cc, mtu))
+    except (InputError, KeyError) as e:
+        print(f"bench_capacity.py: {e if isinstance(e, InputError) else f'no such fabric {e}'}", file=sys.stderr)
+        return 2
     print(f"cpus allowed: {sorted(os.sched_getaffinity(0))}; load average {os.getloadavg()[0]:.2f}")
-    rates = [float(r) for r in args.rates.split(",")]
     print(f"{'datapath':<24} {'fabric':<15} {'Mb/s':>5} {'ring':>14} {'stride':>14} {'iperf3':>7}   "
           "(normalized throughput; * = fidelity.ok false, with the failed checks)")
     best: dict = {}
