@@ -277,11 +277,14 @@ def _fabric(kind: str, params: dict, file):
     except TypeError:
         return build_fabric(kind, params, file=file)
     if key not in _FABRICS:
-        fab = build_fabric(kind, params, file=file)
-        while len(_FABRICS) >= 2:
-            _FABRICS.pop(next(iter(_FABRICS)))
-        _FABRICS[key] = fab
+        _remember(key, build_fabric(kind, params, file=file))
     return _FABRICS[key]
+
+
+def _remember(key, fab) -> None:
+    while len(_FABRICS) >= 2 and not any(f is fab for f in _FABRICS.values()):
+        _FABRICS.pop(next(iter(_FABRICS)))
+    _FABRICS[key] = fab
 
 
 # -- loading ----------------------------------------------------------------
@@ -477,6 +480,12 @@ def parse(data, file: str | None = None) -> Experiment:
         fabric = _fabric(topo["kind"], {k: v for k, v in topo.items() if k != "kind"}, file)
         # Every builder default spelled out, so config.yaml states the fabric in full.
         topo = {"kind": topo["kind"], **fabric.params, "link_gbps": topo["link_gbps"]}
+        # Experiment.fabric() asks by the spelled-out spec: the same fabric, not a second build.
+        full = {k: v for k, v in topo.items() if k != "kind"}
+        try:
+            _remember((topo["kind"], tuple(sorted(full.items()))), fabric)
+        except TypeError:
+            pass
     if latency_us:
         topo["latency_us"] = latency_us
 

@@ -175,16 +175,17 @@ class Net:
         idx = {n: i for i, n in enumerate(names)}
         kind = np.array([HOST_NODE] * len(hosts) + [SWITCH_NODE if g.nodes[s].get("openflow", True) else NVLINK_NODE
                                                     for s in fabric.switches], dtype=np.int8)
-        src, dst, gbps, lk, ports = [], [], [], [], []
         kcode = {k: i for i, k in enumerate(LINK_KINDS)}
-        for a, b, d in fabric.links():
-            pmap = d.get("ports") or {}
-            for u, v in ((a, b), (b, a)):
-                src.append(idx[u])
-                dst.append(idx[v])
-                gbps.append(d["link_gbps"])
-                lk.append(kcode[d["kind"]])
-                ports.append(pmap.get(u, -1))
+        links = fabric.links()
+        # Each cable is two links, a -> b then b -> a: columns per cable, interleaved once.
+        ia = np.fromiter((idx[a] for a, _, _ in links), np.int64, len(links))
+        ib = np.fromiter((idx[b] for _, b, _ in links), np.int64, len(links))
+        gb = np.fromiter((d["link_gbps"] for _, _, d in links), np.float64, len(links))
+        kc = np.fromiter((kcode[d["kind"]] for _, _, d in links), np.int64, len(links))
+        pa = np.fromiter(((d.get("ports") or {}).get(a, -1) for a, _, d in links), np.int64, len(links))
+        pb = np.fromiter(((d.get("ports") or {}).get(b, -1) for _, b, d in links), np.int64, len(links))
+        src, dst = np.stack([ia, ib], axis=1).ravel(), np.stack([ib, ia], axis=1).ravel()
+        gbps, lk, ports = np.repeat(gb, 2), np.repeat(kc, 2), np.stack([pa, pb], axis=1).ravel()
         host_switch = np.full(len(hosts), -1, dtype=np.int64)
         host_nvl = np.full(len(hosts), -1, dtype=np.int64)
         for i, h in enumerate(hosts):
@@ -197,9 +198,9 @@ class Net:
                     host_nvl[i] = idx[nbr]
         ips = np.array([_ip_int(g.nodes[h]["ip"]) for h in hosts], dtype=np.uint32)
         assert all(g.nodes[h]["role"] == HOST for h in hosts)
-        net = cls(names, kind, np.array(src), np.array(dst), np.array(gbps), np.array(lk),
+        net = cls(names, kind, src, dst, gbps, lk,
                   np.arange(len(hosts)), ips, host_switch, host_nvl, fabric.kind, fabric.params)
-        net.link_port = np.array(ports, np.int64)
+        net.link_port = ports
         net.node_dpid = np.array([g.nodes[n].get("dpid", -1) if g.nodes[n].get("dpid") is not None else -1
                                   for n in names], np.int64)
         net.host_rank = np.array([g.nodes[h].get("rank", i) for i, h in enumerate(hosts)], np.int64)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from operator import itemgetter
 
 import networkx as nx
 
@@ -60,6 +61,11 @@ class Fabric:
         self._switches: list[str] = []
         self._links_by_kind: dict[str, int] = {}
         self._cables = 0
+        # Per-host answers (attachments, NIC rate, NVLink switch), kept until a link of the host is
+        # added: placement, planning, predictions and the summary each ask for every host's.
+        self._attached: dict[str, tuple] = {}
+        self._nic_gbps: dict[str, float] = {}
+        self._nvl: dict[str, str | None] = {}
 
     # -- construction -------------------------------------------------------
     def add_host(self, name: str, **attrs) -> None:
@@ -93,6 +99,10 @@ class Fabric:
         if cables != 1:
             attrs["cables"] = cables
         self.graph.add_edge(a, b, **attrs)
+        if self._attached or self._nic_gbps or self._nvl:  # asked while wiring: forget a's and b's
+            for cache in (self._attached, self._nic_gbps, self._nvl):
+                cache.pop(a, None)
+                cache.pop(b, None)
         self._count_link(kind, cables)
         if kind == "nvlink":
             for h, s in ((a, b), (b, a)):
@@ -128,7 +138,7 @@ class Fabric:
         # Endpoints in a canonical order, so serialization is stable.
         out = [(min(a, b), max(a, b), d) for a, b, d in self.graph.edges(data=True)
                if kind is None or d["kind"] == kind]
-        return sorted(out, key=lambda e: (e[0], e[1]))
+        return sorted(out, key=itemgetter(0, 1))
 
     def node(self, name: str) -> dict:
         return self.graph.nodes[name]
@@ -146,18 +156,21 @@ class Fabric:
     def attachments(self, host: str) -> list[tuple[str, int]]:
         """Every (switch, port) of a host's fabric links, by the host's interface number:
         two for a dual-homed (dual-ToR) host."""
-        out = []
-        for nbr in self.graph.neighbors(host):
-            e = self.graph.edges[host, nbr]
-            if e["kind"] == "host":
-                out.append((e["ports"][host], nbr, e["ports"][nbr]))
-        return [(sw, port) for _, sw, port in sorted(out)]
+        got = self._attached.get(host)
+        if got is None:
+            out = []
+            for nbr in self.graph.neighbors(host):
+                e = self.graph.edges[host, nbr]
+                if e["kind"] == "host":
+                    out.append((e["ports"][host], nbr, e["ports"][nbr]))
+            got = self._attached[host] = tuple((sw, port) for _, sw, port in sorted(out))
+        return list(got)
 
     def nvlink_switch(self, host: str) -> str | None:
-        for nbr in self.graph.neighbors(host):
-            if self.graph.edges[host, nbr]["kind"] == "nvlink":
-                return nbr
-        return None
+        if host not in self._nvl:
+            self._nvl[host] = next((nbr for nbr in self.graph.neighbors(host)
+                                    if self.graph.edges[host, nbr]["kind"] == "nvlink"), None)
+        return self._nvl[host]
 
     def same_server(self, a: str, b: str) -> bool:
         sa, sb = self.nvlink_switch(a), self.nvlink_switch(b)
@@ -192,8 +205,11 @@ class Fabric:
         return sorted({(d["kind"], d["link_gbps"]) for _, _, d in self.graph.edges(data=True)})
 
     def host_link_gbps(self, host: str) -> float:
-        sw, _ = self.attachment(host)
-        return self.graph.edges[host, sw]["link_gbps"]
+        got = self._nic_gbps.get(host)
+        if got is None:
+            sw, _ = self.attachment(host)
+            got = self._nic_gbps[host] = self.graph.edges[host, sw]["link_gbps"]
+        return got
 
     # -- serialization (the controller reads this) ---------------------------
     def to_dict(self) -> dict:

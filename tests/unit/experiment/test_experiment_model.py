@@ -107,3 +107,18 @@ def test_nvlink_links_may_run_faster_than_the_switch_links(nvlink_gbps, link_mbp
         with pytest.raises(InputError, match=r"scale.link: expected emulated link rates within 0.1..1000 Mb/s, "
                                              r"NVLink 10000 \(link " + refused.replace(".", r"\.").replace("+", r"\+")):
             model.parse(data, "e.yaml")
+
+
+def test_a_run_builds_its_fabric_once(tmp_path, monkeypatch):
+    # Parsing spells out the builder's defaults; Experiment.fabric() asks by that spec, and must
+    # get the fabric parsing built (a 131,072-GPU fat-tree takes seconds to build).
+    built = []
+    real = model.build_fabric
+    monkeypatch.setattr(model, "build_fabric", lambda *a, **k: built.append(a) or real(*a, **k))
+    monkeypatch.setattr(model, "_FABRICS", {})
+    path = tmp_path / "e.yaml"
+    path.write_text("name: once\nengine: flow\ntopology: {kind: fat-tree, k: 4, link_gbps: 123}\n"
+                    "jobs: [{name: j, hosts: {count: 4}, workload: {collective: all_reduce, size_bytes: 1048576}}]\n")
+    exp = model.load(str(path))
+    assert exp.fabric() is exp.fabric()
+    assert len(built) == 1

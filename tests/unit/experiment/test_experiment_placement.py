@@ -136,3 +136,13 @@ def test_aggregate_across_jobs():
     assert agg["iteration_time_s_mean"] == 3.0 and agg["iteration_time_s_max"] == 4.0
     assert agg["busbw_gbps_mean"] == 325.0
     assert agg["makespan_s"] == 2.0
+
+
+def test_placing_the_same_jobs_again_gives_equal_lists_the_caller_owns():
+    jobs = [("a", {"count": 3, "placement": "spread"}), ("b", {"count": 2})]
+    first = placement.place(jobs, FAT)
+    first[0].append("h15")  # a caller's lists are its own: the next answer must not see this
+    again = placement.place(jobs, FAT)
+    assert again == placement._place(jobs, FAT) and "h15" not in again[0]
+    other = placement.place([("a", {"count": 3, "placement": "packed"})], FAT)  # not the remembered jobs
+    assert other == [["h0", "h1", "h2"]]

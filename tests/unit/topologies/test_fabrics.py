@@ -240,3 +240,22 @@ def test_an_experiment_names_a_fabric_file(tmp_path):
     text = open(os.path.join(REPO, "experiments", "fabric-file-dual-tor.yaml")).read()
     moved.write_text(text.replace("file: fabrics/dual-tor-4gpu.yaml", f"file: {EXAMPLE}"))
     assert model.load(str(moved)).topology == {"file": EXAMPLE}
+
+
+def test_per_host_answers_follow_a_link_added_after_they_were_asked():
+    # The fabric remembers each host's attachments, NIC rate and NVLink switch; a link added
+    # later must show in them (a builder may query while it wires).
+    fab = Fabric("custom", {}, 100)
+    fab.add_host("h0")
+    fab.add_switch("s0", "leaf")
+    fab.add_switch("s1", "leaf")
+    fab.add_switch("nv0", "nvlink", openflow=False)
+    assert fab.attachments("h0") == [] and fab.nvlink_switch("h0") is None
+    fab.add_link("h0", "s0", 100, "host")
+    assert fab.attachments("h0") == [("s0", 1)] and fab.host_link_gbps("h0") == 100
+    fab.add_link("h0", "s1", 200, "host")
+    assert fab.attachments("h0") == [("s0", 1), ("s1", 1)] and fab.host_link_gbps("h0") == 100
+    fab.add_link("h0", "nv0", 900, "nvlink")
+    assert fab.nvlink_switch("h0") == "nv0"
+    fab.attachments("h0").append(("x", 9))  # a caller's list is its own
+    assert fab.attachments("h0") == [("s0", 1), ("s1", 1)]
