@@ -20,12 +20,44 @@ def split_even(total: int, parts: int) -> list[int]:
     return [base + 1 if i < extra else base for i in range(parts)]
 
 
-class _Plan:
-    """Collects (step, src, dst, chunks) moves, merges them per link and step, then renumbers steps."""
+def _pow2_rounds(n: int) -> dict[int, int]:
+    """NCCL's peer deltas, by round: 0, 1, 3, 6, 10, ... modulo the next power of two (a quadratic
+    sequence that visits every residue once), those under n kept in order (init.cc, p2pSchedule)."""
+    p = 1
+    while p < n:
+        p <<= 1
+    out, delta = {}, 0
+    for r in range(p):
+        if delta < n:
+            out[delta] = len(out)
+        delta = (delta + r + 1) & (p - 1)
+    return out
 
-    def __init__(self, chunk_bytes):
+
+def p2p_round(n: int, g: int | None = None):
+    """(src, dst) -> the round in which NCCL's point-to-point schedule has src send to dst: servers
+    of g ranks (ranks m*g .. m*g+g-1) by their delta first, ranks within a server by theirs. In
+    every round each rank sends to one peer and receives from one, so no receiver gets the first
+    bytes of every sender at once, as when every rank lists its peers from rank 0 up."""
+    if not g or n % g:
+        g = 1
+    nodes, local = _pow2_rounds(n // g), _pow2_rounds(g)
+
+    def key(s: int, d: int) -> tuple[int, int]:
+        (ms, ls), (md, ld) = divmod(s, g), divmod(d, g)
+        return nodes[(md - ms) % (n // g)], local[(ld - ls) % g]
+    return key
+
+
+class _Plan:
+    """Collects (step, src, dst, chunks) moves, merges them per link and step, then renumbers steps.
+    A rank's transfers of one step come out in peer order: by `order(src, dst)` when set (NCCL's
+    point-to-point rounds, for the algorithms that send to many peers at once), then by dst."""
+
+    def __init__(self, chunk_bytes, order=None):
         self.chunk_bytes = tuple(chunk_bytes)
         self.moves: dict[tuple, list] = {}
+        self.order = order
 
     def move(self, step, src, dst, chunks, reduce=False):
         if src == dst or not chunks:
@@ -37,7 +69,9 @@ class _Plan:
         renumber = {s: i for i, s in enumerate(used)}  # phases that were empty leave no gap
         cb = self.chunk_bytes
         out = []
-        for (step, src, dst, reduce), chunks in sorted(self.moves.items()):
+        keyed = sorted(self.moves.items()) if self.order is None else sorted(
+            self.moves.items(), key=lambda kv: (kv[0][0], kv[0][1], self.order(kv[0][1], kv[0][2]), kv[0][2:]))
+        for (step, src, dst, reduce), chunks in keyed:
             chunks = tuple(chunks)
             out.append(Transfer(renumber[step], src, dst, sum(cb[c] for c in chunks), chunks, reduce))
         return out
@@ -463,7 +497,9 @@ def build_schedule(op: str, algorithm: str, nranks: int, size_bytes: int, *, roo
             raise InputError("gpus_per_server", f"an integer dividing nranks={nranks} for hierarchical",
                              gpus_per_server)
         g = gpus_per_server
-    plan = _Plan(_chunk_bytes(op, algorithm, nranks, size_bytes, g) if nranks > 1 else ())
+    # Direct and hierarchical send to many peers in one step: in NCCL's order (p2p_round).
+    order = p2p_round(nranks, g or gpus_per_server) if algorithm in ("direct", "hierarchical") and nranks > 1 else None
+    plan = _Plan(_chunk_bytes(op, algorithm, nranks, size_bytes, g) if nranks > 1 else (), order)
     if nranks > 1:
         if op == "sendrecv":  # nccl-tests sendrecv: every rank sends to the next one
             for r in range(nranks):

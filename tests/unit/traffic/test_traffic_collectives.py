@@ -206,3 +206,34 @@ def test_the_two_trees_of_a_tree_all_reduce_do_not_wait_on_each_other():
     for t, (earlier, gate) in zip(s.transfers, send_dependencies(s)):
         assert not earlier  # a node forwards as all its children's data streams in
         assert all(s.transfers[j].chunks == t.chunks for j in gate)
+
+
+@pytest.mark.parametrize("n", list(range(1, 70)) + [128, 1000])
+def test_nccls_peer_deltas_visit_every_rank_once_in_its_order(n):
+    from traffic.collectives.algorithms import _pow2_rounds
+    rounds = _pow2_rounds(n)
+    order = sorted(rounds, key=rounds.get)
+    assert sorted(order) == list(range(n))
+    if n == 16:  # init.cc's recurrence by hand: delta += round, modulo 16
+        assert order == [0, 1, 3, 6, 10, 15, 5, 12, 4, 13, 7, 2, 14, 11, 9, 8]
+
+
+@pytest.mark.parametrize("op,alg,n,g", [
+    ("all_to_all", "direct", 16, None), ("all_to_all", "direct", 12, None), ("all_reduce", "direct", 16, None),
+    ("all_gather", "direct", 9, None), ("all_to_all", "direct", 32, 4), ("all_to_all", "hierarchical", 32, 4),
+    ("all_to_all", "hierarchical", 24, 8)])
+def test_a_rank_lists_its_sends_of_a_step_in_nccls_rounds_so_no_receiver_is_everyones_first(op, alg, n, g):
+    # Every rank's k-th send of a step goes to a different receiver: were every rank to list its
+    # peers from rank 0 up, every first window would arrive at rank 0 (or 1) at once.
+    s = build_schedule(op, alg, n, 1 << 24, gpus_per_server=g)
+    for step in range(s.num_steps):
+        by_src: dict = {}
+        for t in s.transfers:
+            if t.step == step:
+                by_src.setdefault(t.src, []).append(t.dst)
+        if not by_src or max(len(v) for v in by_src.values()) < 2:
+            continue
+        full = [v for v in by_src.values() if len(v) == max(len(v) for v in by_src.values())]
+        for k in range(len(full[0])):
+            kth = [v[k] for v in full]
+            assert len(set(kth)) == len(kth), (step, k, kth)
