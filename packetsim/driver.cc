@@ -1894,8 +1894,15 @@ int main(int argc, char** argv) {
     }
     // ECN marking is the switches': a host NIC's queue marks nothing, as in the published DCTCP
     // setups (marking there cut every window of a NIC-bound ring to two segments).
+    // A host's own queue loses no TCP segment: Linux holds a segment its qdisc has no room for in
+    // the socket (a local drop is not a loss), and TCP Small Queues bounds what each connection
+    // keeps below TCP. So a host's ports queue without a byte limit; switch ports drop at `buffer`.
     TrafficControlHelper hostTch;
-    hostTch.SetRootQueueDisc("ns3::FifoQueueDisc", "MaxSize", qsize);
+    QueueSizeValue hostQsize(QueueSize(QueueSizeUnit::BYTES, 0xffffffffu));
+    if (ackPrio && ecnMax <= 0)
+        AckBands(hostTch, hostTch.SetRootQueueDisc("ns3::PrioQueueDisc", "Priomap", StringValue(PRIOMAP)), hostQsize);
+    else
+        hostTch.SetRootQueueDisc("ns3::FifoQueueDisc", "MaxSize", hostQsize);
     std::vector<char> endpoint(nNodes, 0);
     for (const Conn& c : conns) {
         endpoint[c.path.empty() ? c.src : c.path.front()] = 1;
@@ -1941,7 +1948,7 @@ int main(int argc, char** argv) {
         }
         QueueDiscContainer qds;
         for (int dir = 0; dir < 2 && !fifo; dir++) {
-            bool host = ecnMax > 0 && endpoint[dir ? l.b : l.a];
+            bool host = endpoint[dir ? l.b : l.a];
             qds.Add((htbBurstS > 0 ? shaped : host ? hostTch : tch).Install(d.Get(dir)));
         }
         addr.Assign(d);
@@ -1957,7 +1964,7 @@ int main(int argc, char** argv) {
                 q.pq = CreateObject<PortQueue>();
                 q.pq->SetMaxSize(QueueSize(QueueSizeUnit::PACKETS, 0xffffffffu));  // it drops by its own rule
                 q.pq->port = pi;
-                q.pq->limitBytes = qsize.Get().GetValue();
+                q.pq->limitBytes = endpoint[a] ? UINT64_MAX / 2 : qsize.Get().GetValue();
                 DynamicCast<PointToPointNetDevice>(q.dev)->SetQueue(q.pq);
             } else {
                 q.qd = qds.Get(dir);
