@@ -445,9 +445,11 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
                       "tail_loss_probe": t.tail_loss_probe, "loss_detection": t.loss_detection,
                       **({"tlp_floor_s": t.tlp_floor_s} if t.tail_loss_probe else {})},
         "statements": [
-            "every packet over point-to-point links at their configured rates; each output port a FIFO "
-            "of switch_buffer_bytes, host NICs too; with ECN set, RED marking at switch ports only, and "
-            "receivers ACK every segment (Linux's quick ACK after a CE mark)",
+            "every packet over point-to-point links at their configured rates; each switch output port a "
+            "FIFO of switch_buffer_bytes; a host's ports queue without a byte limit and drop nothing "
+            "(Linux keeps in the socket what its qdisc has no room for; TSQ bounds each connection there); "
+            "with ECN set, RED marking at switch ports only, and receivers ACK every segment (Linux's quick "
+            "ACK after a CE mark)",
             "one TCP connection per ordered peer pair of a job, opened before the replay starts (t=0)",
             "per-flow routes: each switch holds a host route per connection (its own addresses), filled "
             "from the routing policy's paths; ECMP hashes the flow engine's five-tuple",
