@@ -271,14 +271,22 @@ _FABRICS: dict = {}  # the last fabrics built, by kind and parameters (a run rea
 def _fabric(kind: str, params: dict, file):
     """build_fabric, remembered for the last two specs: a 16,384-GPU fabric takes seconds to build,
     and parsing, planning and the outputs each ask for it. Fabrics are not changed once built."""
-    try:
-        key = (kind, tuple(sorted(params.items())))
-        hash(key)
-    except TypeError:
+    key = _key(kind, params)
+    if key is None:
         return build_fabric(kind, params, file=file)
     if key not in _FABRICS:
         _remember(key, build_fabric(kind, params, file=file))
     return _FABRICS[key]
+
+
+def _key(kind: str, params: dict):
+    """The cache key of a fabric spec, or None when a value cannot be hashed."""
+    key = (kind, tuple(sorted(params.items())))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def _remember(key, fab) -> None:
@@ -481,11 +489,9 @@ def parse(data, file: str | None = None) -> Experiment:
         # Every builder default spelled out, so config.yaml states the fabric in full.
         topo = {"kind": topo["kind"], **fabric.params, "link_gbps": topo["link_gbps"]}
         # Experiment.fabric() asks by the spelled-out spec: the same fabric, not a second build.
-        full = {k: v for k, v in topo.items() if k != "kind"}
-        try:
-            _remember((topo["kind"], tuple(sorted(full.items()))), fabric)
-        except TypeError:
-            pass
+        key = _key(topo["kind"], {k: v for k, v in topo.items() if k != "kind"})
+        if key is not None:
+            _remember(key, fabric)
     if latency_us:
         topo["latency_us"] = latency_us
 

@@ -1932,24 +1932,25 @@ int main(int argc, char** argv) {
             d.Get(dir)->SetAttribute("ReceiveErrorModel", PointerValue(ems[dir]));
         }
         cut.push_back(ems);
-        TrafficControlHelper shaped;
-        if (htbBurstS > 0) {
+        std::array<TrafficControlHelper, 2> shaped;  // a switch's port, a host's (no byte limit, as above)
+        for (int hs = 0; hs < 2 && htbBurstS > 0; hs++) {
+            const QueueSizeValue& qs = hs ? hostQsize : qsize;
             std::ostringstream r;
             r << uint64_t(l.gbps * 1e9) << "bps";
             uint32_t burst = uint32_t(std::max(2.0 * mtu, l.gbps * 1e9 / 8 * htbBurstS));
-            uint16_t h = shaped.SetRootQueueDisc("ns3::TbfQueueDisc", "MaxSize", qsize, "Rate", StringValue(r.str()),
-                                                 "Burst", UintegerValue(burst), "Mtu", UintegerValue(mtu + 2));
-            TrafficControlHelper::ClassIdList one = shaped.AddQueueDiscClasses(h, 1, "ns3::QueueDiscClass");
+            uint16_t h = shaped[hs].SetRootQueueDisc("ns3::TbfQueueDisc", "MaxSize", qs, "Rate", StringValue(r.str()),
+                                                     "Burst", UintegerValue(burst), "Mtu", UintegerValue(mtu + 2));
+            TrafficControlHelper::ClassIdList one = shaped[hs].AddQueueDiscClasses(h, 1, "ns3::QueueDiscClass");
             if (ackPrio)
-                AckBands(shaped, shaped.AddChildQueueDisc(h, one[0], "ns3::PrioQueueDisc", "Priomap",
-                                                          StringValue(PRIOMAP)), qsize);
+                AckBands(shaped[hs], shaped[hs].AddChildQueueDisc(h, one[0], "ns3::PrioQueueDisc", "Priomap",
+                                                                  StringValue(PRIOMAP)), qs);
             else
-                shaped.AddChildQueueDisc(h, one[0], "ns3::FifoQueueDisc", "MaxSize", qsize);
+                shaped[hs].AddChildQueueDisc(h, one[0], "ns3::FifoQueueDisc", "MaxSize", qs);
         }
         QueueDiscContainer qds;
         for (int dir = 0; dir < 2 && !fifo; dir++) {
             bool host = endpoint[dir ? l.b : l.a];
-            qds.Add((htbBurstS > 0 ? shaped : host ? hostTch : tch).Install(d.Get(dir)));
+            qds.Add((htbBurstS > 0 ? shaped[host] : host ? hostTch : tch).Install(d.Get(dir)));
         }
         addr.Assign(d);
         addr.NewNetwork();

@@ -39,8 +39,8 @@ def p2p_round(n: int, g: int | None = None):
     of g ranks (ranks m*g .. m*g+g-1) by their delta first, ranks within a server by theirs. In
     every round each rank sends to one peer and receives from one, so no receiver gets the first
     bytes of every sender at once, as when every rank lists its peers from rank 0 up."""
-    if not g or n % g:
-        g = 1
+    if not (isinstance(g, int) and not isinstance(g, bool) and 1 <= g <= n and n % g == 0):
+        g = 1  # no server structure to follow: every rank its own node
     nodes, local = _pow2_rounds(n // g), _pow2_rounds(g)
 
     def key(s: int, d: int) -> tuple[int, int]:

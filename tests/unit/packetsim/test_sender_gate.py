@@ -80,22 +80,24 @@ def test_emulated_units_scale_a_pace_as_every_rate_and_time():
 
 
 @needs_ns3
-@pytest.mark.parametrize("ecn", [False, True])  # a plain FIFO port, and the queue discs ECN needs
-def test_a_hosts_own_queue_holds_what_tsq_lets_through_and_loses_nothing(tmp_path, ecn):
+@pytest.mark.parametrize("ports", ["fifo", "ecn", "htb"])  # a plain FIFO port, ECN's queue discs, the emulator's HTB
+def test_a_hosts_own_queue_holds_what_tsq_lets_through_and_loses_nothing(tmp_path, ports):
     # Eight connections leave h0 at once, each allowed 122,070 B below TCP at 1 Gb/s, into a
     # buffer of 64 KiB: Linux holds in the socket what its qdisc has no room for (a local drop is
     # not a loss), so h0's port may queue past the buffer but drops nothing; the switch's port
     # toward h1 still drops at the buffer when two senders fill it.
     net = fake_net(["h0", "s0", "h1", "h2"], [(0, 1, 1.0), (1, 2, 1.0), (3, 1, 1.0)])
     size, buffer = 1_000_000, 64 << 10
-    extra = {"ecn": Ecn(min_bytes=32 << 10, max_bytes=48 << 10, max_prob=1.0), "cc": "dctcp"} if ecn else {}
+    extra = {"fifo": {}, "htb": {"htb_burst_s": 1e-4},
+             "ecn": {"ecn": Ecn(min_bytes=32 << 10, max_bytes=48 << 10, max_prob=1.0), "cc": "dctcp"}}[ports]
     res = simulate(net, [([0, 1, 2], size)] * 8, tmp_path / "one", buffer=buffer, **extra)
     nic = next(q for q in res["queues"] if q["link"] == 0 and q["dir"] == 0)
     assert nic["drops"] == 0 and nic["max"] > buffer, nic
     ideal = 8 * size / (1e9 / 8 * GOODPUT)
     assert max(t["end"] for t in res["tasks"]) <= 1.03 * ideal
-    if not ecn:
-        two = simulate(net, [([0, 1, 2], size)] * 4 + [([3, 1, 2], size)] * 4, tmp_path / "two", buffer=buffer)
+    if ports != "ecn":
+        two = simulate(net, [([0, 1, 2], size)] * 4 + [([3, 1, 2], size)] * 4, tmp_path / "two", buffer=buffer,
+                       **extra)
         port = next(q for q in two["queues"] if q["link"] == 1 and q["dir"] == 0)  # s0 toward h1
         assert port["drops"] > 0, port
         assert all(q["drops"] == 0 for q in two["queues"] if q["link"] in (0, 2) and q["dir"] == 0)
