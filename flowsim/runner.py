@@ -48,6 +48,12 @@ BUNDLE_AGREEMENT = 0.05
 BUNDLE_DISAGREES = ("tree", "halving-doubling")
 AUTO_DETAILED_CHAINED_TRANSFERS = 250_000
 TRANSFER_EVENTS_MAX = 20_000
+# Rings' bundles are their steady state (within RING_BUNDLE_AGREEMENT of the detailed model, ECMP
+# collisions included: bench/bench_bundles.py), so a run of ring collectives alone takes bundles
+# from where the detailed model stops recording transfers (a 256-GPU ring: 65,536 transfers,
+# 1.4 s of detailed model against 0.1 s), unless a mechanism bundles ignore is on.
+RING_BUNDLE_AGREEMENT = 0.01
+AUTO_RING_DETAILED_TRANSFERS = TRANSFER_EVENTS_MAX
 LINKS_CSV_MAX_ROWS = 2_000_000
 EMULATOR_SAMPLE_S = 0.25  # the emulator reads its link counters every quarter wall second
 
@@ -167,8 +173,9 @@ def _detailed_transfers(op, n: int) -> int:
 def collective_model(exp: Experiment, jobs) -> tuple[str, int]:
     """(detailed or bundle, the transfers the detailed model would simulate): detailed expands every
     rank and every transfer, so auto takes it only while that stays small, or, for the algorithms
-    whose bundles are outside the stated agreement (BUNDLE_DISAGREES), while it stays feasible."""
-    total, ops, disagree = 0, 0, False
+    whose bundles are outside the stated agreement (BUNDLE_DISAGREES), while it stays feasible;
+    a run of rings alone, only while it records its transfers (AUTO_RING_DETAILED_TRANSFERS)."""
+    total, ops, disagree, rings = 0, 0, False, True
     for jp in jobs:
         tr = jp.trace
         ops += tr.op_count()
@@ -177,7 +184,9 @@ def collective_model(exp: Experiment, jobs) -> tuple[str, int]:
             seen = {}
             for op in cls.ops:
                 if op.kind != "collective":
+                    rings &= op.kind == "compute"
                     continue
+                rings &= op.algorithm == "ring"
                 if layout is not None and op.group in layout.families:
                     if op.group not in seen:
                         seen[op.group] = len(np.unique(layout.group_index(op.group, cls.ranks)))
@@ -192,6 +201,9 @@ def collective_model(exp: Experiment, jobs) -> tuple[str, int]:
     if exp.flow.collective_model != "auto":
         return exp.flow.collective_model, total
     limit = AUTO_DETAILED_CHAINED_TRANSFERS if disagree else AUTO_DETAILED_TRANSFERS
+    f = exp.flow
+    if rings and f.window_growth == "none" and f.losses == "none" and f.window_bytes is None:
+        limit = AUTO_RING_DETAILED_TRANSFERS
     small = total <= limit and ops <= AUTO_DETAILED_OPS
     return ("detailed" if small else "bundle"), total
 

@@ -88,3 +88,46 @@ def test_auto_never_changes_an_answer_by_more_than_the_stated_agreement(monkeypa
     for algorithm in BUNDLE_DISAGREES:
         exp = _rail_exp(servers, algorithm)
         assert collective_model(exp, job_traces(exp, exp.fabric()))[0] == "detailed"
+
+
+def _ring_exp(topology: dict, hosts, routing: str = "shortest", **workload) -> model.Experiment:
+    return model.parse({
+        "name": "rings", "engine": "flow", "topology": topology, "controller": {"routing": routing},
+        "jobs": [{"name": "j0", "hosts": hosts,
+                  "workload": {"collective": "all_reduce", "algorithm": "ring", "size_bytes": 256 << 20,
+                               "iterations": 1, **workload}}]})
+
+
+@pytest.mark.parametrize("topology,routing", [({"kind": "single-switch", "hosts": 150, "link_gbps": 400}, "shortest"),
+                                              ({"kind": "fat-tree", "k": 10, "link_gbps": 400}, "ecmp")])
+def test_rings_alone_take_bundles_where_transfers_are_no_longer_recorded(topology, routing, monkeypatch):
+    """A run of rings alone leaves the detailed model where it stops recording transfers: past
+    AUTO_RING_DETAILED_TRANSFERS (142 GPUs), not at 141; a tree, or a ring with a mechanism bundles
+    ignore, keeps the old switch-over. At the switch-over, lowered to 2,000 transfers so that the
+    detailed run takes a second, both models agree within RING_BUNDLE_AGREEMENT (on a fat-tree
+    under ECMP too)."""
+    from flowsim.runner import AUTO_RING_DETAILED_TRANSFERS, RING_BUNDLE_AGREEMENT, TRANSFER_EVENTS_MAX
+
+    def auto(e):
+        return collective_model(e, job_traces(e, e.fabric()))
+
+    assert AUTO_RING_DETAILED_TRANSFERS == TRANSFER_EVENTS_MAX  # no run of rings loses its transfer events
+    limit = AUTO_RING_DETAILED_TRANSFERS
+    for lowered in (False, True):
+        n = next(n for n in range(2, 250) if auto(_ring_exp(topology, {"count": n}, routing))[0] == "bundle")
+        exp = _ring_exp(topology, {"count": n}, routing)
+        assert auto(exp)[1] > limit >= auto(_ring_exp(topology, {"count": n - 1}, routing))[1]
+        if not lowered:
+            assert n == 142
+            for other in (_ring_exp(topology, {"count": n}, routing, algorithm="tree"),
+                          model.parse({**model.to_dict(exp), "flow": {"window_growth": "cubic"}}),
+                          model.parse({**model.to_dict(exp), "flow": {"losses": "timeouts"}})):
+                assert auto(other)[0] == "detailed"
+            limit = 2000
+            monkeypatch.setattr("flowsim.runner.AUTO_RING_DETAILED_TRANSFERS", limit)
+    fab = exp.fabric()
+    jp = job_traces(exp, fab)[0]
+    cct = {m: Simulation(Net.from_fabric(fab), [JobSpec("j0", jp.hosts, jp.trace)], EcmpRouter(0),
+                         Params(collective_model=m, slice_bytes=16384)).run().collectives()[0]["cct_s"]
+           for m in ("detailed", "bundle")}
+    assert cct["bundle"] == pytest.approx(cct["detailed"], rel=RING_BUNDLE_AGREEMENT)
