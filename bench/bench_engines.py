@@ -1,7 +1,7 @@
 """The flow and packet engines checked against the emulator: the same experiments on each, back to back.
 
     sudo .venv/bin/python bench/bench_engines.py [--only SUBSTRING ...] [--out DIR] [--list]
-                                                 [--engines emulate,flow,packet] [--flow-only] [--seeds N]
+                                                 [--engines emulate,flow,packet,packet-real] [--flow-only] [--seeds N]
     .venv/bin/python bench/bench_engines.py --engines flow --out DIR [--flow-set flow.KEY=VALUE ...]
     .venv/bin/python bench/bench_engines.py --reference packet [--only SUBSTRING ...] [--out DIR] [--list]
                                             [--flow-set flow.KEY=VALUE ...] [--packet-set KEY=VALUE ...]
@@ -15,7 +15,12 @@ on every engine (this kernel's default is bbr; ns-3 runs Cubic). It runs on the 
 engine (in this process) and on the packet engine in the emulator's units
 (`packet: {units: emulated}`, holding the same lock when estimated over 20 s), and the bench prints per point the figure
 each engine gives, their ratios (flow / emulator, packet / emulator) and whether the emulator
-marked its run faithful. The groups:
+marked its run faithful. With packet-real in --engines the packet engine runs each point in real
+units too (seed 0; --packet-set settings apply to these runs), and the bench prints packet
+emulated / packet real, what the emulator's own units (bytes scaled, 9 KB frames, HTB's two-frame
+burst after an idle gap, its queues) do to the point with the transport model held fixed, and flow
+/ packet real, the flow engine against the real cluster's packets on the emulator's points. The
+groups:
 
 - all-reduce with each algorithm at 256 MiB and 1 GiB on a single switch (8 GPUs), a k=4
   fat-tree and a rail-optimized fabric (16 GPUs): collective time. `shortest` routing, which
@@ -201,19 +206,22 @@ def _fmt(v: float, name: str) -> str:
     return f"{v * 1e3:.2f} ms"
 
 
-def run_packet(pt: dict, folder: str, seed: int = 0) -> tuple[dict | None, float | None, str | None]:
-    """The point on the packet engine in the emulator's units (packet.units emulated), holding the
-    Mininet lock when it is estimated to take long, so that no emulator run shares the CPU with a
-    long ns-3 run: (summary, wall s, refusal). Seed 0 runs in folder, others in folder/seedN."""
+def run_packet(pt: dict, folder: str, seed: int = 0, units: str = "emulated",
+               extra: tuple = ()) -> tuple[dict | None, float | None, str | None]:
+    """The point on the packet engine in the emulator's units (packet.units emulated) or in real
+    units (units "real": the real cluster's rates, sizes and transport, as the flow engine models
+    it), holding the Mininet lock when it is estimated to take long, so that no emulator run shares
+    the CPU with a long ns-3 run: (summary, wall s, refusal). Seed 0 runs in folder, others in
+    folder/seedN. extra: settings for this run only (--packet-set)."""
     import fcntl
     from badinput import InputError
     from experiment import model
     from packetsim.runner import run_experiment
     seed_sets = [f"flow.ecmp_seed={seed}"] if seed else []
     folder = os.path.join(folder, f"seed{seed}") if seed else folder
-    sets = ["sweep={}", *pt["sets"], *seed_sets, "engine=packet", "packet.units=emulated"]
-    cached = _complete(folder, [*pt["sets"], *seed_sets], pt["file"])
-    if cached is not None and (cached.get("model") or {}).get("units"):  # a run in emulated units
+    sets = ["sweep={}", *pt["sets"], *seed_sets, *extra, "engine=packet", f"packet.units={units}"]
+    cached = _complete(folder, [*pt["sets"], *seed_sets, *extra], pt["file"])
+    if cached is not None and bool((cached.get("model") or {}).get("units")) == (units == "emulated"):
         return cached, cached.get("bench_wall_s"), None
     try:
         exp = model.load(pt["file"], sets)
@@ -236,7 +244,7 @@ def run_packet(pt: dict, folder: str, seed: int = 0) -> tuple[dict | None, float
     return (s if s.get("status") == "complete" else None), wall, None
 
 
-ENGINE_NAMES = ("emulate", "flow", "packet")
+ENGINE_NAMES = ("emulate", "flow", "packet", "packet-real")
 
 
 def main(argv=None) -> int:
@@ -245,8 +253,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "bench-engines"))
     ap.add_argument("--list", action="store_true", help="list the points and exit")
     ap.add_argument("--engines", default="emulate,flow",
-                    help="comma-separated, of emulate, flow, packet; without emulate the emulator's completed "
-                         "runs are reused and none is started")
+                    help="comma-separated, of emulate, flow, packet (in the emulator's units), packet-real (the "
+                         "packet engine in real units: how far the emulator's own units move each point); without "
+                         "emulate the emulator's completed runs are reused and none is started")
     ap.add_argument("--flow-only", action="store_true", help="the same as --engines flow")
     ap.add_argument("--seeds", type=int, default=8, help="ECMP seeds the flow engine runs per ECMP point")
     ap.add_argument("--packet-seeds", type=int, default=1,
@@ -259,8 +268,9 @@ def main(argv=None) -> int:
                     help="a setting for the flow engine's runs only, e.g. flow.headers=ppp (with --engines flow "
                          "and the emulator's runs reused, a model change costs only the flow engine's seconds)")
     ap.add_argument("--packet-set", action="append", default=[], metavar="KEY=VALUE",
-                    help="with --reference packet: a setting for the packet engine's runs only, e.g. "
-                         "transport.tcp.tail_loss_probe=true (give another --out: the runs differ from the plain ones)")
+                    help="with --reference packet or --engines packet-real: a setting for the packet engine's "
+                         "real-unit runs only, e.g. transport.tcp.tail_loss_probe=true (give another --out: the runs "
+                         "differ from the plain ones)")
     args = ap.parse_args(argv)
     if args.reference == "packet":
         import flow_vs_packet
@@ -328,6 +338,15 @@ def main(argv=None) -> int:
                 row["packet_drops"] = sum(q["drops"] for q in pkt["queues"])
             if emu:
                 row["emulator_retx"] = (emu.get("tcp") or {}).get("retrans_segs")
+        if "packet-real" in engines:
+            real, real_wall, refused = run_packet(p, os.path.join(args.out, "packet-real", slug(p["label"])),
+                                                  units="real", extra=tuple(args.packet_set))
+            row.update(packet_real=f(real) if real else None, packet_real_wall_s=real_wall,
+                       packet_real_refused=refused)
+            if real and row["packet"]:
+                row["units_effect"] = row["packet"] / row["packet_real"]
+            if real and fig:  # seed 0: the packet engine's hash
+                row["flow_real_ratio"] = fig[0] / row["packet_real"]
         row["ratio"] = row["flow"] / row["emulator"] if row["emulator"] and row["flow"] is not None else None
         row["inside_spread"] = (min(fig) * 0.98 <= row["emulator"] <= max(fig) * 1.02) if row["emulator"] and \
             len(fig) > 1 else None
@@ -347,6 +366,11 @@ def main(argv=None) -> int:
         print(f"{p['label']:<46}{p['name']:<22}{emu_s:>11}{flow_s:>11}{ratio:>8}{pkt_s:>11}{pratio:>8}  "
               f"{('yes' if row['faithful'] else 'NO' if emu else '-'):<9}"
               f"{(f'{emu_wall:.1f}s' if emu_wall else '-'):>9}{fwall:>10}{speed:>9}{pwall:>9}  {spread}", flush=True)
+        if row.get("packet_real") is not None:
+            print(f"  {'real units: packet':<66}{_fmt(row['packet_real'], p['name']):>11}"
+                  + (f"  packet emulated / real {row['units_effect']:.3f}" if row.get("units_effect") else "")
+                  + (f"  flow / packet real {row['flow_real_ratio']:.3f}" if row.get("flow_real_ratio") else ""),
+                  flush=True)
         if p.get("breakdown") and emu and row.get("breakdown"):
             for part in ("compute", "exposed_comm", "idle"):
                 a, b = row["breakdown"]["emulator"][part], row["breakdown"]["flow"][part]
@@ -356,6 +380,8 @@ def main(argv=None) -> int:
         _verdict(rows)
     if "packet" in engines:
         _packet_verdict(rows)
+    if "packet-real" in engines:
+        _units_verdict(rows)
     return write_rows(args.out, "bench_engines.json", rows)
 
 
@@ -453,6 +479,29 @@ def _packet_verdict(rows: list[dict]) -> None:
                   f"{_fmt(max(seeds), r['name'])}, median {_fmt(r['packet'], r['name'])}; emulator "
                   f"{_fmt(r['emulator'], r['name'])} ({'inside' if inside else 'outside'})")
     _rankings(rows, "packet", "packet_ratio")
+
+
+def _units_verdict(rows: list[dict]) -> None:
+    """What the emulator's own units do to each point (the packet engine in the emulator's units
+    against the same engine in real units), and the flow engine against the real units' packet
+    engine on the emulator's points; beside each flow / emulator miss, the units' share of it."""
+    both = [r for r in rows if r.get("units_effect") and r["faithful"]]
+    err = [abs(r["units_effect"] - 1) for r in both]
+    if err:
+        print(f"\nthe emulator's units (packet emulated / packet real), faithful points: {len(both)}; median "
+              f"{pct(err, 0.5) * 100:.1f}%, p90 {pct(err, 0.9) * 100:.1f}%")
+    timed = [r for r in rows if r.get("flow_real_ratio") and r["faithful"] and r["figure"] in ("cct", "iteration", "makespan")]
+    ferr = [abs(r["flow_real_ratio"] - 1) for r in timed]
+    if ferr:
+        print(f"flow / packet real on the same faithful points with a time: {len(timed)}; median "
+              f"{pct(ferr, 0.5) * 100:.1f}%, p90 {pct(ferr, 0.9) * 100:.1f}%")
+    for r in rows:
+        if r["ratio"] and r["faithful"] and abs(r["ratio"] - 1) > 0.10:
+            ue, fr = r.get("units_effect"), r.get("flow_real_ratio")
+            print(f"  flow / emulator {r['ratio']:.3f}: {r['label']}: packet emulated / real "
+                  + (f"{ue:.3f}" if ue else "-") + ", flow / packet real " + (f"{fr:.3f}" if fr else "-"))
+        if r.get("packet_real_refused"):
+            print(f"  not run at packet level in real units: {r['label']}: {r['packet_real_refused']}")
 
 
 if __name__ == "__main__":

@@ -28,3 +28,28 @@ def test_hashed_points_run_one_packet_run_per_seed_and_take_the_median(tmp_path,
     assert rows["two jobs rail ecmp"]["packet"] == 0.030 and rows["two jobs rail ecmp"]["packet_seeds"] == [
         0.030, 0.010, 0.050]
     assert rows["all_reduce ring 256MiB single-switch"]["packet_seeds"] == [0.030]
+
+
+def test_packet_real_runs_each_point_in_real_units_and_sets_the_units_beside_the_flow_engine(tmp_path, monkeypatch,
+                                                                                            capsys):
+    """--engines packet-real: one real-unit packet run per point (seed 0, --packet-set passed to it),
+    the emulated run over it (what the emulator's units do) and the flow engine's seed 0 over it."""
+    calls = []
+
+    def summary(t):
+        return {"status": "complete", "aggregate": {"iteration_time_s_mean": t}, "model": {"run_s": 0.1,
+                "collective_model": "detailed"}, "jobs": [{"collectives": [{"cct_s": t}]}], "flows": [], "queues": []}
+
+    def fake_run_packet(pt, folder, seed=0, units="emulated", extra=()):
+        calls.append((units, os.path.basename(os.path.dirname(folder)), extra))
+        return summary(0.020 if units == "real" else 0.015), 1.0, None
+
+    monkeypatch.setattr(bench_engines, "run_packet", fake_run_packet)
+    monkeypatch.setattr(bench_engines, "run_flow", lambda pt, folder, seed, extra=(): (summary(0.018), 0.5))
+    assert bench_engines.main(["--engines", "flow,packet,packet-real", "--out", str(tmp_path), "--only",
+                               "ring 256MiB single-switch", "--packet-set", "transport.tcp.tail_loss_probe=true"]) == 0
+    assert calls == [("emulated", "packet", ()), ("real", "packet-real", ("transport.tcp.tail_loss_probe=true",))]
+    row = json.load(open(tmp_path / "bench_engines.json"))[0]
+    assert row["packet_real"] == 0.020
+    assert abs(row["units_effect"] - 0.75) < 1e-12 and abs(row["flow_real_ratio"] - 0.9) < 1e-12
+    assert "packet emulated / real 0.750  flow / packet real 0.900" in capsys.readouterr().out
