@@ -65,6 +65,7 @@ def fat_tree_k(hosts: int) -> int:
 def run_once(tree: str, yaml_path: str, out_dir: str) -> dict:
     """One `python -m dtnet run` from tree's files: CPU and wall seconds, peak RSS, and its answers."""
     env = dict(os.environ, PYTHONPATH=tree)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as a user's shell: compiled once (the warm-up), then read
     start = time.monotonic()
     with tempfile.TemporaryFile() as err:  # a file, not a pipe: a chatty run cannot block on it
         proc = subprocess.Popen([sys.executable, "-m", "dtnet", "run", yaml_path, "--out", out_dir, "--force"],
