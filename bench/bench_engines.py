@@ -314,6 +314,7 @@ def main(argv=None) -> int:
                                    tuple(args.flow_set))
                 flows.append((s, wall))
             fig = [f(s) for s, _ in flows if s["status"] == "complete"]
+            seed0 = f(flows[0][0]) if flows[0][0]["status"] == "complete" else None  # the packet engine's hash
             bundle, _ = run_flow(p, os.path.join(args.out, "flow", slug(p["label"]), "bundle"), 0,
                                  ("flow.collective_model=bundle", *args.flow_set))
             row.update(flow=fig[0] if len(fig) == 1 else statistics.median(fig) if fig else float("nan"),
@@ -345,8 +346,8 @@ def main(argv=None) -> int:
                        packet_real_refused=refused)
             if real and row["packet"]:
                 row["units_effect"] = row["packet"] / row["packet_real"]
-            if real and fig:  # seed 0: the packet engine's hash
-                row["flow_real_ratio"] = fig[0] / row["packet_real"]
+            if real and "flow" in engines and seed0 is not None:
+                row["flow_real_ratio"] = seed0 / row["packet_real"]
         row["ratio"] = row["flow"] / row["emulator"] if row["emulator"] and row["flow"] is not None else None
         row["inside_spread"] = (min(fig) * 0.98 <= row["emulator"] <= max(fig) * 1.02) if row["emulator"] and \
             len(fig) > 1 else None
