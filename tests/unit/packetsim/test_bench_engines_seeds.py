@@ -53,3 +53,15 @@ def test_packet_real_runs_each_point_in_real_units_and_sets_the_units_beside_the
     assert row["packet_real"] == 0.020
     assert abs(row["units_effect"] - 0.75) < 1e-12 and abs(row["flow_real_ratio"] - 0.9) < 1e-12
     assert "packet emulated / real 0.750  flow / packet real 0.900" in capsys.readouterr().out
+
+
+def test_the_units_verdict_judges_the_flow_engine_only_where_the_emulators_units_stay_near_real_units(capsys):
+    """A point the emulator's units move by more than UNITS_NEAR is left out of the flow / emulator
+    figure taken where the emulator can judge; one within it is counted."""
+    def row(label, ratio, units):
+        return {"label": label, "ratio": ratio, "faithful": True, "figure": "cct", "units_effect": units,
+                "flow_real_ratio": 1.0}
+    bench_engines._units_verdict([row("near", 1.2, 0.95), row("far", 1.0, 0.5)])
+    out = capsys.readouterr().out
+    assert "move the point 10% or less: 1 points; median 20.0%, p90 20.0%" in out
+    assert "flow / emulator 1.200: near: packet emulated / real 0.950, flow / packet real 1.000" in out
