@@ -63,6 +63,8 @@ sys.path.insert(0, ROOT)
 
 LOCK = "/tmp/dtnet-mininet.lock"
 LOCK_ABOVE_S = 20.0  # packet runs estimated longer (packetsim.runner.estimate_wall_s) hold the lock
+UNITS_NEAR = 0.10  # packet-real: points the emulator's units move less than its own p90 goal
+TIMED = ("cct", "iteration", "makespan")  # figures that are times (the goals are on those)
 DTNET = os.path.join(ROOT, ".venv", "bin", "dtnet")
 MIB, GIB = 1 << 20, 1 << 30
 
@@ -301,7 +303,7 @@ def main(argv=None) -> int:
                "emulator": f(emu) if emu else None, "faithful": bool(emu and emu["fidelity"]["ok"]),
                "emulator_wall_s": emu_wall, "emulator_replay_s": emu.get("duration_s_wall") if emu else None,
                "packet": None, "packet_wall_s": None, "packet_ratio": None, "packet_refused": None}
-        fig = []
+        fig, seed0 = [], None
         routing = next((s.split("=", 1)[1] for s in p["sets"] if s.startswith("controller.routing=")), None)
         from experiment import model
         routing = routing or model.load(p["file"]).routing
@@ -346,7 +348,7 @@ def main(argv=None) -> int:
                        packet_real_refused=refused)
             if real and row["packet"]:
                 row["units_effect"] = row["packet"] / row["packet_real"]
-            if real and "flow" in engines and seed0 is not None:
+            if real and seed0 is not None:
                 row["flow_real_ratio"] = seed0 / row["packet_real"]
         row["ratio"] = row["flow"] / row["emulator"] if row["emulator"] and row["flow"] is not None else None
         row["inside_spread"] = (min(fig) * 0.98 <= row["emulator"] <= max(fig) * 1.02) if row["emulator"] and \
@@ -414,7 +416,7 @@ def _ranked(rs: list[dict], key: str, higher_better: bool) -> str:
 
 
 def _verdict(rows: list[dict]) -> None:
-    timed = [r for r in rows if r["ratio"] and r["faithful"] and r["figure"] in ("cct", "iteration", "makespan")]
+    timed = [r for r in rows if r["ratio"] and r["faithful"] and r["figure"] in TIMED]
     err = [abs(r["ratio"] - 1) for r in timed]
     print(f"\nfaithful points with a time: {len(timed)} of {len(rows)}; |ratio - 1| median "
           f"{pct(err, 0.5) * 100:.1f}% (goal <= 5%), p90 {pct(err, 0.9) * 100:.1f}% (goal <= 10%)")
@@ -482,9 +484,6 @@ def _packet_verdict(rows: list[dict]) -> None:
     _rankings(rows, "packet", "packet_ratio")
 
 
-UNITS_NEAR = 0.10  # the emulator comparison's own p90 goal
-
-
 def _units_verdict(rows: list[dict]) -> None:
     """What the emulator's own units do to each point (the packet engine in the emulator's units
     against the same engine in real units), and the flow engine against the real units' packet
@@ -494,12 +493,12 @@ def _units_verdict(rows: list[dict]) -> None:
     if err:
         print(f"\nthe emulator's units (packet emulated / packet real), faithful points: {len(both)}; median "
               f"{pct(err, 0.5) * 100:.1f}%, p90 {pct(err, 0.9) * 100:.1f}%")
-    timed = [r for r in rows if r.get("flow_real_ratio") and r["faithful"] and r["figure"] in ("cct", "iteration", "makespan")]
+    timed = [r for r in rows if r.get("flow_real_ratio") and r["faithful"] and r["figure"] in TIMED]
     ferr = [abs(r["flow_real_ratio"] - 1) for r in timed]
     if ferr:
         print(f"flow / packet real on the same faithful points with a time: {len(timed)}; median "
               f"{pct(ferr, 0.5) * 100:.1f}%, p90 {pct(ferr, 0.9) * 100:.1f}%")
-    near = [r for r in rows if r["ratio"] and r["faithful"] and r["figure"] in ("cct", "iteration", "makespan")
+    near = [r for r in rows if r["ratio"] and r["faithful"] and r["figure"] in TIMED
             and r.get("units_effect") and abs(r["units_effect"] - 1) <= UNITS_NEAR]
     nerr = [abs(r["ratio"] - 1) for r in near]
     if nerr:  # where the emulator's units keep it within UNITS_NEAR of real units, it can judge the flow engine

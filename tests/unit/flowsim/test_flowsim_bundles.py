@@ -111,20 +111,23 @@ def test_rings_alone_take_bundles_where_transfers_are_no_longer_recorded(topolog
     def auto(e):
         return collective_model(e, job_traces(e, e.fabric()))
 
+    def ring(n, **workload):
+        return _ring_exp(topology, {"count": n}, routing, **workload)
+
+    def switch_over(limit):  # the fewest GPUs auto gives to bundles; the transfers either side of the limit
+        n = next(n for n in range(2, 250) if auto(ring(n))[0] == "bundle")
+        assert auto(ring(n))[1] > limit >= auto(ring(n - 1))[1]
+        return n
+
     assert AUTO_RING_DETAILED_TRANSFERS == TRANSFER_EVENTS_MAX  # no run of rings loses its transfer events
-    limit = AUTO_RING_DETAILED_TRANSFERS
-    for lowered in (False, True):
-        n = next(n for n in range(2, 250) if auto(_ring_exp(topology, {"count": n}, routing))[0] == "bundle")
-        exp = _ring_exp(topology, {"count": n}, routing)
-        assert auto(exp)[1] > limit >= auto(_ring_exp(topology, {"count": n - 1}, routing))[1]
-        if not lowered:
-            assert n == 142
-            for other in (_ring_exp(topology, {"count": n}, routing, algorithm="tree"),
-                          model.parse({**model.to_dict(exp), "flow": {"window_growth": "cubic"}}),
-                          model.parse({**model.to_dict(exp), "flow": {"losses": "timeouts"}})):
-                assert auto(other)[0] == "detailed"
-            limit = 2000
-            monkeypatch.setattr("flowsim.runner.AUTO_RING_DETAILED_TRANSFERS", limit)
+    n = switch_over(AUTO_RING_DETAILED_TRANSFERS)
+    assert n == 142
+    exp = ring(n)
+    for other in (ring(n, algorithm="tree"), model.parse({**model.to_dict(exp), "flow": {"window_growth": "cubic"}}),
+                  model.parse({**model.to_dict(exp), "flow": {"losses": "timeouts"}})):
+        assert auto(other)[0] == "detailed"
+    monkeypatch.setattr("flowsim.runner.AUTO_RING_DETAILED_TRANSFERS", 2000)
+    exp = ring(switch_over(2000))
     fab = exp.fabric()
     jp = job_traces(exp, fab)[0]
     cct = {m: Simulation(Net.from_fabric(fab), [JobSpec("j0", jp.hosts, jp.trace)], EcmpRouter(0),
