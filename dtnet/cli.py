@@ -18,8 +18,10 @@ EXIT_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a command whose rea
 
 
 def _overrides(args) -> list[str]:
-    """--set items, plus --engine as the override it is (so config.yaml and sweeps record it)."""
-    return list(args.set) + ([f"engine={args.engine}"] if getattr(args, "engine", None) else [])
+    """--set items, plus --engine and --no-plots as the overrides they are (so config.yaml and sweeps
+    record them)."""
+    return list(args.set) + ([f"engine={args.engine}"] if getattr(args, "engine", None) else []) \
+        + (["outputs.plots=false"] if getattr(args, "no_plots", False) else [])
 
 
 def cmd_run(args) -> int:
@@ -57,7 +59,8 @@ def cmd_run(args) -> int:
         return EXIT_FAIL
     if isinstance(result, api.SweepRun):
         print_sweep(result.done["rows"], sys.stdout)
-        print(f"\nresults: {out}/sweep.csv, {out}/sweep.png, {out}/points/")
+        chart = f"{out}/sweep.png, " if exp.model.outputs.plots else ""
+        print(f"\nresults: {out}/sweep.csv, {chart}{out}/points/")
         if result.failed:
             print(f"dtnet: {len(result.failed)} of {result.done['points']} points did not complete: "
                   + ", ".join(result.failed), file=sys.stderr)
@@ -161,6 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "needs root; flow: the flow-level model, no root, real-cluster units; "
                         "docs/flow-engine.md; packet: ns-3 at packet level, real-cluster units, docs/packet-engine.md). "
                         "Same as --set engine=NAME")
+    r.add_argument("--no-plots", action="store_true",
+                   help="write no plots/ (nor a sweep's sweep.png): the data files alone, for scripted runs "
+                        "and sweeps, where drawing takes most of a small flow run's time. Same as --set "
+                        "outputs.plots=false")
     r.add_argument("--force", action="store_true",
                    help="overwrite the run folder even when it holds a finished run (without it a finished run "
                         "is refused with exit 2, and an unfinished run of the same experiment is run again in "

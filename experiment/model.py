@@ -211,6 +211,14 @@ class Packet:
 
 
 @dataclass(frozen=True)
+class Outputs:
+    """What a run writes besides its data files (docs/outputs.md)."""
+    # plots/ of every run and a sweep's sweep.png. Off, a small flow run or a sweep of them
+    # spends its time simulating, not drawing (matplotlib takes most of a small run's seconds).
+    plots: bool = setting(True, bool, None, "true or false")
+
+
+@dataclass(frozen=True)
 class Experiment:
     name: str
     topology: dict
@@ -233,6 +241,7 @@ class Experiment:
     scale_given: bool = True
     transport: _transport.Transport = _transport.Transport()  # docs/transport.md
     packet: Packet = Packet()
+    outputs: Outputs = Outputs()
 
     @property
     def policy(self) -> str:
@@ -564,6 +573,9 @@ def parse(data, file: str | None = None) -> Experiment:
     pk = _Section(top.get("packet", dict, {}), "packet", file)
     packet = Packet(**read_settings(Packet, pk))
     pk.done()
+    os_ = _Section(top.get("outputs", dict, {}), "outputs", file)
+    outputs = Outputs(**read_settings(Outputs, os_))
+    os_.done()
     sweep = _sweep(top.get("sweep", dict, {}), file)
     transport = _transport.parse(top.get("transport", dict, {}), file, _Section, read_settings)
     if transport.latency_us is not None and latency_us:
@@ -574,7 +586,7 @@ def parse(data, file: str | None = None) -> Experiment:
                       testbed=testbed, description=description, faults=faults, capture=capture,
                       prediction=prediction, sweep=sweep, engine=engine, flow=flow, scale_given=scale_given,
                       source=file, raw=data, policy_params=policy_params, transport=transport,
-                      packet=packet)
+                      packet=packet, outputs=outputs)
 
 
 def _controller(data, fabric, file) -> tuple[str, dict]:
@@ -751,6 +763,7 @@ def to_dict(exp: Experiment) -> dict:
            if exp.packet != Packet() else {}),
         **({"sweep": {"list": [dict(copy.deepcopy(p)) for p in exp.sweep]}} if exp.sweep else {}),
         **({"transport": exp.transport.to_dict()} if exp.transport.given() else {}),
+        **({"outputs": asdict(exp.outputs)} if exp.outputs != Outputs() else {}),
     }
 
 

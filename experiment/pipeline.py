@@ -288,7 +288,8 @@ def write_outputs(engine: Engine, r: Run, summary: dict) -> None:
         engine.write_files(r)
     events = run_events(out_dir, r.events.kept(), log)
     fork = None if engine.fork_outputs and len(events) >= FORK_MIN_EVENTS else False
-    with beside(plots_of(out_dir, exp, summary, r.t_start, engine.label, r.links, events), "plots/", log, fork=fork):
+    draw = plots_of(out_dir, exp, summary, r.t_start, engine.label, r.links, events) if exp.outputs.plots else None
+    with beside(draw, "plots/", log, fork=fork if draw else False):
         if r.links is not None:
             engine.write_files(r)
         write_trace(out_dir, exp, r.jobs, r.t_start, log, events)

@@ -310,7 +310,8 @@ def run(exp: Experiment, out_dir: str, run_point, points: list[Point] | None = N
         rows = book.write(final=True)
     status = book.status
     complete = [p for p in points if status.get(p.slug, {}).get("status") == "complete"]
-    _plot(complete, [book.summaries[p.slug] for p in complete], inside(out_dir, PLOT_NAME), log)
+    if exp.outputs.plots:
+        _plot(complete, [book.summaries[p.slug] for p in complete], inside(out_dir, PLOT_NAME), log)
     return {"points": len(points), "complete": len(complete), "skipped": book.skipped,
             "failed": [p.slug for p in points if status.get(p.slug, {}).get("status") != "complete"], "rows": rows}
 

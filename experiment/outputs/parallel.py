@@ -52,7 +52,10 @@ def can_fork() -> bool:
 def beside(part, what: str, log=print, fork: bool | None = None):
     """Run part(log) in a forked child while the with-block runs here; on leaving the block, wait
     for the child (WriterFailed when it failed). what names the part in errors ("the plots").
-    fork: None decides by can_fork(); False runs part(log) here after the block."""
+    fork: None decides by can_fork(); False runs part(log) here after the block. part None: nothing."""
+    if part is None:
+        yield
+        return
     child = None
     if can_fork() if fork is None else fork:
         with contextlib.suppress(OSError):  # no process to be had (EAGAIN, ENOMEM): as one process

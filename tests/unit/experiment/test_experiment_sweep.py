@@ -253,3 +253,10 @@ def test_report_on_a_sweep_folder_prints_the_sweep_table_again(tmp_path, capsys)
     (out / "sweep.csv").write_text("not,a,sweep\n")
     assert cli.main(["report", str(out)]) == 2
     assert "sweep.csv: expected the table `dtnet run` writes for a sweep" in capsys.readouterr().err
+
+
+def test_a_sweep_without_plots_draws_no_sweep_png(tmp_path):
+    exp, out = _exp(GRID, tmp_path, outputs={"plots": False}), tmp_path / "out"
+    done = sweep.run(exp, str(out), FakeRunner(), log=lambda m: None)
+    assert done["complete"] == 4 and all(p.exp.outputs.plots is False for p in sweep.expand(exp))
+    assert (out / "sweep.csv").exists() and not (out / "sweep.png").exists()

@@ -165,3 +165,29 @@ def test_a_runs_reference_cycles_do_not_outlive_the_next_run(monkeypatch):
     finally:
         if gc_was:
             gc.enable()
+
+
+def test_outputs_plots_false_writes_the_data_files_and_no_plots(tmp_path, capsys):
+    from dtnet import cli
+
+    exp_file = tmp_path / "ring.yaml"
+    exp_file.write_text(json.dumps({**RING, "engine": "flow"}))
+    with_plots, without = tmp_path / "with", tmp_path / "without"
+    assert cli.main(["run", str(exp_file), "--out", str(with_plots)]) == 0
+    assert cli.main(["run", str(exp_file), "--out", str(without), "--no-plots"]) == 0
+    assert sorted(os.listdir(with_plots / "plots"))  # the default draws them
+    assert not (without / "plots").exists()
+    data = ["config.yaml", "events.jsonl", "links.csv", "summary.json", "trace.json"]
+    assert sorted(os.listdir(without)) == data
+    # the same run otherwise: summary.json equal but for the config it records
+    a, b = (json.loads((d / "summary.json").read_text()) for d in (with_plots, without))
+    assert a["jobs"] == b["jobs"]
+    again = model.load(str(without / "config.yaml"))  # config.yaml says so, and repeats it
+    assert again.outputs.plots is False and model.load(str(exp_file)).outputs.plots is True
+    # a finished run forced again without plots keeps none of the old ones
+    assert cli.main(["run", str(exp_file), "--out", str(with_plots), "--force", "--set", "outputs.plots=false"]) == 0
+    assert not (with_plots / "plots").exists()
+    capsys.readouterr()
+    assert cli.main(["run", str(exp_file), "--out", str(tmp_path / "bad"), "--set", "outputs.plots=1"]) == 2
+    assert capsys.readouterr().err.strip().endswith("outputs.plots: expected true or false, found 1")
+    assert not (tmp_path / "bad").exists()
