@@ -169,6 +169,78 @@ def _group(node: dict):
 MAX_HEATMAP_LINKS = 160
 
 
+def _row_labels_artist():
+    """The class of RowLabels, made on first use (matplotlib is imported lazily)."""
+    global _RowLabels
+    if _RowLabels is not None:
+        return _RowLabels
+    from matplotlib.artist import Artist
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.transforms import Bbox
+
+    class RowLabels(Artist):
+        """A label a row, right-aligned left of an axes, and the axes' name left of them, drawn by the
+        renderer itself. As tick labels, each row is a Text laid out several times a draw (for the
+        layout, the axis label's place, the drawing): 1 ms a row, most of a 160-row heatmap's time."""
+
+        PAD_PX = 4.0
+
+        def __init__(self, ax, labels: list[str], fontsize, name: str):
+            super().__init__()
+            self.ax, self.labels, self.name = ax, labels, name
+            self.prop, self.name_prop = FontProperties(size=fontsize), FontProperties(size="small")
+            self._sizes = None  # (dpi, [(width, height, descent) px] of the labels, the name's)
+
+        def _measure(self, renderer):
+            dpi = self.figure.dpi
+            if self._sizes is None or self._sizes[0] != dpi:
+                size = renderer.get_text_width_height_descent
+                self._sizes = (dpi, [size(s, self.prop, ismath=False) for s in self.labels],
+                               size(self.name, self.name_prop, ismath=False))
+            return self._sizes[1], self._sizes[2]
+
+        def _left_of_labels(self, sizes) -> float:
+            return self.ax.bbox.x0 - 2 * self.PAD_PX - max((w for w, _, _ in sizes), default=0.0)
+
+        def get_window_extent(self, renderer=None):
+            renderer = renderer or self.figure.canvas.get_renderer()
+            sizes, (_, name_h, _) = self._measure(renderer)
+            box = self.ax.bbox
+            return Bbox([[self._left_of_labels(sizes) - name_h, box.y0], [box.x0 - self.PAD_PX, box.y1]])
+
+        def draw(self, renderer):
+            if not self.get_visible():
+                return
+            sizes, (name_w, _, _) = self._measure(renderer)
+            gc = renderer.new_gc()
+            gc.set_foreground("black")
+            flip = renderer.flipy()
+            height = self.figure.bbox.height
+            x_right = self.ax.bbox.x0 - self.PAD_PX
+            to_px = self.ax.transData.transform
+            for i, (s, (w, h, d)) in enumerate(zip(self.labels, sizes)):
+                _, y = to_px((0, i + 0.5))
+                baseline = y - (h - d) / 2  # the ink's middle on the row's middle, as va=center_baseline
+                renderer.draw_text(gc, x_right - w, height - baseline if flip else baseline, s, self.prop, 0)
+            if self.name:
+                x, w = self._left_of_labels(sizes), name_w
+                y = self.ax.bbox.y0 + (self.ax.bbox.height - w) / 2  # rotated 90: the text runs upwards
+                renderer.draw_text(gc, x, height - y if flip else y, self.name, self.name_prop, 90)
+            gc.restore()
+            self.stale = False
+
+    _RowLabels = RowLabels
+    return RowLabels
+
+
+_RowLabels = None
+
+
+def row_labels(ax) -> list[str]:
+    """The row labels a heatmap panel was given (tests, and anyone reading the figure back)."""
+    return next((a.labels for a in ax.get_children() if type(a).__name__ == "RowLabels"), [])
+
+
 def heatmap_figure(rows, title: str = "", fabric=None, phases: dict | None = None):
     """Utilization of every directed link that carried traffic (rows: links.csv's rows, or its
     links.LinkGrid) over time (columns, one per sample of links.csv), grouped by tier and rail,
@@ -214,10 +286,12 @@ def heatmap_figure(rows, title: str = "", fabric=None, phases: dict | None = Non
         cells = util[[row[k] for k in keys]]
         mesh = ax.pcolormesh(edges, np.arange(len(keys) + 1), cells, vmin=0.0, vmax=top, cmap="viridis",
                              shading="flat")
-        ax.set_yticks(np.arange(len(keys)) + 0.5, [f"{a} \u2192 {b}" for a, b in keys],
-                      fontsize="xx-small" if len(keys) > 40 else "x-small")
+        ax.set_yticks([])
         ax.invert_yaxis()
-        ax.set_ylabel(name, fontsize="small")
+        labels = _row_labels_artist()(ax, [f"{a} \u2192 {b}" for a, b in keys],
+                                      "xx-small" if len(keys) > 40 else "x-small", name)
+        ax.add_artist(labels)
+        labels.set_clip_on(False)  # outside the axes, and in the layout's margins
         at, centers, labels = 0, [], []
         for label, ks in panel:
             if at:
@@ -361,11 +435,12 @@ def sweep_chart(series: dict[str, list[tuple]], x_name: str, path: str) -> bool:
 
 
 def write_all(out_dir: str, summary: dict, log=print, *, point: str = "", engine: str = "", fabric=None,
-              phases: dict | None = None, links=None) -> list[str]:
+              phases: dict | None = None, links=None, fork: bool | None = False) -> list[str]:
     """The run's plots into out_dir/plots/; each failure is a warning. Returns the files written.
     point, engine and the summary's routing go in every title; fabric orders the heatmap's links,
     phases (collective_phases) marks when each job's collectives ran above it; links, a
-    links.LinkGrid of links.csv, spares reading the file back."""
+    links.LinkGrid of links.csv, spares reading the file back. fork: the heatmap drawn by a forked
+    child meanwhile (outputs.parallel.beside: None where can_fork; False: here, after the others)."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -382,12 +457,23 @@ def write_all(out_dir: str, summary: dict, log=print, *, point: str = "", engine
     if os.path.exists(csv_path):
         jobs.append(("links", lambda p: link_heatmap(links_mod.read_csv(csv_path) if links is None else links, p,
                                                      title("link utilization"), fabric, phases)))
-    written = []
-    for key, draw in jobs:
-        path = inside(out_dir, "plots", FILES[key])
-        try:
-            if draw(path):
-                written.append(path)
-        except Exception as e:  # noqa: BLE001: a plot must never fail the run
-            log(f"[run] warning: plot {FILES[key]} not written: {type(e).__name__}: {e}")
-    return written
+    def draw_each(some, log) -> list[str]:
+        written = []
+        for key, draw in some:
+            path = inside(out_dir, "plots", FILES[key])
+            try:
+                if draw(path):
+                    written.append(path)
+            except Exception as e:  # noqa: BLE001: a plot must never fail the run
+                log(f"[run] warning: plot {FILES[key]} not written: {type(e).__name__}: {e}")
+        return written
+
+    if fork is False or len(jobs) < 3:
+        return draw_each(jobs, log)
+    from experiment.outputs.parallel import beside
+
+    heatmap = [jobs.pop()]  # the slowest (its labelled rows) beside the other two
+    with beside(lambda lg: draw_each(heatmap, lg), f"plots/{FILES['links']}", log, fork=fork):
+        written = draw_each(jobs, log)
+    heatmap_path = inside(out_dir, "plots", FILES["links"])
+    return written + ([heatmap_path] if os.path.exists(heatmap_path) else [])

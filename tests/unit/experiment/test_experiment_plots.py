@@ -69,10 +69,10 @@ def test_the_heatmap_panels_label_their_rows_in_that_order_and_mark_the_collecti
     fig = plots.heatmap_figure(_rows(fab, busy, [0.01, 0.02, 0.03]), "demo: link utilization", fab, phases)
     strip, links_ax, nvl_ax = fig.axes[:3]
     assert [t.get_text() for t in strip.get_yticklabels()] == ["job a", "job b"]
-    assert [t.get_text() for t in links_ax.get_yticklabels()] == \
+    assert plots.row_labels(links_ax) == \
         ["h0 \u2192 rail0", "h3 \u2192 rail1", "rail0 \u2192 spine0", "spine0 \u2192 rail1"]
-    assert [t.get_text() for t in nvl_ax.get_yticklabels()] == ["h0 \u2192 nvl0"]
-    assert "NVLink" in nvl_ax.get_ylabel()
+    assert plots.row_labels(nvl_ax) == ["h0 \u2192 nvl0"]
+    assert "NVLink" in next(a.name for a in nvl_ax.get_children() if hasattr(a, "labels"))
     assert "one column per 10 ms sample" in nvl_ax.get_xlabel()
 
 
@@ -104,3 +104,33 @@ def test_each_collective_box_has_its_alpha_beta_prediction_beside_it(tmp_path):
     assert sorted(round(seg[0][1], 9) for seg in lines) == sorted(round(p, 9) for p in preds)
     assert all(seg[0][1] == seg[1][1] for seg in lines)  # level lines, across their box
     assert any("alpha-beta" in t.get_text() for t in ax.get_legend().get_texts())
+
+
+def test_each_row_label_is_drawn_on_its_row_right_aligned_inside_the_figure(monkeypatch):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
+
+    fab = fat_tree(4)
+    busy = set(directed_links(fab))  # 96 rows: the small font
+    fig = plots.heatmap_figure(_rows(fab, busy, [0.01, 0.02]), "demo: link utilization", fab)
+    ax = fig.axes[0]
+    labels = plots.row_labels(ax)
+    assert len(labels) == len(busy)
+    drawn = []
+    real = RendererAgg.draw_text
+
+    def draw_text(self, gc, x, y, s, prop, angle, ismath=False, mtext=None):
+        w, h, d = self.get_text_width_height_descent(s, prop, ismath=False)
+        drawn.append((s, x, x + w, self.height - y + (h - d) / 2, angle))  # y up, at the ink's middle
+        return real(self, gc, x, y, s, prop, angle, ismath, mtext)
+
+    monkeypatch.setattr(RendererAgg, "draw_text", draw_text)
+    FigureCanvasAgg(fig).draw()
+    rows = [t for t in drawn if t[0] in labels and t[4] == 0]
+    assert [t[0] for t in rows] == labels  # every label once, top row first
+    for i, (s, left, right, middle, _) in enumerate(rows):
+        _, centre = ax.transData.transform((0, i + 0.5))
+        assert abs(middle - centre) < 0.5, (s, middle, centre)
+        assert 0 <= left and abs(right - (ax.bbox.x0 - 4)) < 1e-6  # right-aligned, not cut off
+    name = [t for t in drawn if t[0] == "fabric links"]
+    assert len(name) == 1 and name[0][4] == 90  # the panel's name, upright
+    assert 0 < name[0][1] < min(t[1] for t in rows)  # left of the labels, inside the figure
