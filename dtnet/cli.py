@@ -25,6 +25,17 @@ def _overrides(args) -> list[str]:
 
 
 def cmd_run(args) -> int:
+    from experiment.outputs import parallel
+
+    if not args.no_plots and not args.cluster and args.workers is None:
+        parallel.warm_plots()  # matplotlib imported beside the run's start (the run ends it if unused)
+    try:
+        return _run(args)
+    finally:
+        parallel.drop_warm()
+
+
+def _run(args) -> int:
     from dtnet import api
     from experiment.outputs.summary import print_table
     from experiment.sweep import print_table as print_sweep

@@ -29,7 +29,7 @@ from badinput import InputError
 from badinput.paths import inside, links_in, open_out
 from experiment.engine import ENGINES, FolderBusy, Interrupted, RunFailure, load
 from experiment.model import Experiment, to_dict, write_resolved
-from experiment.outputs.parallel import WriterFailed, beside
+from experiment.outputs.parallel import WriterFailed, beside, take_warm
 from experiment.outputs.write import plots_of, run_events, write_json, write_trace
 
 CONFIG, EVENTS, SUMMARY = "config.yaml", "events.jsonl", "summary.json"
@@ -103,6 +103,7 @@ class Run:
     error: str | None = None
     t_start: float | None = None  # the replay's start on the events' clock (trace.json's zero)
     links: object = None  # links.csv as outputs.links.LinkGrid, when the engine holds it (Engine.link_grid)
+    warm: object = None  # a child importing matplotlib since the command started (outputs.parallel.Warm)
     wall_t0: float = field(default_factory=time.monotonic)
 
     def path(self, *parts: str) -> str:
@@ -226,6 +227,19 @@ def run(engine: Engine, exp: Experiment, out_dir: str, log=print, prepare=None, 
         raise InputError("--auto-scale", "engine: emulate (only the emulator has a scale to calibrate)",
                          f"engine: {engine.name}", exp.source)
     engine.force = force
+    # A warm child for the plots: this run's when it draws them at its end, else ended now.
+    warm = take_warm()
+    if warm is not None and not (engine.fork_outputs and exp.outputs.plots and prepare is None):
+        warm.close()
+        warm = None
+    try:
+        return _held(engine, exp, out_dir, log, prepare, force, warm)
+    finally:
+        if warm is not None:
+            warm.close()  # no-op once the run sent it its plots and waited
+
+
+def _held(engine: Engine, exp: Experiment, out_dir: str, log, prepare, force: bool, warm) -> dict:
     os.makedirs(out_dir, exist_ok=True)
     lock = lock_folder(out_dir)
     try:
@@ -240,15 +254,16 @@ def run(engine: Engine, exp: Experiment, out_dir: str, log=print, prepare=None, 
                 exp, calibration = prepare(exp)
                 verdict, fabric = engine.check(exp), exp.fabric()
                 jobs = engine.plan(exp, fabric)
-            return _run(engine, exp, out_dir, log, fabric, jobs, verdict, calibration, settle)
+            return _run(engine, exp, out_dir, log, fabric, jobs, verdict, calibration, settle, warm)
     finally:
         os.close(lock)
 
 
-def _run(engine: Engine, exp: Experiment, out_dir: str, log, fabric, jobs, verdict, calibration, settle) -> dict:
+def _run(engine: Engine, exp: Experiment, out_dir: str, log, fabric, jobs, verdict, calibration, settle,
+         warm=None) -> dict:
     clear_previous(out_dir)
     events = EventLog(out_dir, keep=engine.keep_events)
-    r = Run(exp, out_dir, fabric, jobs, events, log, calibration)
+    r = Run(exp, out_dir, fabric, jobs, events, log, calibration, warm=warm)
     notes = ([f"run by the {engine.label}: {verdict}"] if verdict else []) + engine.notes(exp, r)
     with open_out(out_dir, CONFIG) as f:
         write_resolved(exp, f, notes=notes)
@@ -279,17 +294,24 @@ def _run(engine: Engine, exp: Experiment, out_dir: str, log, fabric, jobs, verdi
 
 def write_outputs(engine: Engine, r: Run, summary: dict) -> None:
     """The engine's files, trace.json and plots/, the plots drawn by a forked child meanwhile where
-    two CPUs are there and the run has FORK_MIN_EVENTS events or more (outputs.parallel;
-    WriterFailed when it fails). The plots need links.csv's
+    two CPUs are there and the run has FORK_MIN_EVENTS events or more, or by the warm child
+    `dtnet run` started, sent them, for a smaller one (outputs.parallel; WriterFailed when it fails). The plots need links.csv's
     numbers: from memory (engine.link_grid), else from the file, written before the child starts."""
     exp, out_dir, log = engine.outputs_exp(r.exp), r.out_dir, r.log
     r.links = engine.link_grid(r)
     if r.links is None:
         engine.write_files(r)
     events = run_events(out_dir, r.events.kept(), log)
-    fork = None if engine.fork_outputs and len(events) >= FORK_MIN_EVENTS else False
+    large = len(events) >= FORK_MIN_EVENTS
+    fork = None if engine.fork_outputs and large else False
     draw = plots_of(out_dir, exp, summary, r.t_start, engine.label, r.links, events) if exp.outputs.plots else None
-    with beside(draw, "plots/", log, fork=fork if draw else False):
+    warm, r.warm = r.warm, None
+    if warm is not None and (large or draw is None):  # a large run's data is the forked child's, not a pipe's
+        warm.close()
+        warm = None
+    if warm is not None:
+        draw.split = True  # matplotlib imported already: the heatmap forked from the warm child
+    with beside(draw, "plots/", log, fork=fork if draw else False, warm=warm):
         if r.links is not None:
             engine.write_files(r)
         write_trace(out_dir, exp, r.jobs, r.t_start, log, events)

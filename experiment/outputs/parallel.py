@@ -15,12 +15,18 @@ never through a link), so the files are byte for byte the ones one process write
   written is removed by write_atomic), a second one ends it at once.
 - Where fork is missing, only one CPU is allowed (os.sched_getaffinity), or the process runs other
   threads (forking those is unsafe), the part runs in the parent after the rest, as one process.
+
+A child may also be forked before the run (Warm, started by `dtnet run` as it starts): it imports
+what the part needs (matplotlib: 0.3 s) while the parent imports dtnet and runs, then is sent the
+part, pickled, when the run is done. A warm child no run claims ends at once (drop_warm).
 """
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -49,13 +55,24 @@ def can_fork() -> bool:
 
 
 @contextlib.contextmanager
-def beside(part, what: str, log=print, fork: bool | None = None):
+def beside(part, what: str, log=print, fork: bool | None = None, warm: Warm | None = None):
     """Run part(log) in a forked child while the with-block runs here; on leaving the block, wait
     for the child (WriterFailed when it failed). what names the part in errors ("the plots").
-    fork: None decides by can_fork(); False runs part(log) here after the block. part None: nothing."""
+    fork: None decides by can_fork(); False runs part(log) here after the block. part None: nothing.
+    warm: a Warm child to send part to (picklable) instead of forking one; ended when it cannot take it."""
     if part is None:
         yield
         return
+    if warm is not None and warm.send(part):
+        try:
+            yield
+        except BaseException:
+            warm.close()
+            raise
+        warm.wait(log)
+        return
+    if warm is not None:
+        warm.close()
     child = None
     if can_fork() if fork is None else fork:
         with contextlib.suppress(OSError):  # no process to be had (EAGAIN, ENOMEM): as one process
@@ -70,6 +87,110 @@ def beside(part, what: str, log=print, fork: bool | None = None):
         child.stop()
         raise
     child.wait(log)
+
+
+class Warm:
+    """A child forked now that imports `modules`, then runs the one part it is sent (send), or ends
+    unused (close). The part goes pickled through a pipe made large enough to hold it, so that
+    sending never waits for the child's imports; a part too large for the pipe is not sent."""
+
+    PIPE_BYTES = 1 << 20  # Linux's default pipe-max-size for an unprivileged process
+
+    def __init__(self, modules: tuple, what: str):
+        r, w = os.pipe()
+        self.capacity = _grow_pipe(w, self.PIPE_BYTES)
+
+        def part(log):
+            os.close(w)  # the parent's end: EOF once the parent closes its own
+            for name in modules:
+                with contextlib.suppress(ImportError):  # the part says what is missing, as it would here
+                    importlib.import_module(name)
+            with os.fdopen(r, "rb") as f:
+                data = f.read()
+            if data:  # nothing: no run claimed this child
+                pickle.loads(data)(log)
+
+        try:
+            self.child = _Child(part, what)
+        except BaseException:
+            os.close(r)
+            os.close(w)
+            raise
+        os.close(r)
+        self.w, self.ended = w, False
+
+    def send(self, part) -> bool:
+        """part to the child, to run now (False, and the child ended: it cannot go, or is gone)."""
+        try:
+            data = pickle.dumps(part)
+        except Exception:  # noqa: BLE001: not picklable (a test's closure): forked as before
+            data = None
+        if data is None or len(data) > self.capacity:
+            self.close()
+            return False
+        try:
+            os.write(self.w, data)  # within the pipe's capacity: never blocks, never short
+        except OSError:  # the child died (EPIPE): the caller forks as before
+            self.close()
+            return False
+        os.close(self.w)
+        self.w = None
+        return True
+
+    def close(self) -> None:
+        """End the child unused (SIGTERM, reaped), whatever it is doing; once."""
+        if self.w is not None:
+            os.close(self.w)
+            self.w = None
+        if not self.ended:
+            self.ended = True
+            self.child.stop()
+
+    def wait(self, log) -> None:
+        """The part's end (outputs of _Child.wait: its log lines, WriterFailed)."""
+        self.ended = True  # reaped by wait, or by stop on its way out: never signalled again
+        self.child.wait(log)
+
+
+def _grow_pipe(fd: int, size: int) -> int:
+    """The pipe's capacity after asking for size (Linux's F_SETPIPE_SZ); 64 KiB where it cannot."""
+    import fcntl
+
+    with contextlib.suppress(OSError, AttributeError):
+        return fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size)
+    with contextlib.suppress(OSError, AttributeError):
+        return fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+    return 1 << 16
+
+
+_warm: Warm | None = None  # started by warm_plots, taken by the run that draws them (take_warm)
+# What the plots import, and what unpickling their fabric does
+PLOT_MODULES = ("matplotlib.figure", "matplotlib.backends.backend_agg", "matplotlib.ticker",
+                "matplotlib.collections", "experiment.outputs.plots", "networkx", "topologies")
+
+
+def warm_plots() -> None:
+    """Start a child that imports matplotlib now, for the next run's plots (take_warm); a command
+    that runs one experiment calls this first and drop_warm when it ends. Nothing where two
+    processes cannot run at once (can_fork)."""
+    global _warm
+    if _warm is None and can_fork() and "matplotlib" not in sys.modules:
+        with contextlib.suppress(OSError):  # no process to be had: the plots are drawn as before
+            _warm = Warm(PLOT_MODULES, "plots/")
+
+
+def take_warm() -> Warm | None:
+    """The warm child for this run's plots, if one was started; the caller sends or closes it."""
+    global _warm
+    warm, _warm = _warm, None
+    return warm
+
+
+def drop_warm() -> None:
+    """End a warm child no run took."""
+    warm = take_warm()
+    if warm is not None:
+        warm.close()
 
 
 class _Child:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 
 from badinput.paths import inside, write_atomic
 from experiment.outputs import chrometrace, plots
@@ -45,12 +46,29 @@ def write_trace(out_dir: str, exp, jobs, t0: float | None, log, events: list[dic
         log(f"[run] warning: trace.json not written: {type(e).__name__}: {e}")
 
 
-def plots_of(out_dir: str, exp, summary: dict, t0: float | None, engine: str, links, events: list[dict]):
-    """plots/ as a function of log alone (each plot's failure a warning; engine names the engine in
-    the titles; links is links.csv as a LinkGrid, else the heatmap reads the file), with what it
-    reads from the events and the fabric made now: called in a forked child, it reads none of the
-    run's objects but summary and links."""
+@dataclass
+class PlotJob:
+    """plots/ of one run as a call of log alone, picklable (a warm child is sent it): each plot's
+    failure a warning; engine names the engine in the titles; links is links.csv as a LinkGrid,
+    else the heatmap reads the file. split: the heatmap, the slowest plot, drawn by a forked child
+    of its own while this process draws the others (where can_fork)."""
+    out_dir: str
+    summary: dict
+    point: str
+    engine: str
+    fabric: object
+    phases: dict | None
+    links: object
+    split: bool = False
+
+    def __call__(self, log) -> list[str]:
+        return plots.write_all(self.out_dir, self.summary, log, point=self.point, engine=self.engine,
+                               fabric=self.fabric, phases=self.phases, links=self.links,
+                               fork=None if self.split else False)
+
+
+def plots_of(out_dir: str, exp, summary: dict, t0: float | None, engine: str, links, events: list[dict]) -> PlotJob:
+    """plots/ with what they read from the events and the fabric made now: called in a forked
+    child, it reads none of the run's objects but summary and links."""
     phases = plots.collective_phases(events, t0, exp.scale.dilation) if t0 is not None else None
-    fabric = exp.fabric()
-    return lambda log: plots.write_all(out_dir, summary, log, point=exp.point, engine=engine, fabric=fabric,
-                                       phases=phases, links=links)
+    return PlotJob(out_dir, summary, exp.point, engine, exp.fabric(), phases, links)

@@ -220,3 +220,98 @@ def test_sigterm_to_the_parent_ends_the_child_and_leaves_no_process(tmp_path):
     assert rest == "interrupted by SIGTERM\n"
     with pytest.raises(ProcessLookupError):  # reaped by its parent before it left
         os.kill(pids["child"], 0)
+
+
+def _write_pid(path, log):  # a picklable part: where it ran
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+    log("drawn")
+
+
+@pytest.mark.usefixtures("forks")
+def test_a_warm_child_imports_first_then_runs_the_part_it_is_sent_and_reports_back(tmp_path):
+    import functools
+
+    warm = parallel.Warm(("json",), "plots/")
+    pid = warm.child.pid
+    assert warm.send(functools.partial(_write_pid, str(tmp_path / "pid")))
+    lines = []
+    warm.wait(lines.append)
+    assert int((tmp_path / "pid").read_text()) == pid != os.getpid()
+    assert lines == ["drawn"] and _gone(pid)
+    warm.close()  # after its end: nothing is signalled again (its pid may be another process's by now)
+
+
+@pytest.mark.usefixtures("forks")
+def test_a_warm_child_not_used_or_sent_too_much_is_ended_and_reaped():
+    warm = parallel.Warm(("json",), "plots/")
+    warm.close()
+    assert _gone(warm.child.pid)
+    warm = parallel.Warm(("json",), "plots/")
+    assert not warm.send(b"x" * (warm.capacity + 1))  # would block until the child reads: not sent
+    assert _gone(warm.child.pid)
+    warm = parallel.Warm(("json",), "plots/")
+    assert not warm.send(lambda log: None)  # not picklable: the caller forks as before
+    assert _gone(warm.child.pid)
+
+
+def _record_pid(real, folder):
+    """A PlotJob.__call__ that notes the process it ran in (and the heatmap's, separately)."""
+    from experiment.outputs import plots
+
+    def call(self, log):
+        (folder / "job").write_text(str(os.getpid()))
+        heatmap = plots.link_heatmap
+
+        def link_heatmap(*a, **kw):
+            (folder / "heatmap").write_text(str(os.getpid()))
+            return heatmap(*a, **kw)
+
+        plots.link_heatmap = link_heatmap
+        try:
+            return real(self, log)
+        finally:
+            plots.link_heatmap = heatmap
+    return call
+
+
+@pytest.mark.usefixtures("forks")
+def test_a_warm_child_draws_a_small_runs_plots_the_heatmap_in_a_child_of_its_own(tmp_path, monkeypatch):
+    from experiment.outputs.write import PlotJob
+
+    exp = model.parse(EXP, "two-jobs.yaml")
+    pipeline.runner("flow")(exp, str(tmp_path / "serial"), log=lambda *_: None)
+    monkeypatch.setattr(PlotJob, "__call__", _record_pid(PlotJob.__call__, tmp_path))
+    monkeypatch.setattr(parallel, "_warm", parallel.Warm(parallel.PLOT_MODULES, "plots/"))
+    warm_pid = parallel._warm.child.pid
+    pipeline.runner("flow")(exp, str(tmp_path / "warm"), log=lambda *_: None)
+    assert parallel._warm is None and _gone(warm_pid)
+    job, heatmap = int((tmp_path / "job").read_text()), int((tmp_path / "heatmap").read_text())
+    assert job == warm_pid and heatmap not in (job, os.getpid())
+    assert contents(tmp_path / "warm") == contents(tmp_path / "serial")  # the same bytes
+
+
+@pytest.mark.usefixtures("forks")
+def test_a_warm_child_is_ended_at_once_by_a_run_that_will_not_use_it(tmp_path, monkeypatch):
+    exp = model.parse({**EXP, "outputs": {"plots": False}}, "two-jobs.yaml")
+    monkeypatch.setattr(parallel, "_warm", parallel.Warm(parallel.PLOT_MODULES, "plots/"))
+    warm_pid = parallel._warm.child.pid
+    pipeline.runner("flow")(exp, str(tmp_path / "no-plots"), log=lambda *_: None)
+    assert parallel._warm is None and _gone(warm_pid) and not (tmp_path / "no-plots" / "plots").exists()
+
+
+@pytest.mark.usefixtures("forks")
+def test_dtnet_run_ends_its_warm_child_when_the_input_is_bad(tmp_path, monkeypatch, capsys):
+    from dtnet import cli
+
+    started = []
+
+    def warm_plots():  # as dtnet run starts it, matplotlib in this process or not
+        parallel._warm = parallel.Warm(("json",), "plots/")
+        started.append(parallel._warm.child.pid)
+
+    monkeypatch.setattr(parallel, "warm_plots", warm_plots)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(json.dumps({**EXP, "jobs": []}))
+    assert cli.main(["run", str(bad), "--out", str(tmp_path / "out")]) == 2
+    assert started and parallel._warm is None and _gone(started[0])
