@@ -17,7 +17,8 @@ is set beside them where issue 28 measured it on the same collective (a 256-GPU 
 compute, ECMP) on the smallest three-tier fat-tree with N hosts, one GPU per host (k=16 at 1,024),
 so that tensor parallelism crosses the network: the issue's command at 1,024 GPUs, and how the
 whole command grows up to 16,384 (`--gpus 1024,2048,4096,8192,16384`). `--pairs 0` runs this tree
-alone, once per point.
+alone, once per point. Each pair also runs this tree with `--no-plots` (the data files alone): its
+median wall seconds are the "no plots" column.
 """
 from __future__ import annotations
 
@@ -62,13 +63,14 @@ def fat_tree_k(hosts: int) -> int:
     return k
 
 
-def run_once(tree: str, yaml_path: str, out_dir: str) -> dict:
-    """One `python -m dtnet run` from tree's files: CPU and wall seconds, peak RSS, and its answers."""
+def run_once(tree: str, yaml_path: str, out_dir: str, *flags: str) -> dict:
+    """One `python -m dtnet run` from tree's files: CPU (its children's included) and wall seconds, peak
+    RSS, and its answers."""
     env = dict(os.environ, PYTHONPATH=tree)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # as a user's shell: compiled once (the warm-up), then read
     start = time.monotonic()
     with tempfile.TemporaryFile() as err:  # a file, not a pipe: a chatty run cannot block on it
-        proc = subprocess.Popen([sys.executable, "-m", "dtnet", "run", yaml_path, "--out", out_dir, "--force"],
+        proc = subprocess.Popen([sys.executable, "-m", "dtnet", "run", yaml_path, "--out", out_dir, "--force", *flags],
                                 cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=err)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.monotonic() - start
@@ -113,13 +115,13 @@ def bench(work: str, argv=None) -> int:
     print(f"{what}, engine flow, whole `dtnet run`; old = {args.baseline} "
           f"({rev}), new = this tree ({head}); medians of {args.pairs} pairs; load before: {os.getloadavg()[0]:.1f}")
     print(f"{'GPUs':>6} {'old cpu s':>10} {'new cpu s':>10} {'new/old':>8} {'old wall s':>11} {'new wall s':>11} "
-          f"{'new MB':>7} {'same answers':>13} {'ASTRA-sim s':>12}")
+          f"{'new MB':>7} {'same answers':>13} {'no plots s':>11} {'ASTRA-sim s':>12}")
     for i, n in enumerate(gpus):
         yaml_path = os.path.join(work, f"ring-{n}.yaml")
         with open(yaml_path, "w") as f:
             f.write(EXPERIMENT.format(gpus=n) if args.workload == "ring" else
                     EXPERIMENT_GPT.format(gpus=n, k=fat_tree_k(n), dp=n // 64))
-        runs = {"old": [], "new": []}
+        runs = {"old": [], "new": [], "bare": []}
         if args.pairs == 0:  # this tree alone
             runs["new"].append(run_once(ROOT, yaml_path, os.path.join(work, f"out-new-{n}")))
         elif i == 0:  # warm-up, not counted: the baseline's files have no compiled bytecode yet
@@ -128,6 +130,7 @@ def bench(work: str, argv=None) -> int:
         for _ in range(args.pairs):
             for name, tree in (("old", old_tree), ("new", ROOT)):
                 runs[name].append(run_once(tree, yaml_path, os.path.join(work, f"out-{name}-{n}")))
+            runs["bare"].append(run_once(ROOT, yaml_path, os.path.join(work, f"out-bare-{n}"), "--no-plots"))
 
         def med(name, key, fmt):
             return format(statistics.median(r[key] for r in runs[name]), fmt) if runs[name] else "-"
@@ -137,7 +140,8 @@ def bench(work: str, argv=None) -> int:
         print(f"{n:>6} {med('old', 'cpu_s', '.2f'):>10} {med('new', 'cpu_s', '.2f'):>10} "
               f"{format(statistics.median(ratios), '.2f') if ratios else '-':>8} "
               f"{med('old', 'wall_s', '.2f'):>11} {med('new', 'wall_s', '.2f'):>11} {med('new', 'rss_mb', '.0f'):>7} "
-              f"{'-' if same is None else 'yes' if same else 'NO':>13} {astra if astra is not None else '-':>12}",
+              f"{'-' if same is None else 'yes' if same else 'NO':>13} {med('bare', 'wall_s', '.2f'):>11} "
+              f"{astra if astra is not None else '-':>12}",
               flush=True)
     print(f"load after: {os.getloadavg()[0]:.1f}")
     return 0
