@@ -208,6 +208,10 @@ class Packet:
     # units: emulated: one-way delay an OpenFlow switch hop adds, emulated microseconds
     # (None: the one measured on this machine kind, packetsim.emulated.HOP_LATENCY_US)
     hop_latency_us: float | None = setting(None, NUM, lambda v: 0 <= v <= 1e6, "microseconds in 0..1000000")
+    # Each rank starts up to this many real nanoseconds late, drawn uniformly from seed: replicates
+    # of a deterministic simulation, to see TCP's spread from run to run (0: every rank at once)
+    start_jitter_ns: float = setting(0.0, NUM, lambda v: 0 <= v <= 1e9, "nanoseconds in 0..1000000000")
+    seed: int = setting(0, int, lambda v: 0 <= v <= MAX_INT, "an integer >= 0")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ end). A collective expands into its schedule's transfers with their chunk depend
 """
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -87,10 +88,16 @@ class Scenario:
 def build(exp, fabric, jobs, slice_bytes: float) -> Scenario:
     """The task graph of every job's trace (real-cluster bytes and seconds)."""
     sc = Scenario()
+    jitter_s = exp.packet.start_jitter_ns * 1e-9
     for j, jp in enumerate(jobs):
         tr, hosts = jp.trace, jp.hosts
         start_s = exp.jobs[jp.index].start_ms / 1000.0
-        root = [sc.add(COMPUTE, dur=start_s)] if start_s > 0 else []
+        if jitter_s > 0:  # each rank's own start: replicates from packet.seed
+            draw = random.Random(f"{exp.packet.seed}/{jp.name}").uniform
+            roots = {r: [sc.add(COMPUTE, dur=start_s + draw(0.0, jitter_s))] for r in range(tr.nranks)}
+        else:
+            root = [sc.add(COMPUTE, dur=start_s)] if start_s > 0 else []
+            roots = {r: root for r in range(tr.nranks)}
         streams: dict[int, list] = {}
         for r in range(tr.nranks):
             try:
@@ -107,7 +114,7 @@ def build(exp, fabric, jobs, slice_bytes: float) -> Scenario:
                 sc.ops.append(ot)
         for r, ops in streams.items():
             for op in ops:
-                sc.earlier[at[r, op.id].start].extend([at[r, d].end for d in op.deps] or root)
+                sc.earlier[at[r, op.id].start].extend([at[r, d].end for d in op.deps] or roots[r])
         sends: dict[tuple[int, int, str], int] = {}
         done_groups: set = set()
         for r, ops in streams.items():

@@ -369,3 +369,55 @@ def test_spraying_spreads_every_flow_over_its_equal_cost_paths(tmp_path):
     _, s = _run_stride(tmp_path, "spray")
     up = [q["tx_bytes"] for q in s["queues"] if q["link"].startswith("agg0_") and "core" in q["link"]]
     assert len(up) == 4 and min(up) > 0.7 * max(up), up  # the pod's four uplinks share its eight flows
+
+
+def _first_starts(exp) -> dict:
+    """rank -> the seconds its first op waits for (its start task), from the scenario the driver gets."""
+    from experiment.plan import job_traces
+
+    fabric = exp.fabric()
+    sc = scenario.build(exp, fabric, job_traces(exp, fabric), 1 << 14)
+    out = {}
+    for ot in sc.ops:
+        if not ot.op.deps:
+            roots = sc.earlier[ot.start]
+            out[ot.rank] = sum(sc.durations[t] for t in roots if sc.kinds[t] == scenario.COMPUTE)
+    return out
+
+
+def test_start_jitter_starts_each_rank_apart_within_the_bound_and_the_seed_repeats_it():
+    base = ring(8)
+    assert set(_first_starts(model.parse(base, "r.yaml")).values()) == {0.0}  # the default: all at once
+    starts = {}
+    for seed in (1, 1, 2):
+        exp = model.parse({**base, "packet": {"start_jitter_ns": 180, "seed": seed}}, "r.yaml")
+        got = _first_starts(exp)
+        assert sorted(got) == list(range(8)) and all(0 <= s <= 180e-9 for s in got.values())
+        assert len(set(got.values())) == 8  # each rank its own
+        starts.setdefault(seed, []).append(got)
+    assert starts[1][0] == starts[1][1] and starts[1][0] != starts[2][0]
+    with pytest.raises(InputError) as e:
+        model.parse({**base, "packet": {"start_jitter_ns": -1}}, "r.yaml")
+    assert "packet.start_jitter_ns" in str(e.value)
+
+
+@needs_ns3
+def test_jittered_replicates_of_a_lossy_incast_differ_and_a_clean_ring_barely_moves(tmp_path):
+    def cct(data, name):
+        out = tmp_path / name
+        assert main(["run", write(tmp_path, data, f"{name}.yaml"), "--out", str(out), "--no-plots"]) == 0
+        s = json.loads((out / "summary.json").read_text())
+        return s["jobs"][0]["collectives"][0]["cct_s"], s
+
+    clean, _ = cct(ring(4, 16 << 20), "ring0")
+    jittered, s = cct({**ring(4, 16 << 20), "packet": {"start_jitter_ns": 180, "seed": 3}}, "ring3")
+    assert s["model"]["transport"]["start_jitter_ns"] == 180 and s["model"]["transport"]["seed"] == 3
+    assert any("packet.start_jitter_ns" in x for x in s["model"]["statements"])
+    assert abs(jittered / clean - 1) < 0.03  # no loss: offsets under a frame time move it by a few ‰ to 1.3%
+    many = {"name": "a2a", "engine": "packet", "topology": {"kind": "single-switch", "hosts": 8, "link_gbps": 100},
+            "controller": {"routing": "ecmp"}, "transport": {"switch_buffer_bytes": 65536},
+            "jobs": [{"name": "j0", "hosts": "all", "workload": {"collective": "all_to_all", "size_bytes": 8 << 20,
+                                                                  "iterations": 1}}]}
+    runs = [cct({**many, "packet": {"start_jitter_ns": 720, "seed": seed}}, f"a2a{i}")[0]
+            for i, seed in enumerate((1, 1, 2, 3))]
+    assert runs[0] == runs[1] and len(set(runs[1:])) > 1  # a replicate repeats; the draws differ
