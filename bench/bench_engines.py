@@ -5,6 +5,7 @@
     .venv/bin/python bench/bench_engines.py --engines flow --out DIR [--flow-set flow.KEY=VALUE ...]
     .venv/bin/python bench/bench_engines.py --reference packet [--only SUBSTRING ...] [--out DIR] [--list]
                                             [--flow-set flow.KEY=VALUE ...] [--packet-set KEY=VALUE ...]
+                                            [--packet-replicates K [--packet-jitter-ns NS]]
 
 With --reference packet the flow engine is held to the packet engine instead, in real units, on
 points of its own from 16 to 1,024 GPUs (bench/flow_vs_packet.py); no emulator run is started.
@@ -269,6 +270,13 @@ def main(argv=None) -> int:
     ap.add_argument("--flow-set", action="append", default=[], metavar="KEY=VALUE",
                     help="a setting for the flow engine's runs only, e.g. flow.headers=ppp (with --engines flow "
                          "and the emulator's runs reused, a model change costs only the flow engine's seconds)")
+    ap.add_argument("--packet-replicates", type=int, default=0, metavar="K",
+                    help="with --reference packet: K more packet runs per point, each rank starting up to "
+                         "--packet-jitter-ns late (packet.seed 1..K), and their median as the reference "
+                         "(bench/flow_vs_packet.py says why)")
+    ap.add_argument("--packet-jitter-ns", type=float, default=None, metavar="NS",
+                    help="with --packet-replicates: the start jitter's bound (default 180: one 9,000-byte frame "
+                         "at 400 Gb/s)")
     ap.add_argument("--packet-set", action="append", default=[], metavar="KEY=VALUE",
                     help="with --reference packet or --engines packet-real: a setting for the packet engine's "
                          "real-unit runs only, e.g. transport.tcp.tail_loss_probe=true (give another --out: the runs "

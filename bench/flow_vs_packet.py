@@ -16,6 +16,13 @@ Packet results complete in DIR/packet-real/<point> for the same experiment are r
 second run with other flow options (--flow-set) costs only the flow engine's seconds. --packet-set
 gives the packet engine's runs settings of their own (a transport option the flow engine has no
 counterpart for, e.g. transport.tcp.tail_loss_probe=true): the flow runs stay as they are.
+
+--packet-replicates K runs each point K more times on the packet engine, each rank starting up to
+--packet-jitter-ns late (default 180: one 9,000-byte frame at 400 Gb/s) drawn from packet.seed 1 to
+K (DIR/packet-jitter/<point>/seed<S>), and takes their median as the reference: a deterministic
+simulation whose ranks all start at the same nanosecond keeps its packets in phase, which no
+cluster does (Floyd and Jacobson, "On traffic phase effects in packet-switched gateways", 1992).
+The run without jitter is printed beside it, with the replicates' spread.
 """
 from __future__ import annotations
 
@@ -31,6 +38,7 @@ from bench_engines import FIGURES, X, _fmt, _rankings, pct, slug, write_rows
 MIB = 1 << 20
 BANDWIDTH, A2A, INCAST, LATENCY = "bandwidth", "all-to-all", "incast", "latency"
 GOALS = {BANDWIDTH: (0.03, 0.08), "others": (0.10, 0.20)}  # median, p90 of |flow / packet - 1|
+JITTER_NS = 180.0  # one 9,000-byte frame at 400 Gb/s: offsets that break phase lock and move no step
 
 
 def _ar(alg: str, size: int, *sets: str, iterations: int = 1) -> list[str]:
@@ -204,14 +212,31 @@ def main(args) -> int:
         print(f"{len(pts)} points")
         return 0
     rows = []
+    reps = getattr(args, "packet_replicates", 0) or 0
+    jitter = getattr(args, "packet_jitter_ns", None) or JITTER_NS
+    if reps:
+        print(f"packet reference: the median of {reps} replicates, each rank starting up to {jitter:g} ns late "
+              f"(packet.seed 1 to {reps}); 'no jitter': every rank at t = 0")
     print(f"{'point':<52}{'class':<11}{'figure':<22}{'flow':>11}{'packet':>11}{'ratio':>8}{'flow wall':>10}"
-          f"{'pkt wall':>9}{'pkt CPU':>8}{'retx':>7}{'drops':>7}")
+          f"{'pkt wall':>9}{'pkt CPU':>8}{'retx':>7}{'drops':>7}" + (f"{'no jitter':>11}{'spread':>8}" if reps else ""))
     for p in pts:
         pkt, pwall, pcpu = run_packet(p, os.path.join(args.out, "packet-real", slug(p["label"])), args.packet_set)
         s, fwall = run_flow(p, os.path.join(args.out, "flow-real", slug(p["label"])), args.flow_set)
         f = FIGURES[p["figure"]]
+        single = f(pkt) if pkt else None
+        replicas = []
+        for seed in range(1, reps + 1):
+            rep, rwall, rcpu = run_packet(p, os.path.join(args.out, "packet-jitter", slug(p["label"]), f"seed{seed}"),
+                                          (*args.packet_set, f"packet.start_jitter_ns={jitter:g}", f"packet.seed={seed}"))
+            if rep is None:
+                replicas = None  # an incomplete replicate: no median to trust
+                break
+            replicas.append(f(rep))
+            pwall, pcpu = (pwall or 0.0) + (rwall or 0.0), (pcpu or 0.0) + (rcpu or 0.0)
         row = {k: p.get(k) for k in ("label", "cls", "figure", "name", "contend", "policy")}
-        row.update(flow=f(s) if s["status"] == "complete" else None, packet=f(pkt) if pkt else None,
+        row.update(flow=f(s) if s["status"] == "complete" else None,
+                   packet=(statistics.median(replicas) if replicas else None) if reps else single,
+                   packet_single=single, packet_replicates=replicas if reps else None,
                    flow_wall_s=fwall, packet_wall_s=pwall, packet_cpu_s=pcpu, flow_model=s["model"]["collective_model"],
                    packet_retx=sum(x["retransmissions"] for x in pkt["flows"]) if pkt else None,
                    packet_drops=sum(q["drops"] for q in pkt["queues"]) if pkt else None,
@@ -225,9 +250,11 @@ def main(args) -> int:
         ratio = f"{row['ratio']:.3f}" if row["ratio"] else "-"
         pw = f"{pwall:.1f}s" if pwall else "-"
         pc = f"{pcpu:.1f}" if pcpu else "-"
+        spread = (f"{(max(replicas) - min(replicas)) / statistics.median(replicas) * 100:.1f}%"
+                  if replicas else "-")
         print(f"{p['label']:<52}{p['cls']:<11}{p['name']:<22}{val(row['flow']):>11}{val(row['packet']):>11}"
-              f"{ratio:>8}{fwall:>9.2f}s{pw:>9}{pc:>8}{str(row['packet_retx']):>7}{str(row['packet_drops']):>7}",
-              flush=True)
+              f"{ratio:>8}{fwall:>9.2f}s{pw:>9}{pc:>8}{str(row['packet_retx']):>7}{str(row['packet_drops']):>7}"
+              + (f"{val(single):>11}{spread:>8}" if reps else ""), flush=True)
         if row.get("breakdown"):
             for part in ("compute", "exposed_comm", "idle"):
                 a, b = row["breakdown"]["packet"][part], row["breakdown"]["flow"][part]

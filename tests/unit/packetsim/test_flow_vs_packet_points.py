@@ -1,6 +1,7 @@
 """bench_engines.py --reference packet: its points cover what the issue asks (16 to 1,024 GPUs,
 every algorithm, transports, policies, both classes), every override is a key the experiment
 model takes, and the verdict fails a class that misses its goal."""
+import json
 import os
 import sys
 
@@ -81,3 +82,35 @@ def test_packet_settings_reach_the_packet_runs_only(monkeypatch):
     monkeypatch.setattr(fvp, "main", lambda args: seen.append(args) or 0)  # parse, run nothing
     assert bench_engines.main(["--reference", "packet", "--packet-set", sets[0], "--flow-set", "flow.headers=ppp"]) == 0
     assert seen[0].packet_set == sets and seen[0].flow_set == ["flow.headers=ppp"]
+
+
+def test_replicates_take_the_median_of_jittered_packet_runs_as_the_reference(tmp_path, monkeypatch, capsys):
+    """--packet-replicates K: K more packet runs per point, each with packet.start_jitter_ns and its own
+    packet.seed, in folders of their own; the ratio is against their median, the plain run kept beside."""
+    import bench_engines
+    calls = []
+
+    def summary(t):
+        return {"status": "complete", "aggregate": {"iteration_time_s_mean": t}, "model": {"events": 1,
+                "collective_model": "detailed"}, "jobs": [{"collectives": [{"cct_s": t}]}], "flows": [], "queues": []}
+
+    times = {(): 0.0030, ("packet.start_jitter_ns=180", "packet.seed=1"): 0.0020,
+             ("packet.start_jitter_ns=180", "packet.seed=2"): 0.0021, ("packet.start_jitter_ns=180", "packet.seed=3"): 0.0025}
+
+    def fake_packet(pt, folder, packet_sets=()):
+        extra = tuple(packet_sets[1:])
+        calls.append((os.path.relpath(folder, tmp_path), extra))
+        return summary(times[extra]), 1.0, 1.0
+
+    monkeypatch.setattr(fvp, "run_packet", fake_packet)
+    monkeypatch.setattr(fvp, "run_flow", lambda pt, folder, sets: (summary(0.0021), 0.5))
+    bench_engines.main(["--reference", "packet", "--out", str(tmp_path), "--only", "halving-doubling 16",
+                        "--packet-set", "transport.tcp.tail_loss_probe=true", "--packet-replicates", "3"])
+    point = "halving-doubling_16_32MiB_fat-tree"
+    assert calls == [(f"packet-real/{point}", ())] + [
+        (f"packet-jitter/{point}/seed{s}", ("packet.start_jitter_ns=180", f"packet.seed={s}")) for s in (1, 2, 3)]
+    row = json.load(open(tmp_path / "flow_vs_packet.json"))[0]
+    assert row["packet"] == 0.0021 and row["packet_single"] == 0.0030 and row["ratio"] == 1.0
+    assert row["packet_replicates"] == [0.0020, 0.0021, 0.0025]
+    out = capsys.readouterr().out
+    assert "the median of 3 replicates" in out and "23.8%" in out  # (0.0025 - 0.0020) / 0.0021
