@@ -272,7 +272,7 @@ def main(argv=None) -> int:
                          "and the emulator's runs reused, a model change costs only the flow engine's seconds)")
     ap.add_argument("--packet-replicates", type=int, default=0, metavar="K",
                     help="with --reference packet: K more packet runs per point, each rank starting up to "
-                         "--packet-jitter-ns late (packet.seed 1..K), and their median as the reference "
+                         "--packet-jitter-ns late (packet.start_seed 1..K), and their median as the reference "
                          "(bench/flow_vs_packet.py says why)")
     ap.add_argument("--packet-jitter-ns", type=float, default=None, metavar="NS",
                     help="with --packet-replicates: the start jitter's bound (default 180: one 9,000-byte frame "

@@ -18,11 +18,15 @@ gives the packet engine's runs settings of their own (a transport option the flo
 counterpart for, e.g. transport.tcp.tail_loss_probe=true): the flow runs stay as they are.
 
 --packet-replicates K runs each point K more times on the packet engine, each rank starting up to
---packet-jitter-ns late (default 180: one 9,000-byte frame at 400 Gb/s) drawn from packet.seed 1 to
+--packet-jitter-ns late (default 180: one 9,000-byte frame at 400 Gb/s) drawn from packet.start_seed 1 to
 K (DIR/packet-jitter/<point>/seed<S>), and takes their median as the reference: a deterministic
 simulation whose ranks all start at the same nanosecond keeps its packets in phase, which no
 cluster does (Floyd and Jacobson, "On traffic phase effects in packet-switched gateways", 1992).
-The run without jitter is printed beside it, with the replicates' spread.
+The run without jitter is printed beside it, with the replicates' spread. On co-scheduled points
+the flow engine runs the same K replicates (flow.start_jitter_ns and flow.start_seed: the same
+draws, DIR/flow-jitter/<point>/seed<S>) and its median is compared: the controller's schedule
+follows the order in which the jobs' announcements reach it, which the offsets decide. Elsewhere
+offsets under a frame time move a fluid model's answer by no more than their own length.
 """
 from __future__ import annotations
 
@@ -39,6 +43,7 @@ MIB = 1 << 20
 BANDWIDTH, A2A, INCAST, LATENCY = "bandwidth", "all-to-all", "incast", "latency"
 GOALS = {BANDWIDTH: (0.03, 0.08), "others": (0.10, 0.20)}  # median, p90 of |flow / packet - 1|
 JITTER_NS = 180.0  # one 9,000-byte frame at 400 Gb/s: offsets that break phase lock and move no step
+ORDERED = ("coschedule",)  # policies whose answer follows the order of the jobs' announcements
 
 
 def _ar(alg: str, size: int, *sets: str, iterations: int = 1) -> list[str]:
@@ -216,7 +221,7 @@ def main(args) -> int:
     jitter = getattr(args, "packet_jitter_ns", None) or JITTER_NS
     if reps:
         print(f"packet reference: the median of {reps} replicates, each rank starting up to {jitter:g} ns late "
-              f"(packet.seed 1 to {reps}); 'no jitter': every rank at t = 0")
+              f"(packet.start_seed 1 to {reps}); 'no jitter': every rank at t = 0")
     print(f"{'point':<52}{'class':<11}{'figure':<22}{'flow':>11}{'packet':>11}{'ratio':>8}{'flow wall':>10}"
           f"{'pkt wall':>9}{'pkt CPU':>8}{'retx':>7}{'drops':>7}" + (f"{'no jitter':>11}{'spread':>8}" if reps else ""))
     for p in pts:
@@ -227,14 +232,23 @@ def main(args) -> int:
         replicas = []
         for seed in range(1, reps + 1):
             rep, rwall, rcpu = run_packet(p, os.path.join(args.out, "packet-jitter", slug(p["label"]), f"seed{seed}"),
-                                          (*args.packet_set, f"packet.start_jitter_ns={jitter:g}", f"packet.seed={seed}"))
+                                          (*args.packet_set, f"packet.start_jitter_ns={jitter:g}", f"packet.start_seed={seed}"))
             if rep is None:
                 replicas = None  # an incomplete replicate: no median to trust
                 break
             replicas.append(f(rep))
             pwall, pcpu = (pwall or 0.0) + (rwall or 0.0), (pcpu or 0.0) + (rcpu or 0.0)
+        flow = f(s) if s["status"] == "complete" else None
+        flow_replicas = None
+        if replicas and p.get("policy") in ORDERED:  # the same draws on the flow engine
+            flow_replicas = []
+            for seed in range(1, reps + 1):
+                fr, _ = run_flow(p, os.path.join(args.out, "flow-jitter", slug(p["label"]), f"seed{seed}"),
+                                 [*args.flow_set, f"flow.start_jitter_ns={jitter:g}", f"flow.start_seed={seed}"])
+                flow_replicas.append(f(fr) if fr["status"] == "complete" else None)
+            flow = statistics.median(flow_replicas) if None not in flow_replicas else None
         row = {k: p.get(k) for k in ("label", "cls", "figure", "name", "contend", "policy")}
-        row.update(flow=f(s) if s["status"] == "complete" else None,
+        row.update(flow=flow, flow_single=f(s) if s["status"] == "complete" else None, flow_replicates=flow_replicas,
                    packet=(statistics.median(replicas) if replicas else None) if reps else single,
                    packet_single=single, packet_replicates=replicas if reps else None,
                    flow_wall_s=fwall, packet_wall_s=pwall, packet_cpu_s=pcpu, flow_model=s["model"]["collective_model"],

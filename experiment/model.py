@@ -60,6 +60,8 @@ NUM = (int, float)
 SCALE_EXPECTED = f"a factor in (0, 1], at least {limits.SCALE.lo:g}"
 MAX_SWEEP_POINTS = 10_000  # each point is a run of its own; a grid beyond it is a typo
 MAX_FILE_BYTES = 64 << 20  # an experiment file is written by hand or by a script: a few KiB
+MAX_JITTER_NS = 1e9  # start_jitter_ns: a second is far beyond any start skew
+JITTER_EXPECTED = "nanoseconds in 0..1000000000"
 
 
 
@@ -196,6 +198,10 @@ class Flow:
     # (transport.switch_buffer_bytes) with too small a share each wait a 200 ms RTO
     # (flowsim.losses); none: no buffers, no losses
     losses: str = "none"
+    # each rank starts up to this many ns late, drawn from start_seed: the packet engine's draws for
+    # the same keys (experiment.plan.start_offsets_s), so that both engines start alike
+    start_jitter_ns: float = 0.0
+    start_seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -208,10 +214,11 @@ class Packet:
     # units: emulated: one-way delay an OpenFlow switch hop adds, emulated microseconds
     # (None: the one measured on this machine kind, packetsim.emulated.HOP_LATENCY_US)
     hop_latency_us: float | None = setting(None, NUM, lambda v: 0 <= v <= 1e6, "microseconds in 0..1000000")
-    # Each rank starts up to this many real nanoseconds late, drawn uniformly from seed: replicates
-    # of a deterministic simulation, to see TCP's spread from run to run (0: every rank at once)
-    start_jitter_ns: float = setting(0.0, NUM, lambda v: 0 <= v <= 1e9, "nanoseconds in 0..1000000000")
-    seed: int = setting(0, int, lambda v: 0 <= v <= MAX_INT, "an integer >= 0")
+    # Each rank starts up to this many real nanoseconds late, drawn uniformly from start_seed
+    # (experiment.plan.start_offsets_s): replicates of a deterministic simulation, to see TCP's spread
+    # from run to run (0: every rank at once)
+    start_jitter_ns: float = setting(0.0, NUM, lambda v: 0 <= v <= MAX_JITTER_NS, JITTER_EXPECTED)
+    start_seed: int = setting(0, int, lambda v: 0 <= v <= MAX_INT, "an integer >= 0")
 
 
 @dataclass(frozen=True)
@@ -630,6 +637,9 @@ def _flow(data, file) -> Flow:
         window_growth=fs.get("window_growth", str, "none", check=lambda v: v in WINDOW_GROWTHS,
                              expected="one of " + ", ".join(WINDOW_GROWTHS)),
         losses=fs.get("losses", str, "none", check=lambda v: v in LOSS_MODELS, expected="one of " + ", ".join(LOSS_MODELS)),
+        start_jitter_ns=float(fs.get("start_jitter_ns", NUM, 0.0, check=lambda v: 0 <= v <= MAX_JITTER_NS,
+                                     expected=JITTER_EXPECTED)),
+        start_seed=fs.get("start_seed", int, 0, check=lambda v: 0 <= v <= MAX_INT, expected="an integer >= 0"),
     )
     fs.done()
     return flow

@@ -10,6 +10,7 @@ carries the announcement body it sends.
 """
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -461,3 +462,12 @@ def compute_around_comm(ops, iteration: int) -> tuple[float, float]:
             total += spec.duration_s
             after += spec.duration_s if seen_comm else 0.0
     return total, after
+
+
+def start_offsets_s(jitter_ns: float, seed: int, job: str, nranks: int) -> list[float]:
+    """Each rank's start after its job's, seconds: uniform in [0, jitter_ns] drawn from (seed, job),
+    rank by rank; every engine draws the same (packet.start_jitter_ns, flow.start_jitter_ns)."""
+    if jitter_ns <= 0:
+        return [0.0] * nranks
+    draw = random.Random(f"{seed}/{job}").uniform
+    return [draw(0.0, jitter_ns * 1e-9) for _ in range(nranks)]

@@ -142,6 +142,7 @@ class JobSpec:
     hosts: list[str]
     trace: object
     start_s: float = 0.0
+    rank_offsets_s: tuple = ()  # each rank's start after start_s (a replicate's jitter); (): all at once
 
 
 @dataclass(frozen=True)
@@ -253,6 +254,8 @@ class Simulation(Bundles, RateSolver):
             slow_ranks.setdefault(j, set()).add(s.rank)
         for j, job in enumerate(self.jobs):
             tr = job.trace
+            if job.rank_offsets_s:  # ranks that start apart are not in lock-step: each its own actor
+                slow_ranks.setdefault(j, set()).update(range(tr.nranks))
             if len(job.hosts) != tr.nranks:
                 raise ValueError(f"job {job.name}: {tr.nranks} ranks in the trace, {len(job.hosts)} hosts given")
             self.rank_base.append(len(self.streams))
@@ -458,7 +461,11 @@ class Simulation(Bundles, RateSolver):
         """progress(sim), when given, is called every progress_every events (to write results as
         they come) and once at the end."""
         for j, job in enumerate(self.jobs):
-            self._push(float(job.start_s), "job", j)
+            if job.rank_offsets_s:
+                for g in self.actors_of(j):
+                    self._push(float(job.start_s) + float(job.rank_offsets_s[self.actor_rep[g]]), "actor", g)
+            else:
+                self._push(float(job.start_s), "job", j)
         for f in self.faults:
             self._push(float(f.at_s), "fault", f)
         if self.router.poll_s:
@@ -500,8 +507,8 @@ class Simulation(Bundles, RateSolver):
         return Result(self, stalled)
 
     def _handle(self, kind, payload):
-        if kind == "job":
-            for g in self.actors_of(payload):
+        if kind in ("job", "actor"):
+            for g in self.actors_of(payload) if kind == "job" else (payload,):
                 for i in np.flatnonzero(self.deps_left[g] == 0):
                     self._ready(g, int(i))
         elif kind == "compute":

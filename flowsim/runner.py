@@ -26,7 +26,8 @@ from experiment.outputs.announcements import summarize as announcement_summary
 from experiment.outputs.summary import build as build_summary, job_results
 from experiment.outputs.write import write_json
 from experiment.pipeline import Engine, Run
-from experiment.plan import PREDICT_MAX_TRANSFERS, announcements, collective_transfers, job_predictions, job_traces
+from experiment.plan import (PREDICT_MAX_TRANSFERS, announcements, collective_transfers, job_predictions, job_traces,
+                             start_offsets_s)
 from flowsim.control import ControllerRouter, needs_controller, table_router
 from flowsim.cosched import PhaseGates
 from flowsim.engine import Fault, JobSpec, Params, Simulation, Straggler, window_bytes_of
@@ -275,7 +276,10 @@ class FlowEngine(Engine):
         phases = PhaseGates(announcements(fabric, jobs), router, on_event=events.add) if exp.coschedules else None
         net = Net.from_fabric(fabric)
         net.set_goodput(goodput(exp))
-        specs = [JobSpec(jp.name, jp.hosts, jp.trace, start_s=exp.jobs[jp.index].start_ms / 1000.0) for jp in jobs]
+        specs = [JobSpec(jp.name, jp.hosts, jp.trace, start_s=exp.jobs[jp.index].start_ms / 1000.0,
+                         rank_offsets_s=tuple(start_offsets_s(exp.flow.start_jitter_ns, exp.flow.start_seed, jp.name,
+                                                              len(jp.hosts))) if exp.flow.start_jitter_ns > 0 else ())
+                 for jp in jobs]
         run.log(f"[flow] {exp.name}: {sum(len(jp.hosts) for jp in jobs)} ranks, {self.model} collectives"
                 + (f" ({self.transfers} transfers)" if self.model == "detailed" else "")
                 + f", routing {router.describe()['name']}")
@@ -486,6 +490,11 @@ def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model
             f"{lm.frame_bytes:g} bytes of it, each waits a {lm.rto_s * 1e3:g} ms RTO; losses repaired by fast "
             f"retransmit cost nothing; bundles ignore it ({counters['overflows']} overflows, {counters['timeouts']} "
             "timeouts)"]
+    if exp.flow.start_jitter_ns > 0:
+        assumptions["statements"] = assumptions["statements"] + [
+            f"each rank starts up to {exp.flow.start_jitter_ns:g} ns late, drawn from flow.start_seed "
+            f"{exp.flow.start_seed} (the packet engine's draws for the same keys): one replicate; it moves the "
+            "order of events that would otherwise tie (a co-scheduling controller's announcements)"]
     if res is not None and any(sim.class_mode):
         assumptions["statements"] = assumptions["statements"] + [
             f"rank classes: {sim.n_ranks} simulated ranks stand for {sum(jp.trace.nranks for jp in jobs)}; every rank of "
@@ -506,6 +515,7 @@ def _summarize(exp, fabric, jobs, events, sim, res, router, status, error, model
                   "headers": {"headers": exp.flow.headers, "mtu_bytes": mtu_bytes(exp), "goodput_fraction": goodput(exp)},
                   "store_and_forward": exp.flow.store_and_forward,
                   "window_growth": exp.flow.window_growth,
+                  "start_jitter": {"start_jitter_ns": exp.flow.start_jitter_ns, "start_seed": exp.flow.start_seed},
                   "losses": {"losses": exp.flow.losses, "overflows": counters["overflows"],
                              "timeouts": counters["timeouts"]},
                   "mirrors_scale": {"link": exp.scale.link, "bytes": exp.scale.bytes,

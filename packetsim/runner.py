@@ -444,7 +444,7 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
                       "tsq_bytes": _tsq_summary(res.get("tsq_bytes") or []),
                       "tail_loss_probe": t.tail_loss_probe, "loss_detection": t.loss_detection,
                       **({"tlp_floor_s": t.tlp_floor_s} if t.tail_loss_probe else {}),
-                      "start_jitter_ns": exp.packet.start_jitter_ns, "seed": exp.packet.seed},
+                      "start_jitter_ns": exp.packet.start_jitter_ns, "start_seed": exp.packet.start_seed},
         "statements": [
             "every packet over point-to-point links at their configured rates; each switch output port a "
             "FIFO of switch_buffer_bytes; a host's ports queue without a byte limit and drop nothing "
@@ -467,8 +467,9 @@ def _summarize(exp, fabric, jobs, events, sc, res, t, queues, status, error, wal
             "times x the dilation, the emulator's MTU and queues and its switches' hop delay; every figure "
             "divided back to real units; pure ACKs share the data FIFO (the emulator gives them a class "
             "of their own)"] if emulated.units(exp) else [])
-        + ([f"each rank starts up to {exp.packet.start_jitter_ns:g} ns late, drawn uniformly from packet.seed "
-            f"{exp.packet.seed} (packet.start_jitter_ns): one replicate of a deterministic simulation"]
+        + ([f"each rank starts up to {exp.packet.start_jitter_ns:g} ns late, drawn uniformly from "
+            f"packet.start_seed {exp.packet.start_seed} (packet.start_jitter_ns): one replicate of a "
+            "deterministic simulation"]
            if exp.packet.start_jitter_ns > 0 else [])
         + (["per-packet spraying: at each node of a flow's equal-cost paths every data packet draws its "
             "next hop at random (ACKs keep one path back); TCP sees the reordering"] if t.spray else [])

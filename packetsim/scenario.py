@@ -8,12 +8,11 @@ end). A collective expands into its schedule's transfers with their chunk depend
 """
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from experiment.plan import BASE_PORT, gpus_per_server
+from experiment.plan import BASE_PORT, gpus_per_server, start_offsets_s
 from flowsim.network import LINK_KINDS
 from flowsim.routing import five_tuple_hash
 from packetsim.transport import SEND_BUFFER_BYTES
@@ -88,13 +87,13 @@ class Scenario:
 def build(exp, fabric, jobs, slice_bytes: float) -> Scenario:
     """The task graph of every job's trace (real-cluster bytes and seconds)."""
     sc = Scenario()
-    jitter_s = exp.packet.start_jitter_ns * 1e-9
+    jitter_ns = exp.packet.start_jitter_ns
     for j, jp in enumerate(jobs):
         tr, hosts = jp.trace, jp.hosts
         start_s = exp.jobs[jp.index].start_ms / 1000.0
-        if jitter_s > 0:  # each rank's own start: replicates from packet.seed
-            draw = random.Random(f"{exp.packet.seed}/{jp.name}").uniform
-            roots = {r: [sc.add(COMPUTE, dur=start_s + draw(0.0, jitter_s))] for r in range(tr.nranks)}
+        if jitter_ns > 0:  # each rank's own start: replicates from packet.start_seed
+            offsets = start_offsets_s(jitter_ns, exp.packet.start_seed, jp.name, tr.nranks)
+            roots = {r: [sc.add(COMPUTE, dur=start_s + offsets[r])] for r in range(tr.nranks)}
         else:
             root = [sc.add(COMPUTE, dur=start_s)] if start_s > 0 else []
             roots = {r: root for r in range(tr.nranks)}

@@ -86,7 +86,7 @@ def test_packet_settings_reach_the_packet_runs_only(monkeypatch):
 
 def test_replicates_take_the_median_of_jittered_packet_runs_as_the_reference(tmp_path, monkeypatch, capsys):
     """--packet-replicates K: K more packet runs per point, each with packet.start_jitter_ns and its own
-    packet.seed, in folders of their own; the ratio is against their median, the plain run kept beside."""
+    packet.start_seed, in folders of their own; the ratio is against their median, the plain run kept beside."""
     import bench_engines
     calls = []
 
@@ -94,8 +94,8 @@ def test_replicates_take_the_median_of_jittered_packet_runs_as_the_reference(tmp
         return {"status": "complete", "aggregate": {"iteration_time_s_mean": t}, "model": {"events": 1,
                 "collective_model": "detailed"}, "jobs": [{"collectives": [{"cct_s": t}]}], "flows": [], "queues": []}
 
-    times = {(): 0.0030, ("packet.start_jitter_ns=180", "packet.seed=1"): 0.0020,
-             ("packet.start_jitter_ns=180", "packet.seed=2"): 0.0021, ("packet.start_jitter_ns=180", "packet.seed=3"): 0.0025}
+    times = {(): 0.0030, ("packet.start_jitter_ns=180", "packet.start_seed=1"): 0.0020,
+             ("packet.start_jitter_ns=180", "packet.start_seed=2"): 0.0021, ("packet.start_jitter_ns=180", "packet.start_seed=3"): 0.0025}
 
     def fake_packet(pt, folder, packet_sets=()):
         extra = tuple(packet_sets[1:])
@@ -108,9 +108,39 @@ def test_replicates_take_the_median_of_jittered_packet_runs_as_the_reference(tmp
                         "--packet-set", "transport.tcp.tail_loss_probe=true", "--packet-replicates", "3"])
     point = "halving-doubling_16_32MiB_fat-tree"
     assert calls == [(f"packet-real/{point}", ())] + [
-        (f"packet-jitter/{point}/seed{s}", ("packet.start_jitter_ns=180", f"packet.seed={s}")) for s in (1, 2, 3)]
+        (f"packet-jitter/{point}/seed{s}", ("packet.start_jitter_ns=180", f"packet.start_seed={s}")) for s in (1, 2, 3)]
     row = json.load(open(tmp_path / "flow_vs_packet.json"))[0]
     assert row["packet"] == 0.0021 and row["packet_single"] == 0.0030 and row["ratio"] == 1.0
     assert row["packet_replicates"] == [0.0020, 0.0021, 0.0025]
     out = capsys.readouterr().out
     assert "the median of 3 replicates" in out and "23.8%" in out  # (0.0025 - 0.0020) / 0.0021
+
+
+def test_co_scheduled_points_run_the_same_replicates_on_the_flow_engine(tmp_path, monkeypatch):
+    """A co-scheduled point's flow runs draw the packet replicates' offsets (flow.start_jitter_ns and
+    flow.start_seed), and their median is the flow figure; other points run the flow engine once."""
+    import bench_engines
+    flows = []
+
+    def summary(t):
+        return {"status": "complete", "aggregate": {"iteration_time_s_mean": t}, "model": {"events": 1,
+                "collective_model": "detailed"}, "jobs": [{"collectives": [{"cct_s": t}]}], "flows": [], "queues": []}
+
+    def fake_flow(pt, folder, sets):
+        flows.append((pt["label"], os.path.relpath(folder, tmp_path), tuple(sets)))
+        seed = next((int(x.split("=")[1]) for x in sets if x.startswith("flow.start_seed=")), 0)
+        return summary({0: 0.0010, 1: 0.0019, 2: 0.0015, 3: 0.0020}[seed]), 0.1
+
+    monkeypatch.setattr(fvp, "run_packet", lambda pt, folder, packet_sets=(): (summary(0.0019), 1.0, 1.0))
+    monkeypatch.setattr(fvp, "run_flow", fake_flow)
+    bench_engines.main(["--reference", "packet", "--out", str(tmp_path), "--only", "three jobs leaf-spine",
+                        "--packet-replicates", "3"])
+    co = [f for f in flows if f[0] == "three jobs leaf-spine coschedule"]
+    assert [f[1] for f in co] == ["flow-real/three_jobs_leaf-spine_coschedule"] + [
+        f"flow-jitter/three_jobs_leaf-spine_coschedule/seed{s}" for s in (1, 2, 3)]
+    assert co[1][2][-2:] == ("flow.start_jitter_ns=180", "flow.start_seed=1")
+    assert len([f for f in flows if f[0] == "three jobs leaf-spine ecmp"]) == 1
+    rows = {r["label"]: r for r in json.load(open(tmp_path / "flow_vs_packet.json"))}
+    assert rows["three jobs leaf-spine coschedule"]["flow"] == 0.0019  # median of 0.0019, 0.0015, 0.0020
+    assert rows["three jobs leaf-spine coschedule"]["flow_single"] == 0.0010
+    assert rows["three jobs leaf-spine ecmp"]["flow"] == 0.0010

@@ -390,7 +390,7 @@ def test_start_jitter_starts_each_rank_apart_within_the_bound_and_the_seed_repea
     assert set(_first_starts(model.parse(base, "r.yaml")).values()) == {0.0}  # the default: all at once
     starts = {}
     for seed in (1, 1, 2):
-        exp = model.parse({**base, "packet": {"start_jitter_ns": 180, "seed": seed}}, "r.yaml")
+        exp = model.parse({**base, "packet": {"start_jitter_ns": 180, "start_seed": seed}}, "r.yaml")
         got = _first_starts(exp)
         assert sorted(got) == list(range(8)) and all(0 <= s <= 180e-9 for s in got.values())
         assert len(set(got.values())) == 8  # each rank its own
@@ -410,14 +410,14 @@ def test_jittered_replicates_of_a_lossy_incast_differ_and_a_clean_ring_barely_mo
         return s["jobs"][0]["collectives"][0]["cct_s"], s
 
     clean, _ = cct(ring(4, 16 << 20), "ring0")
-    jittered, s = cct({**ring(4, 16 << 20), "packet": {"start_jitter_ns": 180, "seed": 3}}, "ring3")
-    assert s["model"]["transport"]["start_jitter_ns"] == 180 and s["model"]["transport"]["seed"] == 3
+    jittered, s = cct({**ring(4, 16 << 20), "packet": {"start_jitter_ns": 180, "start_seed": 3}}, "ring3")
+    assert s["model"]["transport"]["start_jitter_ns"] == 180 and s["model"]["transport"]["start_seed"] == 3
     assert any("packet.start_jitter_ns" in x for x in s["model"]["statements"])
     assert abs(jittered / clean - 1) < 0.03  # no loss: offsets under a frame time move it by a few ‰ to 1.3%
     many = {"name": "a2a", "engine": "packet", "topology": {"kind": "single-switch", "hosts": 8, "link_gbps": 100},
             "controller": {"routing": "ecmp"}, "transport": {"switch_buffer_bytes": 65536},
             "jobs": [{"name": "j0", "hosts": "all", "workload": {"collective": "all_to_all", "size_bytes": 8 << 20,
                                                                   "iterations": 1}}]}
-    runs = [cct({**many, "packet": {"start_jitter_ns": 720, "seed": seed}}, f"a2a{i}")[0]
+    runs = [cct({**many, "packet": {"start_jitter_ns": 720, "start_seed": seed}}, f"a2a{i}")[0]
             for i, seed in enumerate((1, 1, 2, 3))]
     assert runs[0] == runs[1] and len(set(runs[1:])) > 1  # a replicate repeats; the draws differ
