@@ -454,7 +454,7 @@ def write_all(out_dir: str, summary: dict, log=print, *, point: str = "", engine
     jobs = [("iteration_time", lambda p: iteration_times(summary, p, title("iteration time per job"))),
             ("cct", lambda p: cct_distribution(summary, p, title("collective completion time")))]
     csv_path = inside(out_dir, "links.csv")
-    if os.path.exists(csv_path):
+    if links is not None or os.path.exists(csv_path):  # in memory, the file may still be being written
         jobs.append(("links", lambda p: link_heatmap(links_mod.read_csv(csv_path) if links is None else links, p,
                                                      title("link utilization"), fabric, phases)))
     def draw_each(some, log) -> list[str]:

@@ -304,6 +304,19 @@ def test_run_plots_are_non_empty_pngs(runs):
     assert all(fakerun.is_png(folder / f) for f in plots.FILES.values())
 
 
+def test_the_heatmap_drawn_from_links_in_memory_needs_no_links_csv_yet(runs, tmp_path):
+    """The parent may still be writing links.csv while a child draws from the grid it was handed."""
+    from experiment.outputs import links as links_mod
+
+    run_dir, _ = runs["fast"]
+    grid = links_mod.LinkGrid.from_rows(links_mod.read_csv(str(run_dir / "links.csv")))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    written = plots.write_all(str(tmp_path), summary, lambda m: None, links=grid)
+    assert not (tmp_path / "links.csv").exists()
+    assert str(tmp_path / "plots" / plots.FILES["links"]) in written
+    assert fakerun.is_png(tmp_path / "plots" / plots.FILES["links"])
+
+
 def test_a_plot_failure_is_a_warning(tmp_path):
     warnings = []
     written = plots.write_all(str(tmp_path), {"name": "x", "jobs": [{"name": "j"}]}, warnings.append)
