@@ -22,7 +22,8 @@ counterpart for, e.g. transport.tcp.tail_loss_probe=true): the flow runs stay as
 K (DIR/packet-jitter/<point>/seed<S>), and takes their median as the reference: a deterministic
 simulation whose ranks all start at the same nanosecond keeps its packets in phase, which no
 cluster does (Floyd and Jacobson, "On traffic phase effects in packet-switched gateways", 1992).
-The run without jitter is printed beside it, with the replicates' spread. On co-scheduled points
+The run without jitter is printed beside it, with the replicates' spread; the packet wall and CPU
+columns then add up all K + 1 runs, and retx and drops are the run without jitter's. On co-scheduled points
 the flow engine runs the same K replicates (flow.start_jitter_ns and flow.start_seed: the same
 draws, DIR/flow-jitter/<point>/seed<S>) and its median is compared: the controller's schedule
 follows the order in which the jobs' announcements reach it, which the offsets decide. Elsewhere
