@@ -282,6 +282,10 @@ def main(argv=None) -> int:
                          "real-unit runs only, e.g. transport.tcp.tail_loss_probe=true (give another --out: the runs "
                          "differ from the plain ones)")
     args = ap.parse_args(argv)
+    if args.packet_replicates < 0:
+        ap.error(f"--packet-replicates: expected an integer >= 0, found {args.packet_replicates}")
+    if args.packet_jitter_ns is not None and not 0 < args.packet_jitter_ns <= 1e9:
+        ap.error(f"--packet-jitter-ns: expected nanoseconds in (0, 1000000000], found {args.packet_jitter_ns:g}")
     if args.reference == "packet":
         import flow_vs_packet
         return flow_vs_packet.main(args)

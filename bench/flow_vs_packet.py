@@ -218,8 +218,8 @@ def main(args) -> int:
         print(f"{len(pts)} points")
         return 0
     rows = []
-    reps = getattr(args, "packet_replicates", 0) or 0
-    jitter = getattr(args, "packet_jitter_ns", None) or JITTER_NS
+    reps = args.packet_replicates
+    jitter = JITTER_NS if args.packet_jitter_ns is None else args.packet_jitter_ns
     if reps:
         print(f"packet reference: the median of {reps} replicates, each rank starting up to {jitter:g} ns late "
               f"(packet.start_seed 1 to {reps}); 'no jitter': every rank at t = 0")

@@ -311,7 +311,7 @@ def write_outputs(engine: Engine, r: Run, summary: dict) -> None:
         warm = None
     if warm is not None:
         draw.split = True  # matplotlib imported already: the heatmap forked from the warm child
-    with beside(draw, "plots/", log, fork=fork if draw else False, warm=warm):
+    with beside(draw, "plots/", log, fork=fork, warm=warm):
         if r.links is not None:
             engine.write_files(r)
         write_trace(out_dir, exp, r.jobs, r.t_start, log, events)

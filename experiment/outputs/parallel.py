@@ -71,9 +71,7 @@ def beside(part, what: str, log=print, fork: bool | None = None, warm: Warm | No
             raise
         warm.wait(log)
         return
-    if warm is not None:
-        warm.close()
-    child = None
+    child = None  # a warm child that could not take the part has ended (Warm.send)
     if can_fork() if fork is None else fork:
         with contextlib.suppress(OSError):  # no process to be had (EAGAIN, ENOMEM): as one process
             child = _Child(part, what)

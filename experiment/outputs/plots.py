@@ -468,7 +468,7 @@ def write_all(out_dir: str, summary: dict, log=print, *, point: str = "", engine
                 log(f"[run] warning: plot {FILES[key]} not written: {type(e).__name__}: {e}")
         return written
 
-    if fork is False or len(jobs) < 3:
+    if fork is False or jobs[-1][0] != "links":
         return draw_each(jobs, log)
     from experiment.outputs.parallel import beside
 

@@ -68,7 +68,7 @@ def test_a_co_scheduled_replicate_hears_the_jobs_in_the_order_their_offsets_give
 
     orders = {}
     for seed in (0, 1, 2, 3):
-        sets = [f"flow.start_jitter_ns=180", f"flow.start_seed={seed}"] if seed else []
+        sets = ["flow.start_jitter_ns=180", f"flow.start_seed={seed}"] if seed else []
         exp = _three_jobs(tmp_path, "engine=flow", *sets)
         out = tmp_path / f"s{seed}"
         assert run_experiment(exp, str(out), log=lambda m: None)["status"] == "complete"

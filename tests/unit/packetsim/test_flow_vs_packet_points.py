@@ -144,3 +144,14 @@ def test_co_scheduled_points_run_the_same_replicates_on_the_flow_engine(tmp_path
     assert rows["three jobs leaf-spine coschedule"]["flow"] == 0.0019  # median of 0.0019, 0.0015, 0.0020
     assert rows["three jobs leaf-spine coschedule"]["flow_single"] == 0.0010
     assert rows["three jobs leaf-spine ecmp"]["flow"] == 0.0010
+
+
+@pytest.mark.parametrize("flags, says", [(["--packet-replicates", "-1"], "--packet-replicates: expected"),
+                                         (["--packet-replicates", "3", "--packet-jitter-ns", "0"],
+                                          "--packet-jitter-ns: expected")])
+def test_bad_replicate_flags_are_one_line_errors(flags, says, capsys, monkeypatch):
+    import bench_engines
+    monkeypatch.setattr(fvp, "main", lambda args: pytest.fail("ran with bad flags"))
+    with pytest.raises(SystemExit) as e:
+        bench_engines.main(["--reference", "packet", *flags])
+    assert e.value.code == 2 and says in capsys.readouterr().err
