@@ -65,3 +65,50 @@ def test_the_units_verdict_judges_the_flow_engine_only_where_the_emulators_units
     out = capsys.readouterr().out
     assert "move the point 10% or less: 1 points; median 20.0%, p90 20.0%" in out
     assert "flow / emulator 1.200: near: packet emulated / real 0.950, flow / packet real 1.000" in out
+
+
+def test_emulator_replicates_take_the_median_of_the_faithful_runs(tmp_path, monkeypatch, capsys):
+    """--emulate-replicates 3: three emulator runs per point, the first in DIR/emulate/<point> and the
+    others in DIR/emulate-repR/<point>; an unfaithful run is shown but left out of the median, and the
+    verdict against the first run alone is printed beside the median's."""
+    figures = iter([0.010, 0.014, 0.012])
+    faithful = iter([True, False, True])
+    folders = []
+
+    def fake_run_emulator(pt, folder):
+        folders.append(os.path.relpath(folder, tmp_path))
+        t = next(figures)
+        return {"status": "complete", "fidelity": {"ok": next(faithful)}, "jobs": [{"collectives": [{"cct_s": t}]}],
+                "aggregate": {"iteration_time_s_mean": t}}, 2.0
+
+    def summary(t):
+        return {"status": "complete", "aggregate": {"iteration_time_s_mean": t}, "model": {"run_s": 0.1,
+                "collective_model": "detailed"}, "jobs": [{"collectives": [{"cct_s": t}]}]}
+
+    monkeypatch.setattr(bench_engines, "run_emulator", fake_run_emulator)
+    monkeypatch.setattr(bench_engines, "run_flow", lambda pt, folder, seed, extra=(): (summary(0.0121), 0.5))
+    assert bench_engines.main(["--engines", "emulate,flow", "--out", str(tmp_path), "--only",
+                               "ring 256MiB single-switch", "--emulate-replicates", "3"]) == 0
+    slug = "all_reduce_ring_256MiB_single-switch"
+    assert folders == [f"emulate/{slug}", f"emulate-rep1/{slug}", f"emulate-rep2/{slug}"]
+    row = json.load(open(tmp_path / "bench_engines.json"))[0]
+    assert row["emulator"] == 0.011 and row["faithful"] and row["emulator_first"] == 0.010
+    assert row["emulator_runs"] == [[0.010, True], [0.014, False], [0.012, True]]
+    out = capsys.readouterr().out
+    assert "10.00 ms, 14.00 ms (unfaithful), 12.00 ms" in out
+    assert "|ratio - 1| median 10.0%" in out and "first emulator run alone: 1 points; median 21.0%" in out
+
+
+def test_a_point_with_most_runs_unfaithful_is_not_judged():
+    assert bench_engines.emulator_reference([(1.0, False), (2.0, False), (3.0, True)]) == (
+        3.0, False, [[1.0, False], [2.0, False], [3.0, True]])
+    assert bench_engines.emulator_reference([(1.0, False)]) == (1.0, False, [[1.0, False]])
+    assert bench_engines.emulator_reference([]) == (None, False, [])
+
+
+def test_bad_emulator_replicates_is_a_one_line_error(capsys):
+    import pytest
+    with pytest.raises(SystemExit) as e:
+        bench_engines.main(["--emulate-replicates", "0"])
+    assert e.value.code == 2
+    assert "--emulate-replicates: expected an integer >= 1, found 0" in capsys.readouterr().err
