@@ -12,7 +12,9 @@ This module and ``controller.ryu_app`` are the only ones that import Ryu.
 """
 from __future__ import annotations
 
+import random
 import struct
+import zlib
 
 from ryu.ofproto import ofproto_parser, ofproto_protocol, ofproto_v1_3, ofproto_v1_3_parser
 
@@ -56,7 +58,7 @@ def to_ofp(dp, op, installed_groups: set | None = None):
         # so a select group stops hashing onto a dead uplink.
         buckets = [parser.OFPBucket(weight=w, watch_port=_out_port(acts, ofp.OFPP_ANY),
                                     watch_group=ofp.OFPG_ANY, actions=actions_to_ofp(dp, acts))
-                   for w, acts in op.buckets]
+                   for w, acts in spread_select(op)]
         return parser.OFPGroupMod(dp, command=cmd, type_=GROUP_TYPES[op.type], group_id=op.group_id,
                                   buckets=buckets)
     if isinstance(op, GroupDelete):
@@ -66,6 +68,44 @@ def to_ofp(dp, op, installed_groups: set | None = None):
             installed.discard(op.group_id)
         return parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, type_=ofp.OFPGT_ALL, group_id=op.group_id)
     raise TypeError(f"unknown operation {op!r}")
+
+
+HASH_SLOTS = 64  # the most hash values OVS's dp_hash selection maps onto a select group's buckets
+
+
+def slot_labels(switch: str, group_id: int, n: int) -> list[int]:
+    """Which of n equal buckets each of the HASH_SLOTS slots holds on this switch: each bucket
+    HASH_SLOTS // n slots or one more, in an order drawn from the switch and group, relabelled so
+    that the buckets first appear in their own order (the read-back keeps first appearances)."""
+    labels = [i % n for i in range(HASH_SLOTS)]
+    random.Random(zlib.crc32(f"{switch}/{group_id}".encode())).shuffle(labels)
+    first: dict[int, int] = {}
+    for x in labels:
+        first.setdefault(x, len(first))
+    return [first[x] for x in labels]
+
+
+def spread_select(op: GroupRule) -> tuple:
+    """The buckets a switch is sent for a group. OVS picks a select group's bucket from the
+    datapath's hash of the five-tuple (its default dp_hash method), the same hash at every
+    switch, and maps hash values to buckets the same way in every group of as many equal
+    buckets: a flow that takes bucket b at an edge switch takes bucket b at the aggregation
+    switch too, and half of a k=4 fat-tree's core links carry nothing under ECMP. Real
+    fabrics seed each switch's hash apart. So a select group of 2 to HASH_SLOTS equal buckets
+    goes out as HASH_SLOTS copies laid out per switch and group (slot_labels): each switch then
+    maps the same hash to its own bucket. Other groups go out as they are."""
+    n = len(op.buckets)
+    if op.type != "select" or not 2 <= n <= HASH_SLOTS or len({w for w, _ in op.buckets}) != 1:
+        return op.buckets
+    return tuple(op.buckets[i] for i in slot_labels(op.switch, op.group_id, n))
+
+
+def _collapse(type_name: str, buckets: tuple) -> tuple:
+    """A select group's buckets as the controller made them: copies (spread_select) dropped,
+    first appearances kept in order."""
+    if type_name != "select":
+        return buckets
+    return tuple(dict.fromkeys(buckets))
 
 
 def _out_port(actions, default):
@@ -130,8 +170,13 @@ def flow_rule_from_stats(switch: str, dp, st) -> FlowRule:
 
 
 def group_rule_from_desc(switch: str, dp, g) -> GroupRule:
-    return GroupRule(switch, g.group_id, _GROUP_NAMES[g.type],
-                     tuple((b.weight, actions_from_ofp(dp, b.actions)) for b in g.buckets))
+    return _group_rule(switch, dp, g.group_id, g.type, g.buckets)
+
+
+def _group_rule(switch: str, dp, group_id: int, type_: int, buckets) -> GroupRule:
+    name = _GROUP_NAMES[type_]
+    return GroupRule(switch, group_id, name,
+                     _collapse(name, tuple((b.weight, actions_from_ofp(dp, b.actions)) for b in buckets)))
 
 
 def port_up(ofp, desc) -> bool:
@@ -163,8 +208,7 @@ def from_ofp(switch: str, dp, msg):
                 # when the bucket watches its port.
                 raise RuleError(f"{switch}: group {msg.group_id}: bucket to port {outs[0]} watches "
                                 f"port {b.watch_port}")
-        return GroupRule(switch, msg.group_id, _GROUP_NAMES[msg.type],
-                         tuple((b.weight, actions_from_ofp(dp, b.actions)) for b in msg.buckets))
+        return _group_rule(switch, dp, msg.group_id, msg.type, msg.buckets)
     raise TypeError(f"{switch}: message {type(msg).__name__}: not a flow-mod or group-mod")
 
 

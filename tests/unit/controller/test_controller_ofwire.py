@@ -79,3 +79,35 @@ def test_congestion_aware_moves_through_the_wire():
     assert all(sim.path(k).delivered for k in keys)
     sim.set_link("agg0_0", "core0", up=False)
     assert all(sim.path(k).delivered and ("agg0_0", "core0") not in sim.path(k).links for k in keys)
+
+
+def test_an_equal_select_group_goes_out_as_hash_slots_laid_out_per_switch_and_comes_back_as_made():
+    """OVS hashes a flow alike at every switch and maps the hash alike in every group of as
+    many equal buckets, so ECMP would take bucket b at every tier. The adapter sends HASH_SLOTS
+    balanced copies in an order of the switch's own; the read-back is the group as made."""
+    dp = ofwire.datapath()
+    buckets = tuple((1, (("output", p),)) for p in (3, 4))
+    layouts = {}
+    for sw in ("edge0_0", "agg0_0", "agg0_1", "agg1_0"):
+        op = GroupRule(sw, 7, "select", buckets)
+        msg = ofwire.to_ofp(dp, op)
+        assert len(msg.buckets) == ofwire.HASH_SLOTS
+        ports = tuple(b.actions[0].port for b in msg.buckets)
+        assert sorted(ports.count(p) for p in (3, 4)) == [32, 32]
+        assert all(b.watch_port == b.actions[0].port for b in msg.buckets)
+        layouts[sw] = ports
+        assert ofwire.through_the_wire([op]) == [op]
+    assert len(set(layouts.values())) == 4
+    # Two switches' choices for the same hash slot: independent, not the same bucket every time.
+    agree = sum(a == b for a, b in zip(layouts["edge0_0"], layouts["agg0_0"]))
+    assert 16 <= agree <= 48, agree
+    three = GroupRule("s", 1, "select", tuple((2, (("output", p),)) for p in (1, 2, 3)))
+    counts = [tuple(b.actions[0].port for b in ofwire.to_ofp(dp, three).buckets).count(p) for p in (1, 2, 3)]
+    assert sorted(counts) == [21, 21, 22] and ofwire.through_the_wire([three]) == [three]
+
+
+def test_unequal_or_single_or_non_select_groups_go_out_as_made():
+    dp = ofwire.datapath()
+    for op in (OPS[6], GroupRule("s", 2, "select", ((1, (("output", 1),)),)), OPS[7],
+               GroupRule("s", 3, "all", ((1, (("output", 1),)), (1, (("output", 2),))))):
+        assert len(ofwire.to_ofp(dp, op).buckets) == len(op.buckets)
