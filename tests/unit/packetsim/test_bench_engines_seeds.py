@@ -112,3 +112,29 @@ def test_bad_emulator_replicates_is_a_one_line_error(capsys):
         bench_engines.main(["--emulate-replicates", "0"])
     assert e.value.code == 2
     assert "--emulate-replicates: expected an integer >= 1, found 0" in capsys.readouterr().err
+
+
+def test_multi_job_points_also_compare_the_first_iteration(tmp_path, monkeypatch, capsys):
+    """A contended iteration point prints the jobs' mean first iteration on both engines (the
+    emulator's median over its faithful runs, the flow engine's over its seeds) and their ratio."""
+    def summary(first, rest, ok=True):
+        jobs = [{"iteration_time_s": {"all": [first, rest, rest]}, "breakdown_s": {}} for _ in range(2)]
+        return {"status": "complete", "fidelity": {"ok": ok}, "jobs": jobs,
+                "aggregate": {"iteration_time_s_mean": (first + 2 * rest) / 3},
+                "model": {"run_s": 0.1, "collective_model": "detailed"}}
+    emus = iter([summary(0.034, 0.030), summary(0.036, 0.030), summary(0.050, 0.030, ok=False)])
+    monkeypatch.setattr(bench_engines, "run_emulator", lambda pt, folder: (next(emus), 2.0))
+    monkeypatch.setattr(bench_engines, "run_flow", lambda pt, folder, seed, extra=(): (summary(0.035, 0.035), 0.5))
+    assert bench_engines.main(["--engines", "emulate,flow", "--out", str(tmp_path), "--only",
+                               "two jobs rail congestion-aware", "--emulate-replicates", "3", "--seeds", "2"]) == 0
+    row = json.load(open(tmp_path / "bench_engines.json"))[0]
+    assert abs(row["emulator_first_iteration"] - 0.035) < 1e-12 and abs(row["flow_first_iteration"] - 0.035) < 1e-12
+    assert abs(row["first_iteration_ratio"] - 1.0) < 1e-12
+    out = capsys.readouterr().out
+    assert "first iteration (jobs still in phase)" in out and "two jobs rail congestion-aware 1.000" in out
+
+
+def test_first_iteration_is_none_without_per_iteration_times():
+    assert bench_engines.first_iteration({"jobs": [{"iteration_time_s": 0.03}]}) is None
+    assert bench_engines.first_iteration({"jobs": [{"iteration_time_s": {"all": [0.02, 0.01]}},
+                                                   {"iteration_time_s": {"all": [0.04]}}]}) == 0.03
