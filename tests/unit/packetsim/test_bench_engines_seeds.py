@@ -128,13 +128,30 @@ def test_multi_job_points_also_compare_the_first_iteration(tmp_path, monkeypatch
     assert bench_engines.main(["--engines", "emulate,flow", "--out", str(tmp_path), "--only",
                                "two jobs rail congestion-aware", "--emulate-replicates", "3", "--seeds", "2"]) == 0
     row = json.load(open(tmp_path / "bench_engines.json"))[0]
-    assert abs(row["emulator_first_iteration"] - 0.035) < 1e-12 and abs(row["flow_first_iteration"] - 0.035) < 1e-12
-    assert abs(row["first_iteration_ratio"] - 1.0) < 1e-12
+    assert abs(row["emulator_first_iter"] - 0.035) < 1e-12 and abs(row["flow_first_iter"] - 0.035) < 1e-12
+    assert abs(row["first_iter_ratio"] - 1.0) < 1e-12
     out = capsys.readouterr().out
-    assert "first iteration (jobs still in phase)" in out and "two jobs rail congestion-aware 1.000" in out
+    assert "first iteration (jobs still in phase)" in out
+    assert "the first collective or iteration alone (every rank and job starting in phase): 1 points; median 0.0%, " \
+        "p90 0.0%; above 10%: none" in out
+
+
+def test_collective_points_compare_their_first_collective_too(tmp_path, monkeypatch, capsys):
+    def summary(ccts, ok=True):
+        return {"status": "complete", "fidelity": {"ok": ok}, "jobs": [{"collectives": [
+            {"cct_s": sum(ccts) / len(ccts), "cct_s_all": ccts}]}], "model": {"run_s": 0.1, "collective_model": "detailed"}}
+    monkeypatch.setattr(bench_engines, "run_emulator", lambda pt, folder: (summary([0.010, 0.013, 0.013]), 2.0))
+    monkeypatch.setattr(bench_engines, "run_flow", lambda pt, folder, seed, extra=(): (summary([0.0088, 0.0088]), 0.5))
+    assert bench_engines.main(["--engines", "emulate,flow", "--out", str(tmp_path), "--only",
+                               "all_reduce direct 256MiB single-switch"]) == 0
+    row = json.load(open(tmp_path / "bench_engines.json"))[0]
+    assert abs(row["first_iter_ratio"] - 0.88) < 1e-9 and abs(row["ratio"] - 0.0088 / 0.012) < 1e-9
+    assert "above 10%: all_reduce direct 256MiB single-switch 0.880" in capsys.readouterr().out
 
 
 def test_first_iteration_is_none_without_per_iteration_times():
     assert bench_engines.first_iteration({"jobs": [{"iteration_time_s": 0.03}]}) is None
+    assert bench_engines.first_figure("throughput", {"jobs": []}) is None
+    assert bench_engines.first_figure("cct", {"jobs": [{"collectives": []}]}) is None
     assert bench_engines.first_iteration({"jobs": [{"iteration_time_s": {"all": [0.02, 0.01]}},
                                                    {"iteration_time_s": {"all": [0.04]}}]}) == 0.03
