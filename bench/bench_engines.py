@@ -316,8 +316,9 @@ def main(argv=None) -> int:
         ap.error(f"--emulate-replicates: expected an integer >= 1, found {args.emulate_replicates}")
     if args.packet_replicates < 0:
         ap.error(f"--packet-replicates: expected an integer >= 0, found {args.packet_replicates}")
-    if args.packet_jitter_ns is not None and not 0 < args.packet_jitter_ns <= 1e9:
-        ap.error(f"--packet-jitter-ns: expected nanoseconds in (0, 1000000000], found {args.packet_jitter_ns:g}")
+    from experiment.model import MAX_JITTER_NS
+    if args.packet_jitter_ns is not None and not 0 < args.packet_jitter_ns <= MAX_JITTER_NS:
+        ap.error(f"--packet-jitter-ns: expected nanoseconds in (0, {MAX_JITTER_NS:.0f}], found {args.packet_jitter_ns:g}")
     if args.reference == "packet":
         import flow_vs_packet
         return flow_vs_packet.main(args)
@@ -351,7 +352,7 @@ def main(argv=None) -> int:
                "policy": p.get("policy"), "flow": None, "flow_seeds": [], "flow_wall_s": None, "flow_sim_s": None,
                "flow_model": None, "bundle": None, "bundle_sim_s": None,
                "emulator": ref, "faithful": faithful, "emulator_runs": runs,
-               "emulator_first": f(emus[0][0]) if emus[0][0] else None,
+               "emulator_run0": f(emus[0][0]) if emus[0][0] else None,
                "emulator_wall_s": emu_wall, "emulator_replay_s": emu.get("duration_s_wall") if emu else None,
                "packet": None, "packet_wall_s": None, "packet_ratio": None, "packet_refused": None}
         fig, seed0 = [], None
@@ -404,7 +405,7 @@ def main(argv=None) -> int:
             if real and seed0 is not None:
                 row["flow_real_ratio"] = seed0 / row["packet_real"]
         row["ratio"] = row["flow"] / row["emulator"] if row["emulator"] and row["flow"] is not None else None
-        row["ratio_first"] = row["flow"] / row["emulator_first"] if row["emulator_first"] and \
+        row["ratio_run0"] = row["flow"] / row["emulator_run0"] if row["emulator_run0"] and \
             row["flow"] is not None else None
         row["inside_spread"] = (min(fig) * 0.98 <= row["emulator"] <= max(fig) * 1.02) if row["emulator"] and \
             len(fig) > 1 else None
@@ -468,8 +469,8 @@ def emulator_reference(runs: list[tuple[float, bool]]) -> tuple[float | None, bo
 
 def _first_run_verdict(rows: list[dict]) -> None:
     """The same goal against each point's first emulator run alone, as before replicates."""
-    timed = [r for r in rows if r["ratio_first"] and r["faithful"] and r["figure"] in TIMED]
-    err = [abs(r["ratio_first"] - 1) for r in timed]
+    timed = [r for r in rows if r["ratio_run0"] and r["faithful"] and r["figure"] in TIMED]
+    err = [abs(r["ratio_run0"] - 1) for r in timed]
     if err:
         print(f"  against each point's first emulator run alone: {len(timed)} points; median "
               f"{pct(err, 0.5) * 100:.1f}%, p90 {pct(err, 0.9) * 100:.1f}%")
