@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from experiment.plan import BASE_PORT
 from tests.integration.helpers import assert_nothing_left, run_experiment
 
 pytestmark = pytest.mark.mininet
@@ -33,7 +34,20 @@ def test_congestion_aware_beats_ecmp_on_stride_and_nears_non_blocking(tmp_path):
     # Every stride(8) flow crosses the core: ECMP's hash collisions cost it
     # much of the bisection, GFF finds the collision-free placement.
     assert got["congestion-aware"] > 1.3 * got["ecmp"], got
-    assert got["congestion-aware"] >= 0.85 * got["non-blocking"], got
+    # Placed one by one as they arrive, the last flows can find no free path; GFF moves
+    # them once measured, 1.5 to 2 s into the 6.5 s emulated run: 0.84 to 0.88 of non-blocking
+    # then, 0.98 otherwise (docs/controller.md).
+    assert got["congestion-aware"] >= 0.8 * got["non-blocking"], got
+    last = {}  # the data flows' last paths: each goes to the receiving agent's port
+    for d in sorted(state["decisions"], key=lambda d: d["time_s"]):
+        if d["action"] in ("place", "move") and d["flow"].split("/")[0].endswith(f":{BASE_PORT}"):
+            last[d["flow"]] = d["to"]
+    data = list(last.values())
+    on = {}
+    for p in data:
+        for hop in zip(p, p[1:]):
+            on[hop] = on.get(hop, 0) + 1
+    assert len(data) == 16 and max(on.values()) == 1, on
 
 
 def link_bytes(out) -> dict:
@@ -89,15 +103,25 @@ def test_link_down_mid_run_is_rerouted_and_every_transfer_completes(tmp_path):
     # cross the link that fails second, and is moved again then).
     for d in moved:
         assert not [ln for ln, t in down_at.items() if t <= d["time_s"] and ln in hops(d["to"])], d
-    # Every flow whose path crossed a link when it failed was moved off it.
+    # Every flow whose path crossed a link when it failed was moved after it. The
+    # move is the link-down one, or a GFF rebalance that the poll made between the
+    # fault and the port-status notice (both are the controller's clock).
+    last = {}
     for link, t in down_at.items():
         path = {}
         for d in decisions:
             if d["time_s"] <= t and d["action"] in ("place", "move"):
                 path[d["flow_id"]] = d["to"]
         crossing = {f for f, p in path.items() if link in hops(p)}
-        rescued = {d["flow_id"] for d in moved if d["time_s"] >= t}
-        assert crossing <= rescued, (sorted(link), crossing - rescued)
+        after = {d["flow_id"] for d in decisions if d["action"] == "move" and d["time_s"] > t}
+        assert crossing and crossing <= after, (sorted(link), crossing - after)
+        assert [d for d in moved if d["time_s"] >= t], (sorted(link), "no link-down move after it")
+    # And no flow's last path crosses a link that is down by the end.
+    for d in decisions:
+        if d["action"] in ("place", "move"):
+            last[d["flow_id"]] = d["to"]
+    stuck = {f: p for f, p in last.items() if hops(p) & set(down_at)}
+    assert not stuck, stuck
     assert_nothing_left(out)
 
 
