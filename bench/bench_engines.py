@@ -41,8 +41,11 @@ the flow engine runs N seeds (--seeds, default 8) and the bench gives the median
 and whether the emulator's figure lies inside it; the packet engine runs seed 0 only, or the
 median of --packet-seeds N (its runs of seed k > 0 in DIR/packet/<point>/seedK). Emulator
 and packet results already complete in DIR/emulate/<point> and DIR/packet/<point> for the same
-experiment are reused (delete DIR to measure afresh); without emulate in --engines the emulator
-is never started. DIR/bench_engines.json keeps every figure.
+experiment are reused when the code at hand made them (summary.json `source`: the fingerprint of
+that engine's packages and the shared ones, so a change to the flow model keeps the emulator's
+runs); runs from other code are set aside (DIR/emulate/<point>.oldN) and measured again, and
+named. Without emulate in --engines the
+emulator is never started. DIR/bench_engines.json keeps every figure.
 
 An emulator run is one draw: of the kernel's scheduling, of the sockets' hashes that OVS's select
 groups spread (so of ECMP's paths), of TCP's losses. With --emulate-replicates K each point runs K
@@ -165,9 +168,17 @@ def slug(label: str) -> str:
     return "".join(c if c.isalnum() or c in ".-" else "_" for c in label)
 
 
-def _complete(folder: str, sets: list[str], path: str) -> dict | None:
-    """The emulator's summary of this point, when a complete run of this very experiment is there."""
-    from experiment import model
+# Finished runs passed over because other code made them, and runs reused that say nothing of
+# their code (made before summary.json had `source`): both are reported at the end.
+STALE: list[str] = []
+UNKNOWN_SOURCE: list[str] = []
+SET_ASIDE: list[str] = []  # finished emulator runs moved aside before a new run of their point
+
+
+def _complete(folder: str, sets: list[str], path: str, engine: str = "emulate") -> dict | None:
+    """The summary of this point, when a complete run of this very experiment, made by the code
+    at hand (summary.json `source`: experiment.provenance), is there."""
+    from experiment import model, provenance
     try:
         with open(os.path.join(folder, "summary.json")) as f:
             s = json.load(f)
@@ -178,13 +189,32 @@ def _complete(folder: str, sets: list[str], path: str) -> dict | None:
     if s.get("status") != "complete" or model.to_dict(ran)["jobs"] != model.to_dict(want)["jobs"] or \
             ran.routing != want.routing or ran.topology != want.topology or ran.transport != want.transport:
         return None
+    have = (s.get("source") or {}).get("fingerprint")
+    if have is None:
+        UNKNOWN_SOURCE.append(folder)
+    elif have != provenance.source(engine)["fingerprint"]:
+        STALE.append(folder)
+        return None
     return s
+
+
+def _set_aside(folder: str) -> None:
+    """A finished run that will not be reused (other code, or another experiment) moves to
+    folder.oldN rather than be overwritten: nothing measured is lost."""
+    if not os.path.exists(os.path.join(folder, "summary.json")):
+        return
+    n = 1
+    while os.path.lexists(f"{folder}.old{n}"):
+        n += 1
+    os.replace(folder, f"{folder}.old{n}")
+    SET_ASIDE.append(f"{folder}.old{n}")
 
 
 def run_emulator(pt: dict, folder: str) -> tuple[dict | None, float | None]:
     cached = _complete(folder, pt["sets"], pt["file"])
     if cached is not None:
         return cached, cached.get("bench_wall_s")
+    _set_aside(folder)
     os.makedirs(folder, exist_ok=True)
     timing = os.path.join(folder, "bench.wall")
     # The run's own wall time, measured once the lock is ours (waiting for it is not the emulator's).
@@ -249,7 +279,7 @@ def run_packet(pt: dict, folder: str, seed: int = 0, units: str = "emulated",
     seed_sets = [f"flow.ecmp_seed={seed}"] if seed else []
     folder = os.path.join(folder, f"seed{seed}") if seed else folder
     sets = ["sweep={}", *pt["sets"], *seed_sets, *extra, "engine=packet", f"packet.units={units}"]
-    cached = _complete(folder, [*pt["sets"], *seed_sets, *extra], pt["file"])
+    cached = _complete(folder, [*pt["sets"], *seed_sets, *extra], pt["file"], engine="packet")
     if cached is not None and bool((cached.get("model") or {}).get("units")) == (units == "emulated"):
         return cached, cached.get("bench_wall_s"), None
     try:
@@ -454,7 +484,21 @@ def main(argv=None) -> int:
         _packet_verdict(rows)
     if "packet-real" in engines:
         _units_verdict(rows)
+    _source_notes()
     return write_rows(args.out, "bench_engines.json", rows)
+
+
+def _source_notes() -> None:
+    """Say which finished runs other code made, and which reused runs do not say what code made them."""
+    if STALE:
+        print(f"  {len(STALE)} finished run(s) came from other code (summary.json source), so were measured "
+              "again where their engine is in --engines and left out where not: " + ", ".join(sorted(STALE)))
+    if SET_ASIDE:
+        print(f"  {len(SET_ASIDE)} finished emulator run(s) not reused were kept beside the new ones: "
+              + ", ".join(sorted(SET_ASIDE)))
+    if UNKNOWN_SOURCE:
+        print(f"  {len(UNKNOWN_SOURCE)} reused run(s) do not say what code made them (made before summary.json "
+              "had source); delete them to measure afresh")
 
 
 def emulator_reference(runs: list[tuple[float, bool]]) -> tuple[float | None, bool, list]:

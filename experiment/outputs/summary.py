@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import statistics
 
+from experiment import provenance
 from traffic.collectives.model import busbw_factor as bus_factor
 
 SUMMARY_VERSION = 1
@@ -235,6 +236,7 @@ def build(exp, fabric, jobs, events: list[dict], *, status: str, error: str | No
         "version": SUMMARY_VERSION,
         "name": exp.name,
         "engine": exp.engine,
+        "source": provenance.source(exp.engine),
         "status": status,
         "error": error,
         "topology": {**exp.topology, **fabric.counts()},

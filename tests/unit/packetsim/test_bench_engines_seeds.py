@@ -155,3 +155,56 @@ def test_first_iteration_is_none_without_per_iteration_times():
     assert bench_engines.first_figure("cct", {"jobs": [{"collectives": []}]}) is None
     assert bench_engines.first_iteration({"jobs": [{"iteration_time_s": {"all": [0.02, 0.01]}},
                                                    {"iteration_time_s": {"all": [0.04]}}]}) == 0.03
+
+
+def _finished_run(folder, source):
+    """A complete emulator run of ring-single-switch.yaml as the bench leaves it."""
+    import shutil
+    os.makedirs(folder)
+    shutil.copy(os.path.join(ROOT, "experiments", "ring-single-switch.yaml"), os.path.join(folder, "config.yaml"))
+    s = {"status": "complete", "fidelity": {"ok": True}}
+    if source is not None:
+        s["source"] = {"fingerprint": source, "packages": []}
+    with open(os.path.join(folder, "summary.json"), "w") as f:
+        json.dump(s, f)
+
+
+def test_a_finished_run_is_reused_only_when_the_code_at_hand_made_it(tmp_path, monkeypatch):
+    from experiment import provenance
+    monkeypatch.setattr(bench_engines, "STALE", [])
+    monkeypatch.setattr(bench_engines, "UNKNOWN_SOURCE", [])
+    path = os.path.join(ROOT, "experiments", "ring-single-switch.yaml")
+    here = provenance.source("emulate")["fingerprint"]
+    for name, src in (("same", here), ("other", "0" * 64), ("unknown", None)):
+        _finished_run(str(tmp_path / name), src)
+    assert bench_engines._complete(str(tmp_path / "same"), [], path)["source"]["fingerprint"] == here
+    assert bench_engines._complete(str(tmp_path / "other"), [], path) is None
+    assert bench_engines.STALE == [str(tmp_path / "other")]
+    assert bench_engines._complete(str(tmp_path / "unknown"), [], path) is not None  # said at the end
+    assert bench_engines.UNKNOWN_SOURCE == [str(tmp_path / "unknown")]
+    # The packet engine's fingerprint is another: the emulator's run is not the packet engine's.
+    assert bench_engines._complete(str(tmp_path / "same"), [], path, engine="packet") is None
+
+
+def test_the_bench_names_the_runs_other_code_made(capsys, monkeypatch):
+    monkeypatch.setattr(bench_engines, "STALE", ["DIR/emulate/a"])
+    monkeypatch.setattr(bench_engines, "UNKNOWN_SOURCE", ["DIR/emulate/b", "DIR/emulate/c"])
+    bench_engines._source_notes()
+    out = capsys.readouterr().out
+    assert "1 finished run(s) came from other code" in out and "DIR/emulate/a" in out
+    assert "2 reused run(s) do not say what code made them" in out
+
+
+def test_a_finished_run_not_reused_is_kept_aside_not_overwritten(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_engines, "SET_ASIDE", [])
+    folder = str(tmp_path / "point")
+    bench_engines._set_aside(folder)  # nothing there: nothing to do
+    assert bench_engines.SET_ASIDE == [] and not os.path.exists(folder)
+    for n in (1, 2):
+        _finished_run(folder, "0" * 64)
+        bench_engines._set_aside(folder)
+        assert not os.path.exists(folder)
+        assert json.load(open(os.path.join(f"{folder}.old{n}", "summary.json")))["status"] == "complete"
+    os.makedirs(folder)  # an unfinished run stays where it is (the run resumes or redoes it)
+    bench_engines._set_aside(folder)
+    assert os.path.isdir(folder) and bench_engines.SET_ASIDE == [f"{folder}.old1", f"{folder}.old2"]

@@ -1,0 +1,58 @@
+"""summary.json `source`: a fingerprint of the code an engine's figures rest on."""
+import os
+
+from experiment import provenance
+
+
+def _tree(root, files):
+    for rel, data in files.items():
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+
+
+BASE = {"controller/a.py": b"x = 1\n", "flowsim/b.py": b"y = 2\n", "emulator/c.py": b"z = 3\n",
+        "packetsim/driver.cc": b"int main() {}\n", "experiment/d.py": b"w = 4\n"}
+
+
+def test_the_fingerprint_follows_every_byte_of_the_packages_and_nothing_else(tmp_path):
+    _tree(tmp_path, BASE)
+    pk = ("controller", "flowsim")
+    first = provenance.fingerprint(pk, root=str(tmp_path))
+    assert first == provenance.fingerprint(("flowsim", "controller", "flowsim"), root=str(tmp_path))
+    _tree(tmp_path, {"controller/__pycache__/a.cpython-311.pyc": b"junk", "flowsim/b.pyc": b"junk",
+                     "emulator/c.py": b"z = 4\n"})  # caches, and a package not counted
+    assert provenance.fingerprint(pk, root=str(tmp_path)) == first
+    _tree(tmp_path, {"flowsim/b.py": b"y = 3\n"})
+    assert provenance.fingerprint(pk, root=str(tmp_path)) != first
+    # A file moved keeps its bytes but not its path: another fingerprint.
+    os.rename(tmp_path / "flowsim" / "b.py", tmp_path / "flowsim" / "b2.py")
+    moved = provenance.fingerprint(pk, root=str(tmp_path))
+    _tree(tmp_path, {"flowsim/b.py": b"y = 3\n"})
+    os.remove(tmp_path / "flowsim" / "b2.py")
+    assert moved != provenance.fingerprint(pk, root=str(tmp_path))
+
+
+def test_each_engine_counts_its_own_packages_and_the_shared_ones(tmp_path):
+    _tree(tmp_path, BASE)
+    before = {e: provenance.fingerprint(p, root=str(tmp_path)) for e, p in provenance.ENGINE_PACKAGES.items()}
+    _tree(tmp_path, {"flowsim/b.py": b"y = 9\n"})  # a change to the flow model
+    after = {e: provenance.fingerprint(p, root=str(tmp_path)) for e, p in provenance.ENGINE_PACKAGES.items()}
+    assert after["emulate"] == before["emulate"]
+    assert after["flow"] != before["flow"] and after["packet"] != before["packet"]
+    _tree(tmp_path, {"packetsim/driver.cc": b"int main() { return 1; }\n"})  # not only Python counts
+    assert provenance.fingerprint(provenance.ENGINE_PACKAGES["packet"], root=str(tmp_path)) != after["packet"]
+    _tree(tmp_path, {"controller/a.py": b"x = 5\n"})  # shared: every engine's changes
+    final = {e: provenance.fingerprint(p, root=str(tmp_path)) for e, p in provenance.ENGINE_PACKAGES.items()}
+    assert all(final[e] != after[e] for e in final)
+
+
+def test_a_run_summary_names_its_engines_source(tmp_path):
+    from experiment import model
+    from flowsim.runner import run_experiment
+    exp = model.load(os.path.join(provenance.ROOT, "experiments", "ring-single-switch.yaml"),
+                     ["engine=flow", "topology.hosts=4", "jobs.0.workload.iterations=1"])
+    s = run_experiment(exp, str(tmp_path / "r"), log=lambda *a: None)
+    assert s["source"] == provenance.source("flow")
+    assert len(s["source"]["fingerprint"]) == 64 and "flowsim" in s["source"]["packages"]
