@@ -189,25 +189,20 @@ def _complete(folder: str, sets: list[str], path: str, engine: str = "emulate") 
     if s.get("status") != "complete" or model.to_dict(ran)["jobs"] != model.to_dict(want)["jobs"] or \
             ran.routing != want.routing or ran.topology != want.topology or ran.transport != want.transport:
         return None
-    have = (s.get("source") or {}).get("fingerprint")
-    if have is None:
-        UNKNOWN_SOURCE.append(folder)
-    elif have != provenance.source(engine)["fingerprint"]:
+    if provenance.made_elsewhere(s, engine):
         STALE.append(folder)
         return None
+    if not s.get("source"):
+        UNKNOWN_SOURCE.append(folder)
     return s
 
 
 def _set_aside(folder: str) -> None:
     """A finished run that will not be reused (other code, or another experiment) moves to
     folder.oldN rather than be overwritten: nothing measured is lost."""
-    if not os.path.exists(os.path.join(folder, "summary.json")):
-        return
-    n = 1
-    while os.path.lexists(f"{folder}.old{n}"):
-        n += 1
-    os.replace(folder, f"{folder}.old{n}")
-    SET_ASIDE.append(f"{folder}.old{n}")
+    from experiment import provenance
+    if os.path.exists(os.path.join(folder, "summary.json")):
+        SET_ASIDE.append(provenance.set_aside(folder))
 
 
 def run_emulator(pt: dict, folder: str) -> tuple[dict | None, float | None]:

@@ -47,3 +47,23 @@ def source(engine: str) -> dict:
     """summary.json `source` of a run of this engine (computed once per process)."""
     packages = ENGINE_PACKAGES.get(engine, SHARED)
     return {"fingerprint": fingerprint(packages), "packages": list(packages)}
+
+
+def made_elsewhere(summary: dict, engine: str) -> bool:
+    """True when a run's summary names a fingerprint other than this code's for its engine (a run
+    that names none, made before summaries had `source`, cannot tell: False)."""
+    have = (summary.get("source") or {}).get("fingerprint")
+    return have is not None and have != source(engine)["fingerprint"]
+
+
+def set_aside(folder: str) -> str:
+    """Move a finished run folder to folder.oldN (the first N free), so that a new run of its
+    point starts empty and nothing measured is lost. Returns the new path. A folder that is a
+    symbolic link is refused: runs write as root."""
+    if os.path.islink(folder):
+        raise OSError(f"{folder} is a symbolic link")
+    n = 1
+    while os.path.lexists(f"{folder}.old{n}"):
+        n += 1
+    os.replace(folder, f"{folder}.old{n}")
+    return f"{folder}.old{n}"

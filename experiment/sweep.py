@@ -9,7 +9,9 @@ DIR/sweep.csv has one row per point (its overrides, status and key
 figures) and is rewritten after every point, so an interrupted sweep
 keeps what it did; DIR/sweep.png compares the complete points. Running
 the sweep again into the same DIR resumes: a point whose folder holds a
-complete summary.json of the same resolved experiment is skipped.
+complete summary.json of the same resolved experiment is skipped, unless
+other code made it (its summary.json `source`): then it is kept as
+points/<point>.oldN and measured again.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 
 from badinput import InputError
 from badinput.paths import check_name, inside, write_atomic
-from experiment import engine, model
+from experiment import engine, model, provenance
 from experiment.engine import Interrupted, RunFailure
 from experiment.model import Experiment
 from experiment.pipeline import previous_run, same_experiment
@@ -232,7 +234,13 @@ class Book:
         if not is_done(folder, point.exp):
             return False
         with open(inside(folder, "summary.json")) as f:
-            self.summaries[point.slug] = json.load(f)
+            summary = json.load(f)
+        if provenance.made_elsewhere(summary, point.exp.engine):
+            kept = provenance.set_aside(folder)
+            self._line(point, f"complete in an earlier run of other code (summary.json source): kept as "
+                              f"{os.path.basename(kept)}, measuring it again")
+            return False
+        self.summaries[point.slug] = summary
         self.status[point.slug] = {"status": "complete"}
         self.skipped.append(point.slug)
         self._done += 1

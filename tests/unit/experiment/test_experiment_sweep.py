@@ -135,6 +135,26 @@ def _csv(out):
         return list(csv.DictReader(f))
 
 
+def test_a_point_other_code_made_is_kept_aside_and_measured_again(tmp_path):
+    from experiment import provenance
+    exp, out = _exp(GRID, tmp_path), tmp_path / "out"
+    sweep.run(exp, str(out), FakeRunner(), log=lambda m: None)
+    slugs = sweep.slugs(list(exp.sweep))
+    here = provenance.source(exp.engine)
+    for i, slug in enumerate(slugs):  # as runs of today's code would say, but the first from other code
+        path = out / "points" / slug / "summary.json"
+        s = json.load(open(path))
+        s["source"] = {"fingerprint": "0" * 64, "packages": []} if i == 0 else here
+        json.dump(s, open(path, "w"))
+    again, lines = FakeRunner(), []
+    done = sweep.run(model.load(str(tmp_path / "s.yaml")), str(out), again, log=lines.append)
+    assert again.calls == slugs[:1] and done["skipped"] == slugs[1:]
+    assert any("other code" in ln and f"{slugs[0]}.old1" in ln for ln in lines)
+    kept = json.load(open(out / "points" / f"{slugs[0]}.old1" / "summary.json"))
+    assert kept["source"]["fingerprint"] == "0" * 64  # nothing measured is lost
+    assert [r["status"] for r in _csv(out)] == ["complete"] * 4 and len(_csv(out)) == 4
+
+
 def test_an_interrupted_sweep_keeps_its_csv_and_resumes_where_it_stopped(tmp_path):
     exp, out = _exp(GRID, tmp_path), tmp_path / "out"
     first = FakeRunner(interrupt_at=2)

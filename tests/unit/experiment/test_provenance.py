@@ -56,3 +56,17 @@ def test_a_run_summary_names_its_engines_source(tmp_path):
     s = run_experiment(exp, str(tmp_path / "r"), log=lambda *a: None)
     assert s["source"] == provenance.source("flow")
     assert len(s["source"]["fingerprint"]) == 64 and "flowsim" in s["source"]["packages"]
+
+
+def test_a_run_from_other_code_is_told_apart_and_set_aside_whole(tmp_path):
+    import pytest
+    here = provenance.source("emulate")["fingerprint"]
+    assert not provenance.made_elsewhere({"source": {"fingerprint": here}}, "emulate")
+    assert provenance.made_elsewhere({"source": {"fingerprint": here}}, "flow")
+    assert not provenance.made_elsewhere({}, "emulate")  # made before summaries had source: cannot tell
+    run = tmp_path / "point"
+    _tree(run, {"summary.json": b"{}", "links.csv": b"t_s\n"})
+    assert provenance.set_aside(str(run)) == f"{run}.old1" and (tmp_path / "point.old1" / "links.csv").exists()
+    os.symlink(tmp_path / "point.old1", run)  # a link is refused: runs write as root
+    with pytest.raises(OSError):
+        provenance.set_aside(str(run))
