@@ -44,8 +44,8 @@ and packet results already complete in DIR/emulate/<point> and DIR/packet/<point
 experiment are reused when the code at hand made them (summary.json `source`: the fingerprint of
 that engine's packages and the shared ones, so a change to the flow model keeps the emulator's
 runs); runs from other code are set aside (DIR/emulate/<point>.oldN) and measured again, and
-named. Without emulate in --engines the
-emulator is never started. DIR/bench_engines.json keeps every figure.
+named. Without emulate in --engines the emulator is never started. DIR/bench_engines.json keeps
+every figure.
 
 An emulator run is one draw: of the kernel's scheduling, of the sockets' hashes that OVS's select
 groups spread (so of ECMP's paths), of TCP's losses. With --emulate-replicates K each point runs K
