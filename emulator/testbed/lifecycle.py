@@ -107,6 +107,7 @@ def daemon_switch_class(base, daemon: switchd.SwitchDaemon, ofp_port: int):
 
 class Testbed:
     """Settings left out take the experiment file's defaults (experiment.model.Testbed)."""
+    __test__ = False  # a name pytest would otherwise try to collect where tests import it
 
     def __init__(self, fabric: Fabric, run_dir: str, *, scale_link: float, policy: str = DEFAULT_POLICY,
                  params: dict | None = None, datapath: str = model.Testbed.datapath,

@@ -12,6 +12,7 @@ from experiment.engine import RunFailure
 
 class TestbedError(RunFailure):
     """The testbed could not start (missing root, OVS, controller timeout...)."""
+    __test__ = False  # a name pytest would otherwise try to collect where tests import it
 
 
 def wait_for(cond, timeout_s: float, what: str, interval_s: float = 0.05):
