@@ -96,6 +96,8 @@ def report(run_dir: str, out) -> int:
              f"(time dilation {sc['dilation']:g}x)")
     out.write(f"  {topo.get('kind', '?')}, {topo.get('hosts', '?')} hosts, {topo.get('switches', '?')} switches; "
               f"routing {s.get('routing', '?')}; {where}\n")
+    out.write(f"  code {_code(s)}" + (" (summary.json source: the engine's packages and the shared ones)"
+                                     if s.get("source") else " (made before summary.json had source)") + "\n")
     print_table(s, out)
     if rows is not None:
         print_links(rows, out)
@@ -154,7 +156,8 @@ def compare(run_dirs: list[str], out, plot: str | None = None) -> int:
     table: list[tuple[str, list]] = [("traffic", []),
                                      ("  normalized throughput", [s["traffic"]["normalized_throughput"] for s in runs]),
                                      ("  aggregate Gb/s", [s["traffic"]["aggregate_gbps"] for s in runs]),
-                                     ("  fidelity", [_verdict(s) for s in runs])]
+                                     ("  fidelity", [_verdict(s) for s in runs]),
+                                     ("  code", [_code(s) for s in runs])]
     for job in _ordered(j["name"] for s in runs for j in s["jobs"]):
         per = [next((j for j in s["jobs"] if j["name"] == job), None) for s in runs]
         table.append((f"job {job}", []))
@@ -175,6 +178,11 @@ def compare(run_dirs: list[str], out, plot: str | None = None) -> int:
             if any(c and c.get("cct_vs_predicted") is not None for c in cs):
                 table.append(("    cct / alpha-beta", [c.get("cct_vs_predicted") if c else None for c in cs]))
     _print_table(table, labels, out)
+    for engine in _ordered(s["engine"] for s in runs):
+        same = [(label, s) for label, s in zip(labels, runs) if s["engine"] == engine and s.get("source")]
+        if len({s["source"]["fingerprint"] for _, s in same}) > 1:
+            out.write(f"\nnote: {', '.join(label for label, _ in same)} ran the {engine} engine on different code "
+                      "(the code row, summary.json source): part of a difference may be the code's\n")
     if plot:
         from experiment.outputs import plots
 
@@ -184,6 +192,12 @@ def compare(run_dirs: list[str], out, plot: str | None = None) -> int:
             raise InputError("--plot", "a writable PNG path", e.strerror, plot) from None
         out.write(f"\nchart: {plot}\n")
     return 0
+
+
+def _code(s: dict) -> str:
+    """The first 12 hex digits of the run's source fingerprint, or "unknown" before it was kept."""
+    fp = (s.get("source") or {}).get("fingerprint")
+    return fp[:12] if isinstance(fp, str) and fp else "unknown"
 
 
 def _is_model(s: dict) -> bool:

@@ -139,3 +139,30 @@ def test_a_models_run_is_named_by_its_engine_beside_the_emulators(runs, capsys, 
     assert rc == 0 and f"engine {engine}, complete" in out and f"model ({engine})" in out
     rc, out, _ = _cli(capsys, "report", str(model_run))
     assert rc == 0 and f"engine {engine} (real-cluster units)" in out
+
+
+def test_compare_and_report_say_which_code_made_each_run(runs, capsys, tmp_path):
+    """Two runs of one engine by different code: compare says so; report names the code."""
+    import shutil
+    from experiment import provenance
+    here = provenance.source("emulate")
+    made = {}
+    for name, fp in (("now", here["fingerprint"]), ("same", here["fingerprint"]), ("older", "ab" * 32),
+                     ("unknown", None)):
+        made[name] = tmp_path / name
+        shutil.copytree(runs["fast"][0], made[name])
+        s = json.loads((made[name] / "summary.json").read_text())
+        s.pop("source", None)
+        if fp:
+            s["source"] = {"fingerprint": fp, "packages": here["packages"]}
+        (made[name] / "summary.json").write_text(json.dumps(s))
+    rc, out, _ = _cli(capsys, "compare", str(made["now"]), str(made["same"]), str(made["unknown"]))
+    code_row = next(x for x in out.splitlines() if x.strip().startswith("code"))
+    assert rc == 0 and here["fingerprint"][:12] in code_row and "unknown" in code_row
+    assert "different code" not in out  # the run that cannot tell is not counted against the others
+    rc, out, _ = _cli(capsys, "compare", str(made["now"]), str(made["older"]))
+    assert rc == 0 and "note: [1], [2] ran the emulate engine on different code" in out
+    rc, out, _ = _cli(capsys, "report", str(made["older"]))
+    assert rc == 0 and "code abababababab (summary.json source" in out
+    rc, out, _ = _cli(capsys, "report", str(made["unknown"]))
+    assert rc == 0 and "code unknown (made before summary.json had source)" in out
