@@ -192,7 +192,7 @@ def _complete(folder: str, sets: list[str], path: str, engine: str = "emulate") 
     if provenance.made_elsewhere(s, engine):
         STALE.append(folder)
         return None
-    if not s.get("source"):
+    if provenance.fingerprint_of(s) is None:
         UNKNOWN_SOURCE.append(folder)
     return s
 
@@ -341,6 +341,8 @@ def main(argv=None) -> int:
         ap.error(f"--emulate-replicates: expected an integer >= 1, found {args.emulate_replicates}")
     if args.packet_replicates < 0:
         ap.error(f"--packet-replicates: expected an integer >= 0, found {args.packet_replicates}")
+    for notes in (STALE, UNKNOWN_SOURCE, SET_ASIDE):  # each bench run reports its own
+        notes.clear()
     from experiment.model import MAX_JITTER_NS
     if args.packet_jitter_ns is not None and not 0 < args.packet_jitter_ns <= MAX_JITTER_NS:
         ap.error(f"--packet-jitter-ns: expected nanoseconds in (0, {MAX_JITTER_NS:.0f}], found {args.packet_jitter_ns:g}")

@@ -11,6 +11,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
+
+from badinput import InputError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = ("badinput", "controller", "experiment", "topologies", "traffic")
@@ -49,19 +52,28 @@ def source(engine: str) -> dict:
     return {"fingerprint": fingerprint(packages), "packages": list(packages)}
 
 
+def fingerprint_of(summary: dict) -> str | None:
+    """The fingerprint a run's summary names, or None: made before summaries had `source`, or
+    not one (64 hex digits)."""
+    src = summary.get("source")
+    fp = src.get("fingerprint") if isinstance(src, dict) else None
+    return fp if isinstance(fp, str) and re.fullmatch(r"[0-9a-f]{64}", fp) else None
+
+
 def made_elsewhere(summary: dict, engine: str) -> bool:
     """True when a run's summary names a fingerprint other than this code's for its engine (a run
-    that names none, made before summaries had `source`, cannot tell: False)."""
-    have = (summary.get("source") or {}).get("fingerprint")
+    that names none cannot tell: False)."""
+    have = fingerprint_of(summary)
     return have is not None and have != source(engine)["fingerprint"]
 
 
 def set_aside(folder: str) -> str:
     """Move a finished run folder to folder.oldN (the first N free), so that a new run of its
     point starts empty and nothing measured is lost. Returns the new path. A folder that is a
-    symbolic link is refused: runs write as root."""
+    symbolic link is refused (one-line InputError): runs write as root."""
     if os.path.islink(folder):
-        raise OSError(f"{folder} is a symbolic link")
+        raise InputError("--out", "a run folder that is not a symbolic link (a run writes as root)",
+                         f"{folder} is a symbolic link")
     n = 1
     while os.path.lexists(f"{folder}.old{n}"):
         n += 1

@@ -9,6 +9,7 @@ import os
 
 from badinput import InputError
 from badinput.paths import inside
+from experiment import provenance
 from experiment.outputs import links as links_mod
 from experiment.outputs.summary import fmt_bytes, fmt_seconds, print_table
 
@@ -97,7 +98,7 @@ def report(run_dir: str, out) -> int:
     out.write(f"  {topo.get('kind', '?')}, {topo.get('hosts', '?')} hosts, {topo.get('switches', '?')} switches; "
               f"routing {s.get('routing', '?')}; {where}\n")
     out.write(f"  code {_code(s)}" + (" (summary.json source: the engine's packages and the shared ones)"
-                                     if s.get("source") else " (made before summary.json had source)") + "\n")
+                                     if _code(s) != "unknown" else " (made before summary.json had source)") + "\n")
     print_table(s, out)
     if rows is not None:
         print_links(rows, out)
@@ -178,9 +179,10 @@ def compare(run_dirs: list[str], out, plot: str | None = None) -> int:
             if any(c and c.get("cct_vs_predicted") is not None for c in cs):
                 table.append(("    cct / alpha-beta", [c.get("cct_vs_predicted") if c else None for c in cs]))
     _print_table(table, labels, out)
-    for engine in _ordered(s["engine"] for s in runs):
-        same = [(label, s) for label, s in zip(labels, runs) if s["engine"] == engine and s.get("source")]
-        if len({s["source"]["fingerprint"] for _, s in same}) > 1:
+    for engine in _ordered(s.get("engine", "emulate") for s in runs):
+        same = [(label, _code(s)) for label, s in zip(labels, runs)
+                if s.get("engine", "emulate") == engine and _code(s) != "unknown"]
+        if len({code for _, code in same}) > 1:
             out.write(f"\nnote: {', '.join(label for label, _ in same)} ran the {engine} engine on different code "
                       "(the code row, summary.json source): part of a difference may be the code's\n")
     if plot:
@@ -196,8 +198,8 @@ def compare(run_dirs: list[str], out, plot: str | None = None) -> int:
 
 def _code(s: dict) -> str:
     """The first 12 hex digits of the run's source fingerprint, or "unknown" before it was kept."""
-    fp = (s.get("source") or {}).get("fingerprint")
-    return fp[:12] if isinstance(fp, str) and fp else "unknown"
+    fp = provenance.fingerprint_of(s)
+    return fp[:12] if fp else "unknown"
 
 
 def _is_model(s: dict) -> bool:

@@ -166,3 +166,12 @@ def test_compare_and_report_say_which_code_made_each_run(runs, capsys, tmp_path)
     assert rc == 0 and "code abababababab (summary.json source" in out
     rc, out, _ = _cli(capsys, "report", str(made["unknown"]))
     assert rc == 0 and "code unknown (made before summary.json had source)" in out
+    # Summaries without an engine (older runs) or with a malformed source compare, not crash.
+    for name, edit in (("noengine", lambda s: s.pop("engine", None)), ("badsource", lambda s: s.update(source="x"))):
+        made[name] = tmp_path / name
+        shutil.copytree(made["now"], made[name])
+        s = json.loads((made[name] / "summary.json").read_text())
+        edit(s)
+        (made[name] / "summary.json").write_text(json.dumps(s))
+    rc, out, err = _cli(capsys, "compare", str(made["older"]), str(made["noengine"]), str(made["badsource"]))
+    assert rc == 0 and err == "" and "note: [1], [2] ran the emulate engine on different code" in out

@@ -1,6 +1,8 @@
 """summary.json `source`: a fingerprint of the code an engine's figures rest on."""
 import os
 
+from badinput import InputError
+
 from experiment import provenance
 
 
@@ -67,6 +69,11 @@ def test_a_run_from_other_code_is_told_apart_and_set_aside_whole(tmp_path):
     run = tmp_path / "point"
     _tree(run, {"summary.json": b"{}", "links.csv": b"t_s\n"})
     assert provenance.set_aside(str(run)) == f"{run}.old1" and (tmp_path / "point.old1" / "links.csv").exists()
-    os.symlink(tmp_path / "point.old1", run)  # a link is refused: runs write as root
-    with pytest.raises(OSError):
+    os.symlink(tmp_path / "point.old1", run)  # a link is refused, in one line: runs write as root
+    with pytest.raises(InputError) as ei:
         provenance.set_aside(str(run))
+    assert ei.value.key == "--out" and "symbolic link" in ei.value.found
+    assert os.path.isdir(tmp_path / "point.old1") and os.path.islink(run)  # nothing moved
+    # A source that is not a fingerprint cannot tell either (a hand-edited or hostile summary).
+    for bad in ({"source": "x"}, {"source": {"fingerprint": 7}}, {"source": {"fingerprint": "zz"}}):
+        assert provenance.fingerprint_of(bad) is None and not provenance.made_elsewhere(bad, "flow")
